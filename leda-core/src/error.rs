@@ -1,0 +1,95 @@
+//! Errors of the runtime: why a send failed, why a run could not start.
+
+use crate::event::Event;
+use crate::graph::GraphError;
+
+/// Why `send` failed. The event was not delivered; the sender decides what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The output port has no connector.
+    #[error("port '{port}' of stage '{stage}' is not connected")]
+    NotConnected {
+        /// The sending stage.
+        stage: String,
+        /// The port.
+        port: String,
+    },
+    /// The destination's event queue is at capacity (Leda's wording).
+    #[error("Event queue for the stage '{stage}' is full.")]
+    QueueFull {
+        /// The destination stage.
+        stage: String,
+    },
+    /// A local attachment cannot travel on a decoupled connector.
+    #[error("event on port '{port}' of stage '{stage}' carries a local attachment, which cannot cross a decoupled connector")]
+    AttachmentOnDecoupled {
+        /// The sending stage.
+        stage: String,
+        /// The port.
+        port: String,
+    },
+    /// The destination (another process) could not be reached or refused the event.
+    #[error("stage '{stage}' is unreachable: {reason}")]
+    Unreachable {
+        /// The destination stage.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
+    /// A cohort hand-off found no free instance of the destination.
+    #[error("Cannot get a parallel instance of stage '{stage}'")]
+    CohortUnavailable {
+        /// The destination stage.
+        stage: String,
+    },
+    /// The run is over; nothing more is delivered.
+    #[error("the run has ended")]
+    Stopped,
+}
+
+/// A failed send that hands the event back to the sender (see `Ctx::try_send`).
+#[derive(Debug)]
+pub struct Rejected {
+    /// Why it failed.
+    pub error: SendError,
+    /// The event, untouched.
+    pub event: Event,
+}
+
+/// Why a run could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The graph, partition or mapping is invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A cluster is mapped to another process but no transport was configured.
+    #[error("cluster {cluster} is mapped to {addr}, another process; running it needs leda-net")]
+    NoTransport {
+        /// The cluster (1-based).
+        cluster: usize,
+        /// Its first process.
+        addr: String,
+    },
+    /// `Run::process` names an address that the mapping does not use.
+    #[error("this process ({addr}) runs no cluster of the mapping")]
+    NotMapped {
+        /// The address.
+        addr: String,
+    },
+    /// The transport refused to set up a remote route.
+    #[error("cannot reach stage '{stage}': {reason}")]
+    Remote {
+        /// The stage.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
+    /// An I/O error (the stats file, starting threads).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,192 @@
+//! Events: the tuple of values a handler receives, plus an optional local attachment.
+//!
+//! An event is what `leda.send(port, ...)` packs: its arguments, in order. Arguments
+//! are [`Value`]s, so any event can cross a decoupled connector (and the wire). A
+//! *local attachment* is any `Send` Rust value (a socket, a file, an image buffer)
+//! that moves with the event by unique ownership. It may only travel on `local` and
+//! `cohort` connectors; sending it on a decoupled connector fails at send time.
+
+use std::any::Any;
+use std::fmt;
+
+use serde::Deserialize;
+use smallvec::SmallVec;
+
+use crate::value::{Value, ValueError};
+
+/// Inline capacity of an event's argument list; more arguments spill to the heap.
+const INLINE_ARGS: usize = 2;
+
+/// The argument list of an event.
+pub type Args = SmallVec<[Value; INLINE_ARGS]>;
+
+/// One event: ordered arguments and an optional local attachment.
+#[derive(Default)]
+pub struct Event {
+    args: Args,
+    attachment: Option<Box<dyn Any + Send>>,
+    pub(crate) stamp: Option<Box<crate::stats::Stamp>>,
+}
+
+impl Event {
+    /// An event with no arguments (what `autostart = true` pushes).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An event with the given arguments.
+    pub fn from_values(values: impl IntoIterator<Item = Value>) -> Self {
+        Event { args: values.into_iter().collect(), ..Self::default() }
+    }
+
+    /// Appends an argument (builder form).
+    pub fn with(mut self, v: impl Into<Value>) -> Self {
+        self.args.push(v.into());
+        self
+    }
+
+    /// Appends an argument.
+    pub fn push(&mut self, v: impl Into<Value>) {
+        self.args.push(v.into());
+    }
+
+    /// Number of arguments.
+    pub fn len(&self) -> usize {
+        self.args.len()
+    }
+
+    /// `true` when the event has no arguments.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// The arguments.
+    pub fn args(&self) -> &[Value] {
+        &self.args
+    }
+
+    /// Consumes the event, returning its arguments (any attachment is dropped).
+    pub fn into_args(self) -> Args {
+        self.args
+    }
+
+    /// Argument `i`, or `None` past the end.
+    pub fn arg(&self, i: usize) -> Option<&Value> {
+        self.args.get(i)
+    }
+
+    /// Moves argument `i` out, leaving nil in its place (no copy of strings or arrays).
+    pub fn take(&mut self, i: usize) -> Value {
+        self.args.get_mut(i).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Typed access to argument `i` through serde. A missing argument reads as nil, so
+    /// `Option<T>` works for optional arguments, as in Lua.
+    pub fn get<'a, T: Deserialize<'a>>(&'a self, i: usize) -> Result<T, ValueError> {
+        const NIL: Value = Value::Nil;
+        let v = self.args.get(i).unwrap_or(&NIL);
+        v.to().map_err(|e| ValueError(format!("argument {}: {e}", i + 1)))
+    }
+
+    /// Attaches a local resource. Replaces any previous attachment.
+    pub fn attach<T: Any + Send>(mut self, resource: T) -> Self {
+        self.attachment = Some(Box::new(resource));
+        self
+    }
+
+    /// `true` if the event carries a local attachment.
+    pub fn has_attachment(&self) -> bool {
+        self.attachment.is_some()
+    }
+
+    /// Takes the attachment if it is a `T`; otherwise leaves it in place and returns `None`.
+    pub fn take_attachment<T: Any + Send>(&mut self) -> Option<T> {
+        match self.attachment.take()?.downcast::<T>() {
+            Ok(b) => Some(*b),
+            Err(other) => {
+                self.attachment = Some(other);
+                None
+            }
+        }
+    }
+
+    /// A copy of the arguments without the attachment (used to report a failed event).
+    pub fn clone_args(&self) -> Event {
+        Event { args: self.args.clone(), ..Self::default() }
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut t = f.debug_tuple("Event");
+        for a in &self.args {
+            t.field(a);
+        }
+        if self.attachment.is_some() {
+            t.field(&"<attachment>");
+        }
+        t.finish()
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, a) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\t")?;
+            }
+            write!(f, "{a}")?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Into<Value>> From<T> for Event {
+    fn from(v: T) -> Self {
+        let mut args = Args::new();
+        args.push(v.into());
+        Event { args, ..Self::default() }
+    }
+}
+
+macro_rules! from_tuple {
+    ($($name:ident),+) => {
+        impl<$($name: Into<Value>),+> From<($($name,)+)> for Event {
+            #[allow(non_snake_case)]
+            fn from(($($name,)+): ($($name,)+)) -> Self {
+                Event { args: smallvec::smallvec![$($name.into()),+], ..Self::default() }
+            }
+        }
+    };
+}
+from_tuple!(A, B);
+from_tuple!(A, B, C);
+from_tuple!(A, B, C, D);
+from_tuple!(A, B, C, D, E);
+from_tuple!(A, B, C, D, E, F);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_get_and_missing_args() {
+        let ev = Event::from(("file.txt", 3, 2.5));
+        assert_eq!(ev.get::<&str>(0).unwrap(), "file.txt");
+        assert_eq!(ev.get::<u32>(1).unwrap(), 3);
+        assert_eq!(ev.get::<f64>(2).unwrap(), 2.5);
+        assert_eq!(ev.get::<Option<String>>(3).unwrap(), None);
+        let err = ev.get::<i64>(0).unwrap_err().to_string();
+        assert!(err.contains("argument 1"), "{err}");
+    }
+
+    #[test]
+    fn attachment_moves_by_type() {
+        let mut ev = Event::new().with(1).attach(vec![1u8, 2, 3]);
+        assert!(ev.has_attachment());
+        assert_eq!(ev.take_attachment::<String>(), None);
+        assert!(ev.has_attachment(), "a wrong-typed take leaves the attachment");
+        assert_eq!(ev.take_attachment::<Vec<u8>>(), Some(vec![1, 2, 3]));
+        assert!(!ev.has_attachment());
+    }
+}

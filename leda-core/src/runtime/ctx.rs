@@ -1,0 +1,295 @@
+//! `Ctx`: the instance API a handler sees (`leda.send`, `sleep`, `nice`, `quit`,
+//! `gettime`, and `wait` to park the instance on a future).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use crate::connector::ConnectorKind;
+use crate::error::{Rejected, SendError};
+use crate::event::Event;
+use crate::port::Port;
+use crate::stage::{Attrs, HandlerResult};
+use crate::stats::{STAMP_SAMPLE, Stamp};
+
+use super::executor::BoxFuture;
+use super::process::{Process, Target};
+
+/// Something that names an output port without allocating: `&str`, integers, `&Port`.
+pub trait PortKey {
+    /// `true` if this key names `port`.
+    fn matches(&self, port: &Port) -> bool;
+    /// The port, for error messages.
+    fn to_port(&self) -> Port;
+}
+
+impl PortKey for &str {
+    fn matches(&self, port: &Port) -> bool {
+        matches!(port, Port::Name(n) if &**n == *self)
+    }
+    fn to_port(&self) -> Port {
+        Port::from(*self)
+    }
+}
+
+impl PortKey for &Port {
+    fn matches(&self, port: &Port) -> bool {
+        *self == port
+    }
+    fn to_port(&self) -> Port {
+        (*self).clone()
+    }
+}
+
+impl PortKey for Port {
+    fn matches(&self, port: &Port) -> bool {
+        self == port
+    }
+    fn to_port(&self) -> Port {
+        self.clone()
+    }
+}
+
+macro_rules! int_key {
+    ($($t:ty),*) => {$(
+        impl PortKey for $t {
+            fn matches(&self, port: &Port) -> bool {
+                matches!(port, Port::Index(i) if *i == *self as i64)
+            }
+            fn to_port(&self) -> Port {
+                Port::Index(*self as i64)
+            }
+        }
+    )*};
+}
+int_key!(i32, i64, u32, usize);
+
+/// The instance API, handed to every handler call.
+///
+/// Cheap to clone: an async handler keeps an owned `Ctx` across awaits.
+pub struct Ctx {
+    pub(crate) process: Arc<Process>,
+    pub(crate) stage: usize,
+    pub(crate) wait: Option<BoxFuture<HandlerResult>>,
+    sent: SmallVec<[u64; 4]>,
+    stamp_tick: u32,
+}
+
+impl Clone for Ctx {
+    fn clone(&self) -> Self {
+        Ctx::new(self.process.clone(), self.stage)
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let process = self.process.clone();
+        self.flush_counts(&process);
+    }
+}
+
+impl Ctx {
+    pub(crate) fn new(process: Arc<Process>, stage: usize) -> Ctx {
+        Ctx { process, stage, wait: None, sent: SmallVec::new(), stamp_tick: 0 }
+    }
+
+    /// The name of the stage this instance belongs to.
+    pub fn stage_name(&self) -> &str {
+        &self.process.stages[self.stage].name
+    }
+
+    /// The stage's attributes (`self.<field>` in Lua).
+    pub fn attrs(&self) -> &Attrs {
+        &self.process.stages[self.stage].attrs
+    }
+
+    /// `true` if `port` is connected.
+    pub fn has_output(&self, port: impl PortKey) -> bool {
+        self.process.stages[self.stage].routes().iter().any(|r| port.matches(&r.port))
+    }
+
+    /// Sends `event` on `port` (`leda.send`). The event goes to the connected stage's
+    /// queue, or, on a cohort connector, is handled at once by a free instance.
+    /// Never blocks; on failure the event is not delivered and the error says why.
+    #[inline]
+    pub fn send(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
+        self.try_send(port, event).map_err(|r| r.error)
+    }
+
+    /// Like [`Ctx::send`], but a failed send hands the event back for a retry.
+    #[inline]
+    pub fn try_send(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), Rejected> {
+        let mut event = event.into();
+        let process = &self.process;
+        let st = &process.stages[self.stage];
+        let routes = st.routes();
+        let Some(ri) = routes.iter().position(|r| port.matches(&r.port)) else {
+            let error = SendError::NotConnected {
+                stage: st.name.to_string(),
+                port: port.to_port().to_string(),
+            };
+            return Err(Rejected { error, event });
+        };
+        let route = &routes[ri];
+        if route.kind == ConnectorKind::Decoupled && event.has_attachment() {
+            let error = SendError::AttachmentOnDecoupled {
+                stage: st.name.to_string(),
+                port: route.port.to_string(),
+            };
+            return Err(Rejected { error, event });
+        }
+        self.stamp_tick = self.stamp_tick.wrapping_add(1);
+        if self.stamp_tick % STAMP_SAMPLE == 0 {
+            event.stamp = Some(Box::new(Stamp { connector: route.connector, at: Instant::now() }));
+        }
+        let result = match &route.target {
+            Target::Local(dest) => match route.kind {
+                ConnectorKind::Cohort => process.cohort(*dest, event),
+                _ => process.enqueue(*dest, event),
+            },
+            Target::Remote(sink) => {
+                if process.stopping.load(Relaxed) {
+                    Err((SendError::Stopped, event))
+                } else {
+                    sink.send(event).map_err(|r| (r.error, r.event))
+                }
+            }
+        };
+        match result {
+            Ok(()) => {
+                if self.sent.len() <= ri {
+                    self.sent.resize(ri + 1, 0);
+                }
+                self.sent[ri] += 1;
+                Ok(())
+            }
+            Err((error, mut event)) => {
+                event.stamp = None;
+                Err(Rejected { error, event })
+            }
+        }
+    }
+
+    /// Sends `event` on `port`, waiting (without holding a worker thread) while the
+    /// destination queue is full. Other failures are returned at once.
+    pub fn send_wait(
+        &self,
+        port: impl PortKey,
+        event: impl Into<Event>,
+    ) -> impl Future<Output = Result<(), SendError>> + Send + 'static {
+        let mut ctx = self.clone();
+        let mut event = Some(event.into());
+        let port = port.to_port();
+        async move {
+            loop {
+                let ev = event.take().ok_or(SendError::Stopped)?;
+                match ctx.try_send(&port, ev) {
+                    Ok(()) => return Ok(()),
+                    Err(Rejected { error: SendError::QueueFull { .. }, event: back }) => {
+                        event = Some(back);
+                        ctx.room(&port).await;
+                    }
+                    Err(r) => return Err(r.error),
+                }
+            }
+        }
+    }
+
+    /// Completes when the destination of `port` has room (or after a short back-off for
+    /// remote destinations).
+    fn room(&self, port: &impl PortKey) -> BoxFuture<()> {
+        let routes = self.process.stages[self.stage].routes();
+        match routes.iter().find(|r| port.matches(&r.port)).map(|r| &r.target) {
+            Some(Target::Local(dest)) => {
+                Box::pin(Room { process: self.process.clone(), stage: *dest })
+            }
+            _ => self.process.exec.sleep(Duration::from_millis(1)),
+        }
+    }
+
+    /// A future that completes after `d`; the instance waits without holding a thread
+    /// (`leda.sleep`). Use it from an async handler, or hand it to [`Ctx::wait`].
+    pub fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        self.process.exec.sleep(d)
+    }
+
+    /// Yields the worker and re-queues the instance (`leda.nice`).
+    pub fn nice(&self) -> impl Future<Output = ()> + Send + 'static {
+        Yield(false)
+    }
+
+    /// Ends the run; `run` returns `values` (`leda.quit`).
+    pub fn quit(&self, values: impl Into<Event>) {
+        self.process.quit(values.into());
+    }
+
+    /// Seconds since the Unix epoch, microsecond resolution (`leda.gettime`); virtual in
+    /// simulation.
+    pub fn gettime(&self) -> f64 {
+        self.process.exec.now()
+    }
+
+    /// Parks this instance on `fut` once the handler returns: the instance is Waiting
+    /// and the worker thread is free until `fut` completes; its result counts as the
+    /// handler's. The next event is handled only after that (serial order holds).
+    pub fn wait(&mut self, fut: impl Future<Output = HandlerResult> + Send + 'static) {
+        self.wait = Some(Box::pin(fut));
+    }
+
+    pub(crate) fn flush_counts(&mut self, process: &Process) {
+        if self.sent.iter().all(|&c| c == 0) {
+            return;
+        }
+        let routes = process.stages[self.stage].routes();
+        for (ri, c) in self.sent.iter_mut().enumerate() {
+            if *c == 0 {
+                continue;
+            }
+            let route = &routes[ri];
+            process.connectors[route.connector].0.events.fetch_add(*c, Relaxed);
+            if let Target::Local(dest) = route.target {
+                process.stages[dest].counters.received.fetch_add(*c, Relaxed);
+            }
+            *c = 0;
+        }
+    }
+}
+
+/// Completes when a stage's queue has room.
+struct Room {
+    process: Arc<Process>,
+    stage: usize,
+}
+
+impl Future for Room {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let st = &self.process.stages[self.stage];
+        if st.has_room() || self.process.stopping.load(Relaxed) || !st.wait_for_space(cx.waker())
+        {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Returns `Pending` once, after asking to be woken: the task goes back to the ready queue.
+struct Yield(bool);
+
+impl Future for Yield {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}

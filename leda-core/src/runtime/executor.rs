@@ -1,0 +1,58 @@
+//! The executor seam: what the process runtime needs from whoever runs its tasks.
+//!
+//! The real executor is the worker pool ([`super::pool`]). A deterministic simulated
+//! executor (virtual time, seeded, one thread) implements the same trait to run the same
+//! graph; the process runtime above it does not change.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Rejected;
+use crate::event::Event;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Runs tasks and provides time.
+pub trait Executor: Send + Sync + 'static {
+    /// Makes `task` ready: it will be run once by some worker.
+    fn schedule(&self, task: super::Task);
+    /// Seconds since the Unix epoch (virtual in simulation).
+    fn now(&self) -> f64;
+    /// A future that completes after `d` (virtual in simulation).
+    fn sleep(&self, d: Duration) -> BoxFuture<()>;
+    /// Worker threads now.
+    fn threads(&self) -> usize;
+    /// Asks for `n` worker threads (ignored by single-threaded executors).
+    fn set_threads(&self, n: usize);
+    /// Threads running a task now.
+    fn busy_threads(&self) -> usize;
+    /// Tasks waiting to run.
+    fn ready_len(&self) -> usize;
+}
+
+/// Where events for a stage of another process go (implemented by leda-net and by the
+/// simulator). One sink serves one destination stage.
+pub trait RemoteSink: Send + Sync + 'static {
+    /// Hands `event` to the transport. An error means the event was not taken, and
+    /// hands it back.
+    fn send(&self, event: Event) -> Result<(), Rejected>;
+    /// Events taken but not yet acknowledged by the peer (for idle detection).
+    fn in_flight(&self) -> u64 {
+        0
+    }
+}
+
+/// Builds remote sinks when a run starts: one per connector whose destination runs
+/// in another process.
+pub trait RemoteLinks: Send + Sync + 'static {
+    /// A sink for events to `stage`, in cluster `cluster` (0-based), mapped to `processes`.
+    fn sink(
+        &self,
+        stage: &str,
+        cluster: usize,
+        processes: &[String],
+    ) -> Result<Arc<dyn RemoteSink>, String>;
+}

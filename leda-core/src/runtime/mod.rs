@@ -1,0 +1,404 @@
+//! The process runtime: runs the clusters mapped to this process on one shared worker
+//! pool steered by a controller.
+//!
+//! * [`process`]: stages, queues, instance pools, routes and the send path;
+//! * [`task`]: one activation of an instance and the instance life cycle;
+//! * [`ctx`]: the instance API handlers use;
+//! * [`executor`]: the seam between the runtime and what runs its tasks;
+//! * [`pool`]: the real executor (worker threads + the asynchronous-events thread).
+
+mod ctx;
+pub mod executor;
+mod pool;
+pub(crate) mod process;
+mod task;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+pub use ctx::{Ctx, PortKey};
+pub use task::{BATCH, Task};
+
+use crate::controller::{Controller, Fixed, Knobs};
+use crate::error::RunError;
+use crate::event::Event;
+use crate::graph::Graph;
+use crate::stage::DEFAULT_CAPACITY;
+use crate::stats::{ConnectorSnapshot, ProcessSnapshot, Snapshot, StageSnapshot};
+
+use executor::{Executor, RemoteLinks};
+use process::{ConnectorInfo, Ending, Process, Route, StageRt, StageSetup, Target};
+
+/// Options of a run (`graph:run{...}`).
+pub struct Run {
+    threads: Option<usize>,
+    maxpar: Option<usize>,
+    until_idle: bool,
+    timeout: Option<Duration>,
+    controller: Option<Box<dyn Controller>>,
+    stats_file: Option<PathBuf>,
+    stats_interval: Duration,
+    process: Option<String>,
+    remote: Option<Arc<dyn RemoteLinks>>,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            threads: None,
+            maxpar: None,
+            until_idle: false,
+            timeout: None,
+            controller: None,
+            stats_file: None,
+            stats_interval: Duration::from_secs(1),
+            process: None,
+            remote: None,
+        }
+    }
+}
+
+impl Run {
+    /// A fixed pool of `n` worker threads (default: one per CPU).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n.max(1));
+        self
+    }
+
+    /// The default instance limit of parallel stages (default: the thread count, and it
+    /// follows the pool when a controller resizes it).
+    pub fn maxpar(mut self, n: usize) -> Self {
+        self.maxpar = Some(n.max(1));
+        self
+    }
+
+    /// Also end the run once every queue is empty and no instance is active.
+    pub fn until_idle(mut self) -> Self {
+        self.until_idle = true;
+        self
+    }
+
+    /// End the run after `d` at the latest.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// The controller that sizes the pool (overrides `threads`).
+    pub fn controller(mut self, c: impl Controller + 'static) -> Self {
+        self.controller = Some(Box::new(c));
+        self
+    }
+
+    /// Append a JSON-lines statistics snapshot to `path` every `interval`.
+    pub fn stats_file(mut self, path: impl Into<PathBuf>, interval: Duration) -> Self {
+        self.stats_file = Some(path.into());
+        self.stats_interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The `host:port` of this process in the graph's mapping (default: the first
+    /// cluster's first process).
+    pub fn process(mut self, addr: impl Into<String>) -> Self {
+        self.process = Some(addr.into());
+        self
+    }
+
+    /// The transport to stages mapped to other processes (leda-net, or a simulator).
+    pub fn remote(mut self, links: Arc<dyn RemoteLinks>) -> Self {
+        self.remote = Some(links);
+        self
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// A handler called `quit`.
+    Quit,
+    /// `until_idle` and nothing was left to do.
+    Idle,
+    /// The timeout passed.
+    Timeout,
+}
+
+/// What a run returns.
+#[derive(Debug)]
+pub struct RunReport {
+    /// Why the run ended.
+    pub reason: EndReason,
+    /// The values passed to `quit`, if it was called.
+    pub quit: Option<Event>,
+    /// Statistics at the end of the run.
+    pub stats: Snapshot,
+}
+
+impl Graph {
+    /// Validates the graph and runs the clusters mapped to this process until `quit`
+    /// (or, if asked, until idle or a timeout).
+    pub fn run(&self, opts: Run) -> Result<RunReport, RunError> {
+        run(self, opts)
+    }
+}
+
+fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
+    let plan = graph.verify()?;
+    let local_cluster = match (&plan.processes, &opts.process) {
+        (None, _) => None,
+        (Some(procs), Some(me)) => Some(
+            procs
+                .iter()
+                .position(|p| p.0.iter().any(|a| a == me))
+                .ok_or_else(|| RunError::NotMapped { addr: me.clone() })?,
+        ),
+        (Some(_), None) => Some(0),
+    };
+    let is_local = |s: &crate::stage::Stage| match local_cluster {
+        None => true,
+        Some(c) => plan.cluster_of(s) == Some(c),
+    };
+
+    let mut controller: Box<dyn Controller> = opts
+        .controller
+        .take()
+        .unwrap_or_else(|| Box::new(Fixed::new(opts.threads.unwrap_or_else(num_cpus::get))));
+    let initial_threads = controller.initial_threads();
+    let default_maxpar = opts.maxpar.unwrap_or(initial_threads);
+
+    // Stages of this process, in graph order.
+    let local: Vec<&crate::stage::Stage> = graph.stages().iter().filter(|s| is_local(s)).collect();
+    let index: HashMap<_, _> = local.iter().enumerate().map(|(i, s)| (s.id(), i)).collect();
+    let mut initial: Vec<(usize, Vec<Event>)> = Vec::new();
+    let stages: Vec<StageRt> = local
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut spec = s.spec();
+            initial.push((i, std::mem::take(&mut spec.pushed)));
+            StageRt::new(
+                StageSetup {
+                    name: s.name().to_owned(),
+                    serial: spec.serial,
+                    attrs: spec.attrs.clone(),
+                    factory: spec.factory.clone(),
+                    capacity: spec.capacity.unwrap_or(DEFAULT_CAPACITY),
+                    maxpar: spec.maxpar,
+                },
+                default_maxpar,
+            )
+        })
+        .collect();
+
+    // Routes of each local stage.
+    let mut routes: Vec<Vec<Route>> = (0..stages.len()).map(|_| Vec::new()).collect();
+    let mut connectors = Vec::new();
+    for c in graph.connectors().iter().filter(|c| is_local(&c.from)) {
+        let target = match index.get(&c.to.id()) {
+            Some(&i) => Target::Local(i),
+            None => {
+                let cluster = plan.cluster_of(&c.to).unwrap_or(0);
+                let procs = plan.processes.as_ref().map(|p| p[cluster].0.clone()).unwrap_or_default();
+                let links = opts.remote.as_ref().ok_or_else(|| RunError::NoTransport {
+                    cluster: cluster + 1,
+                    addr: procs.first().cloned().unwrap_or_default(),
+                })?;
+                let sink = links
+                    .sink(c.to.name(), cluster, &procs)
+                    .map_err(|reason| RunError::Remote { stage: c.to.name().to_owned(), reason })?;
+                Target::Remote(sink)
+            }
+        };
+        routes[index[&c.from.id()]].push(Route {
+            port: c.port.clone(),
+            kind: c.kind,
+            target,
+            connector: connectors.len(),
+        });
+        connectors.push(ConnectorInfo {
+            from: Arc::from(c.from.name()),
+            port: c.port.clone(),
+            to: Arc::from(c.to.name()),
+            kind: c.kind,
+        });
+    }
+
+    let io = pool::Io::start().map_err(|source| RunError::Io {
+        context: "starting the asynchronous-events thread".into(),
+        source,
+    })?;
+    let pool = Arc::new(pool::Pool::new(io.handle()));
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let process = Arc::new(Process::new(
+        stages,
+        connectors,
+        pool.clone(),
+        Box::new(move || {
+            let _ = done_tx.try_send(());
+        }),
+    ));
+    for (st, r) in process.stages.iter().zip(routes) {
+        st.set_routes(r);
+    }
+    for (i, events) in initial {
+        for ev in events {
+            process.stages[i].push_initial(ev);
+        }
+    }
+
+    let mut stats_out = match &opts.stats_file {
+        Some(path) => Some(BufWriter::new(File::create(path).map_err(|source| RunError::Io {
+            context: format!("creating stats file {}", path.display()),
+            source,
+        })?)),
+        None => None,
+    };
+
+    pool.set_threads(initial_threads);
+    apply_auto_maxpar(&process, initial_threads, opts.maxpar.is_some());
+    controller.start(&mut Knobs::new(&process, opts.maxpar.is_some()));
+    for i in 0..process.stages.len() {
+        process.activate(i);
+    }
+
+    let started = Instant::now();
+    let ctrl_every = controller.interval();
+    let mut next_ctrl = started + ctrl_every;
+    let mut next_stats = started + opts.stats_interval;
+    let mut prev_snapshot = snapshot(&process);
+    let mut prev_ctrl_snapshot = prev_snapshot.clone();
+    let reason = loop {
+        let now = Instant::now();
+        let mut wake = next_ctrl.min(next_stats);
+        if opts.until_idle {
+            wake = wake.min(now + Duration::from_millis(2));
+        }
+        if let Some(t) = opts.timeout {
+            wake = wake.min(started + t);
+        }
+        if done_rx.recv_timeout(wake.saturating_duration_since(now)).is_ok() {
+            break EndReason::Quit;
+        }
+        let now = Instant::now();
+        if opts.until_idle && process.is_quiescent() {
+            break EndReason::Idle;
+        }
+        if opts.timeout.is_some_and(|t| now >= started + t) {
+            break EndReason::Timeout;
+        }
+        if now >= next_ctrl {
+            next_ctrl = now + ctrl_every;
+            let mut snap = snapshot(&process);
+            snap.rates_from(&prev_ctrl_snapshot);
+            controller.tick(&snap, &mut Knobs::new(&process, opts.maxpar.is_some()));
+            prev_ctrl_snapshot = snap;
+        }
+        if now >= next_stats {
+            next_stats = now + opts.stats_interval;
+            let mut snap = snapshot(&process);
+            snap.rates_from(&prev_snapshot);
+            if let Some(out) = stats_out.as_mut() {
+                write_line(out, &snap)?;
+            }
+            prev_snapshot = snap;
+        }
+    };
+
+    process.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    pool.shutdown();
+    let mut stats = snapshot(&process);
+    stats.rates_from(&prev_snapshot);
+    if let Some(out) = stats_out.as_mut() {
+        write_line(out, &stats)?;
+    }
+    drop(io);
+    let quit = match process.take_ending() {
+        Some(Ending::Quit(ev)) => Some(ev),
+        None => None,
+    };
+    Ok(RunReport { reason, quit, stats })
+}
+
+fn write_line(out: &mut BufWriter<File>, snap: &Snapshot) -> Result<(), RunError> {
+    let io = |source| RunError::Io { context: "writing the stats file".into(), source };
+    serde_json::to_writer(&mut *out, snap).map_err(|e| io(std::io::Error::other(e)))?;
+    out.write_all(b"\n").map_err(io)?;
+    out.flush().map_err(io)
+}
+
+/// Stages whose `maxpar` was not set follow the thread count.
+pub(crate) fn apply_auto_maxpar(process: &Process, threads: usize, run_maxpar_set: bool) {
+    if run_maxpar_set {
+        return;
+    }
+    for st in process.stages.iter().filter(|s| s.maxpar_auto) {
+        st.maxpar.store(threads.max(1), Relaxed);
+    }
+}
+
+/// A statistics snapshot of `process` (rates are filled in against a previous one).
+pub(crate) fn snapshot(process: &Process) -> Snapshot {
+    let time = process.started.elapsed().as_secs_f64();
+    let mut stages: Vec<StageSnapshot> = process
+        .stages
+        .iter()
+        .map(|st| {
+            let c = &st.counters;
+            let (n, sum, p99) = c.latency.summary();
+            StageSnapshot {
+                name: st.name.to_string(),
+                queue_len: st.len(),
+                queue_capacity: st.capacity.load(Relaxed),
+                instances: st.instances.load(Relaxed),
+                active: st.active(),
+                waiting: st.waiting.load(Relaxed),
+                maxpar: st.maxpar.load(Relaxed),
+                created: c.created.load(Relaxed),
+                events_in: c.received.load(Relaxed),
+                events_out: 0,
+                handled: c.handled.load(Relaxed),
+                errors: c.errors.load(Relaxed),
+                rejected: c.rejected.load(Relaxed),
+                latency_mean_us: if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 },
+                latency_p99_us: p99 as f64 / 1e3,
+                throughput: 0.0,
+                busy_s: c.busy_ns.load(Relaxed) as f64 / 1e9,
+            }
+        })
+        .collect();
+    let connectors = process
+        .connectors
+        .iter()
+        .map(|(c, info)| {
+            let (n, sum, _) = c.latency.summary();
+            let events = c.events.load(Relaxed);
+            if let Some(i) = process.stage_index(&info.from) {
+                stages[i].events_out += events;
+            }
+            ConnectorSnapshot {
+                from: info.from.to_string(),
+                port: info.port.to_string(),
+                to: info.to.to_string(),
+                kind: info.kind.to_string(),
+                events,
+                latency_mean_us: if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 },
+                throughput: 0.0,
+            }
+        })
+        .collect();
+    Snapshot {
+        time,
+        process: ProcessSnapshot {
+            threads: process.exec.threads(),
+            busy_threads: process.exec.busy_threads(),
+            ready_queue: process.exec.ready_len(),
+            rss_bytes: crate::stats::resident_memory(),
+        },
+        stages,
+        connectors,
+    }
+}

@@ -1,0 +1,308 @@
+//! Tasks: one activation of a stage instance, and the instance life cycle.
+//!
+//! | state    | here                                                                  |
+//! |----------|-----------------------------------------------------------------------|
+//! | Created  | `StageRt::instance` runs the factory (`init`) in a worker             |
+//! | Idle     | the instance sits in its stage's idle pool                            |
+//! | Ready    | a [`Task`] holding a claim on the stage is in the executor's queue    |
+//! | Running  | a worker runs the task: it drains the stage's queue                   |
+//! | Waiting  | the handler handed a future to `Ctx::wait`; the task is parked in a   |
+//! |          | wake cell and the worker is free; the waker re-schedules it           |
+//! | Dead     | the handler failed or panicked: the instance is dropped, the failure  |
+//! |          | counted, logged and sent to the `error` port; a new one is built lazily |
+//!
+//! A running task handles up to [`BATCH`] events, then goes back to the ready queue if
+//! more are waiting, so one busy stage cannot starve the others.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+use crate::event::Event;
+use crate::stage::{Handler, HandlerResult};
+use crate::stats::LATENCY_SAMPLE;
+
+use super::ctx::Ctx;
+use super::executor::BoxFuture;
+use super::process::Process;
+
+/// Events a task handles before yielding its worker to other ready tasks.
+pub const BATCH: u32 = 256;
+
+/// A unit of work for an executor: an activation of one stage.
+pub struct Task(Box<Activation>);
+
+struct Pending {
+    fut: BoxFuture<HandlerResult>,
+    copy: Option<Event>,
+    started: Option<Instant>,
+}
+
+struct Activation {
+    instance: Option<Box<dyn Handler>>,
+    ctx: Ctx,
+    pending: Option<Pending>,
+    first: Option<Event>,
+    /// A cohort hand-off handles its one event and then behaves like a normal task.
+    cohort: bool,
+    handled: u64,
+    /// The wake cell of the current wait, set when a poll returns `Pending`.
+    cell: Option<Arc<WakeCell>>,
+}
+
+impl Task {
+    pub(crate) fn new(process: Arc<Process>, stage: usize, first: Option<Event>, cohort: bool) -> Task {
+        Task(Box::new(Activation {
+            instance: None,
+            ctx: Ctx::new(process, stage),
+            pending: None,
+            first,
+            cohort,
+            handled: 0,
+            cell: None,
+        }))
+    }
+
+    /// Runs the task until its stage's queue is empty, its batch is used up, or its
+    /// handler waits.
+    pub fn run(self) {
+        let mut a = self.0;
+        let process = a.ctx.process.clone();
+        if process.stopping.load(Relaxed) {
+            return;
+        }
+        let st = &process.stages[a.ctx.stage];
+        let t0 = Instant::now();
+        let outcome = a.drain(&process);
+        let busy = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        st.counters.busy_ns.fetch_add(busy, Relaxed);
+        a.flush(&process);
+        match outcome {
+            Outcome::Released => {}
+            Outcome::Yield => process.exec.schedule(Task(a)),
+            Outcome::Wait => {
+                st.waiting.fetch_add(1, Relaxed);
+                WakeCell::park(a);
+            }
+        }
+    }
+}
+
+enum Outcome {
+    Released,
+    Yield,
+    Wait,
+}
+
+impl Activation {
+    fn drain(&mut self, process: &Arc<Process>) -> Outcome {
+        let st = &process.stages[self.ctx.stage];
+        if self.pending.is_some() && self.poll_pending(process).is_pending() {
+            return Outcome::Wait;
+        }
+        let mut budget = BATCH;
+        loop {
+            let ev = match self.first.take() {
+                Some(ev) => ev,
+                None => match st.pop() {
+                    Some(ev) => ev,
+                    None => {
+                        if st.release(self.instance.take()) {
+                            process.reactivated();
+                            continue;
+                        }
+                        return Outcome::Released;
+                    }
+                },
+            };
+            self.handle(process, ev);
+            if self.pending.is_some() && self.poll_pending(process).is_pending() {
+                self.cohort = false;
+                return Outcome::Wait;
+            }
+            budget -= 1;
+            if self.cohort || budget == 0 {
+                self.cohort = false;
+                budget = BATCH;
+                if st.len() > 0 {
+                    return Outcome::Yield;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, process: &Arc<Process>, mut ev: Event) {
+        let st = &process.stages[self.ctx.stage];
+        if let Some(stamp) = ev.stamp.take() {
+            process.connectors[stamp.connector].0.latency.record(stamp.at.elapsed());
+        }
+        // The event is consumed by the handler: keep a copy only where a failure would
+        // need it (an `error` port, or a log subscriber that records warnings).
+        let keep_copy = st.error_route.get().is_some_and(Option::is_some)
+            || tracing::enabled!(tracing::Level::WARN);
+        let copy = keep_copy.then(|| ev.clone_args());
+        let mut instance = match self.instance.take() {
+            Some(i) => i,
+            None => match st.instance() {
+                Ok(i) => i,
+                Err(e) => {
+                    let copy = copy.unwrap_or_else(|| ev.clone_args());
+                    self.fail(process, copy, &format!("init failed: {e}"));
+                    return;
+                }
+            },
+        };
+        let sample = self.handled % LATENCY_SAMPLE == 0;
+        self.handled += 1;
+        let started = sample.then(Instant::now);
+        let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, &mut self.ctx)));
+        match result {
+            Ok(Ok(())) => {
+                self.instance = Some(instance);
+                if let Some(fut) = self.ctx.wait.take() {
+                    self.pending = Some(Pending { fut, copy, started });
+                } else {
+                    self.done(process, started);
+                }
+            }
+            Ok(Err(e)) => {
+                self.ctx.wait = None;
+                st.destroy(instance);
+                self.fail(process, copy.unwrap_or_default(), &e.to_string());
+            }
+            Err(panic) => {
+                self.ctx.wait = None;
+                st.destroy(instance);
+                self.fail(process, copy.unwrap_or_default(), &panic_message(&panic));
+            }
+        }
+    }
+
+    fn poll_pending(&mut self, process: &Arc<Process>) -> Poll<()> {
+        let Some(p) = self.pending.as_mut() else { return Poll::Ready(()) };
+        let cell = Arc::new(WakeCell { state: Mutex::new(CellState::Polling { woken: false }) });
+        let waker = Waker::from(cell.clone());
+        let mut cx = Context::from_waker(&waker);
+        let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
+        let st = &process.stages[self.ctx.stage];
+        match result {
+            Ok(Poll::Pending) => {
+                self.cell = Some(cell);
+                Poll::Pending
+            }
+            Ok(Poll::Ready(r)) => {
+                let p = self.pending.take().expect("pending checked above");
+                match r {
+                    Ok(()) => self.done(process, p.started),
+                    Err(e) => {
+                        if let Some(i) = self.instance.take() {
+                            st.destroy(i);
+                        }
+                        self.fail(process, p.copy.unwrap_or_default(), &e.to_string());
+                    }
+                }
+                Poll::Ready(())
+            }
+            Err(panic) => {
+                let p = self.pending.take().expect("pending checked above");
+                if let Some(i) = self.instance.take() {
+                    st.destroy(i);
+                }
+                self.fail(process, p.copy.unwrap_or_default(), &panic_message(&panic));
+                Poll::Ready(())
+            }
+        }
+    }
+
+    fn done(&mut self, process: &Process, started: Option<Instant>) {
+        let st = &process.stages[self.ctx.stage];
+        st.counters.handled.fetch_add(1, Relaxed);
+        if let Some(t) = started {
+            st.counters.latency.record(t.elapsed());
+        }
+    }
+
+    /// The instance died: count, log, and report the event to the `error` port.
+    fn fail(&mut self, process: &Arc<Process>, event: Event, error: &str) {
+        let st = &process.stages[self.ctx.stage];
+        st.counters.handled.fetch_add(1, Relaxed);
+        st.counters.errors.fetch_add(1, Relaxed);
+        tracing::warn!(stage = %st.name, event = %event, error, "handler failed; instance destroyed");
+        if let Some(Some(_)) = st.error_route.get() {
+            let mut report = Event::new().with(st.name.to_string()).with(error);
+            for v in event.into_args() {
+                report.push(v);
+            }
+            if let Err(e) = self.ctx.send(crate::port::Port::error(), report) {
+                tracing::error!(stage = %st.name, error = %e, "could not deliver to the error port");
+            }
+        }
+    }
+
+    fn flush(&mut self, process: &Process) {
+        self.ctx.flush_counts(process);
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic".to_owned()
+    }
+}
+
+/// What a parked task's waker points to.
+pub(crate) struct WakeCell {
+    state: Mutex<CellState>,
+}
+
+enum CellState {
+    /// The future is being polled (or the task is queued); `woken` records a wake-up
+    /// that arrived meanwhile.
+    Polling { woken: bool },
+    /// Parked: the wake-up schedules it.
+    Parked(Box<Activation>),
+}
+
+impl WakeCell {
+    fn park(mut a: Box<Activation>) {
+        let Some(cell) = a.cell.take() else {
+            unreachable!("a task waits only after a poll returned Pending");
+        };
+        let mut s = cell.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *s {
+            CellState::Polling { woken: true } => {
+                drop(s);
+                let process = a.ctx.process.clone();
+                process.stages[a.ctx.stage].waiting.fetch_sub(1, Relaxed);
+                process.exec.schedule(Task(a));
+            }
+            _ => *s = CellState::Parked(a),
+        }
+    }
+}
+
+impl Wake for WakeCell {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *s, CellState::Polling { woken: true }) {
+            CellState::Parked(a) => {
+                *s = CellState::Polling { woken: false };
+                drop(s);
+                let process = a.ctx.process.clone();
+                process.stages[a.ctx.stage].waiting.fetch_sub(1, Relaxed);
+                process.exec.schedule(Task(a));
+            }
+            CellState::Polling { .. } => {}
+        }
+    }
+}

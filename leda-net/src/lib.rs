@@ -1,0 +1,1 @@
+//! Placeholder: see the issue tracker. This crate is filled by a later issue.

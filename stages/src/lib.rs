@@ -1,0 +1,1 @@
+//! Placeholder: the reusable stage library is filled by a later issue.
