@@ -37,12 +37,12 @@ impl PortKey for &str {
     }
 }
 
-impl PortKey for &Port {
+impl<P: PortKey> PortKey for &P {
     fn matches(&self, port: &Port) -> bool {
-        *self == port
+        (**self).matches(port)
     }
     fn to_port(&self) -> Port {
-        (*self).clone()
+        (**self).to_port()
     }
 }
 
@@ -198,6 +198,33 @@ impl Ctx {
                 }
             }
         }
+    }
+
+    /// The waiting send for synchronous handlers: like [`Ctx::send`], but when the
+    /// destination queue is full the event is held and this instance parks once the
+    /// handler returns (Waiting, no thread held) until it is delivered. Later sends of
+    /// the same call queue behind it, so order is kept. Failures other than a full
+    /// queue are returned at once; a failure while parked fails the handler call
+    /// (and reaches the `error` port).
+    pub fn send_or_wait(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
+        if self.wait.is_none() {
+            match self.try_send(&port, event) {
+                Ok(()) => return Ok(()),
+                Err(Rejected { error: SendError::QueueFull { .. }, event }) => {
+                    let send = self.send_wait(port, event);
+                    self.wait = Some(Box::pin(async move { Ok(send.await?) }));
+                }
+                Err(r) => return Err(r.error),
+            }
+        } else {
+            let before = self.wait.take().expect("checked above");
+            let send = self.send_wait(port, event);
+            self.wait = Some(Box::pin(async move {
+                before.await?;
+                Ok(send.await?)
+            }));
+        }
+        Ok(())
     }
 
     /// Completes when the destination of `port` has room (or after a short back-off for

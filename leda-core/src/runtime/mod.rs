@@ -261,8 +261,10 @@ fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
     pool.set_threads(initial_threads);
     apply_auto_maxpar(&process, initial_threads, opts.maxpar.is_some());
     controller.start(&mut Knobs::new(&process, opts.maxpar.is_some()));
-    for i in 0..process.stages.len() {
-        process.activate(i);
+    for (i, st) in process.stages.iter().enumerate() {
+        if st.len() > 0 {
+            process.activate(i);
+        }
     }
 
     let started = Instant::now();
@@ -309,8 +311,10 @@ fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
     };
 
     process.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+    let threads = pool.threads();
     pool.shutdown();
     let mut stats = snapshot(&process);
+    stats.process.threads = threads;
     stats.rates_from(&prev_snapshot);
     if let Some(out) = stats_out.as_mut() {
         write_line(out, &stats)?;

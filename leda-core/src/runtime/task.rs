@@ -107,7 +107,13 @@ impl Activation {
             let ev = match self.first.take() {
                 Some(ev) => ev,
                 None => match st.pop() {
-                    Some(ev) => ev,
+                    Some(ev) => {
+                        // More work than this instance: wake another, up to maxpar.
+                        if st.len() > 0 {
+                            process.activate(self.ctx.stage);
+                        }
+                        ev
+                    }
                     None => {
                         if st.release(self.instance.take()) {
                             process.reactivated();

@@ -1,0 +1,419 @@
+//! The process runtime: instances, ordering, limits, failures, waiting, backpressure.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leda_core::prelude::*;
+
+fn run_idle(g: &Graph, threads: usize) -> RunReport {
+    let r = g.run(Run::default().threads(threads).until_idle().timeout(Duration::from_secs(60))).unwrap();
+    assert_eq!(r.reason, EndReason::Idle, "run did not go idle");
+    r
+}
+
+#[test]
+fn quit_returns_values() {
+    let s = Stage::new("s", |ev: Event, ctx: &mut Ctx| {
+        ctx.quit(("done", ev.get::<i64>(0)? + 1));
+        Ok(())
+    })
+    .autostart(41);
+    let mut g = Graph::new("g");
+    g.add(&s);
+    let r = g.run(Run::default().threads(2)).unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    let q = r.quit.unwrap();
+    assert_eq!(q.get::<String>(0).unwrap(), "done");
+    assert_eq!(q.get::<i64>(1).unwrap(), 42);
+}
+
+#[test]
+fn serial_stage_keeps_arrival_order_and_one_instance() {
+    const N: i64 = 20_000;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inits = Arc::new(AtomicUsize::new(0));
+    let producer = Stage::new("producer", |_, ctx: &mut Ctx| {
+        let ctx2 = ctx.clone();
+        ctx.wait(async move {
+            for i in 0..N {
+                ctx2.send_wait("out", i).await?;
+            }
+            Ok(())
+        });
+        Ok(())
+    })
+    .autostart(());
+    let (s2, i2) = (seen.clone(), inits.clone());
+    let sink = Stage::stateful(
+        "sink",
+        move |_| {
+            i2.fetch_add(1, SeqCst);
+            Ok(Vec::new())
+        },
+        move |local: &mut Vec<i64>, ev: Event, _| {
+            local.push(ev.get(0)?);
+            if local.len() as i64 == N {
+                *s2.lock().unwrap() = std::mem::take(local);
+            }
+            Ok(())
+        },
+    )
+    .serial()
+    .capacity(64);
+    let mut g = Graph::new("g");
+    g.connect(&producer, "out", &sink);
+    let r = run_idle(&g, 4);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as i64, N, "the persistent state saw every event");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "events out of order");
+    assert_eq!(inits.load(SeqCst), 1, "a serial stage has exactly one instance");
+    assert_eq!(r.stats.stage("sink").unwrap().handled, N as u64);
+}
+
+#[test]
+fn maxpar_bounds_concurrent_instances_and_instances_are_recycled() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let inits = Arc::new(AtomicUsize::new(0));
+    let (r2, p2, i2) = (running.clone(), peak.clone(), inits.clone());
+    let work = Stage::stateful(
+        "work",
+        move |_| {
+            i2.fetch_add(1, SeqCst);
+            Ok(())
+        },
+        move |_: &mut (), _, _| {
+            let now = r2.fetch_add(1, SeqCst) + 1;
+            p2.fetch_max(now, SeqCst);
+            std::thread::sleep(Duration::from_millis(2));
+            r2.fetch_sub(1, SeqCst);
+            Ok(())
+        },
+    )
+    .maxpar(3);
+    for i in 0..300 {
+        work.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&work);
+    let r = run_idle(&g, 6);
+    assert_eq!(peak.load(SeqCst), 3, "maxpar 3 with 6 threads and a backlog");
+    assert!(inits.load(SeqCst) <= 3, "instances are recycled, not rebuilt per event");
+    assert_eq!(r.stats.stage("work").unwrap().handled, 300);
+    assert_eq!(r.stats.stage("work").unwrap().maxpar, 3);
+}
+
+#[test]
+fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() {
+    let inits = Arc::new(AtomicUsize::new(0));
+    let i2 = inits.clone();
+    let fragile = Stage::stateful(
+        "fragile",
+        move |_| {
+            i2.fetch_add(1, SeqCst);
+            Ok(())
+        },
+        |_: &mut (), ev: Event, ctx: &mut Ctx| {
+            let x: i64 = ev.get(0)?;
+            if x % 10 == 3 {
+                return Err(format!("bad value {x}").into());
+            }
+            if x % 10 == 7 {
+                panic!("boom {x}");
+            }
+            ctx.send("ok", x)?;
+            Ok(())
+        },
+    )
+    .serial();
+    let oks = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let o2 = oks.clone();
+    let good = Stage::new("good", move |_, _| {
+        o2.fetch_add(1, SeqCst);
+        Ok(())
+    });
+    let e2 = errors.clone();
+    let errs = Stage::new("errors", move |ev: Event, _| {
+        let stage: String = ev.get(0)?;
+        let msg: String = ev.get(1)?;
+        let value: i64 = ev.get(2)?;
+        e2.lock().unwrap().push((stage, msg, value));
+        Ok(())
+    });
+    for i in 0..100 {
+        fragile.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.connect(&fragile, "ok", &good);
+    g.connect(&fragile, "error", &errs);
+    let r = run_idle(&g, 2);
+    assert_eq!(oks.load(SeqCst), 80);
+    let mut errors = errors.lock().unwrap().clone();
+    errors.sort_by_key(|e| e.2);
+    assert_eq!(errors.len(), 20);
+    assert_eq!(errors[0], ("fragile".into(), "bad value 3".into(), 3));
+    assert_eq!(errors[1].2, 7);
+    assert!(errors[1].1.contains("panic: boom 7"), "{:?}", errors[1]);
+    let st = r.stats.stage("fragile").unwrap();
+    assert_eq!(st.errors, 20);
+    assert_eq!(st.handled, 100);
+    assert_eq!(inits.load(SeqCst), 21, "each failure destroys the instance; the next is rebuilt");
+}
+
+#[test]
+fn send_errors_say_why() {
+    let result = Arc::new(Mutex::new(Vec::new()));
+    let r2 = result.clone();
+    let src = Stage::new("src", move |_, ctx: &mut Ctx| {
+        let mut out = r2.lock().unwrap();
+        out.push(ctx.send("nowhere", 1).unwrap_err());
+        out.push(ctx.send("dec", Event::new().attach(std::fs::File::open("/dev/null")?)).unwrap_err());
+        // The same attachment travels on a local connector.
+        ctx.send("loc", Event::new().attach(String::from("resource")))?;
+        Ok(())
+    })
+    .autostart(());
+    let got = Arc::new(Mutex::new(None));
+    let g2 = got.clone();
+    let loc = Stage::new("loc", move |mut ev: Event, _| {
+        *g2.lock().unwrap() = ev.take_attachment::<String>();
+        Ok(())
+    });
+    let dec = Stage::new("dec", |_, _| Ok(()));
+    let mut g = Graph::new("g");
+    g.connect(&src, "dec", &dec);
+    g.connect(&src, "loc", &loc).local();
+    run_idle(&g, 2);
+    let errs = result.lock().unwrap();
+    assert_eq!(errs[0], SendError::NotConnected { stage: "src".into(), port: "nowhere".into() });
+    assert_eq!(errs[1], SendError::AttachmentOnDecoupled { stage: "src".into(), port: "dec".into() });
+    assert_eq!(got.lock().unwrap().as_deref(), Some("resource"));
+}
+
+#[test]
+fn backpressure_accounting_loses_nothing() {
+    const N: u64 = 50_000;
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let rejected = Arc::new(AtomicUsize::new(0));
+    let (a2, r2) = (accepted.clone(), rejected.clone());
+    let src = Stage::new("src", move |_, ctx: &mut Ctx| {
+        for i in 0..N {
+            match ctx.send(1, i) {
+                Ok(()) => a2.fetch_add(1, SeqCst),
+                Err(SendError::QueueFull { stage }) => {
+                    assert_eq!(stage, "slow");
+                    r2.fetch_add(1, SeqCst)
+                }
+                Err(e) => return Err(e.into()),
+            };
+        }
+        Ok(())
+    })
+    .autostart(());
+    let received = Arc::new(AtomicUsize::new(0));
+    let rc = received.clone();
+    let slow = Stage::new("slow", move |_, _| {
+        rc.fetch_add(1, SeqCst);
+        std::hint::black_box((0..200).sum::<u64>());
+        Ok(())
+    })
+    .capacity(100)
+    .maxpar(1);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &slow);
+    let r = run_idle(&g, 2);
+    let (a, rj, rc) = (accepted.load(SeqCst), rejected.load(SeqCst), received.load(SeqCst));
+    assert_eq!(a + rj, N as usize, "sent = accepted + rejected");
+    assert_eq!(rc, a, "every accepted event was handled");
+    assert!(rj > 0, "a 100-slot queue must have refused some of {N} events");
+    let st = r.stats.stage("slow").unwrap();
+    assert_eq!(st.rejected, rj as u64);
+    assert_eq!(st.events_in, a as u64);
+    assert_eq!(st.handled, a as u64);
+}
+
+#[test]
+fn waiting_instances_do_not_hold_threads() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let d2 = done.clone();
+    let sleeper = Stage::asynchronous("sleeper", move |_, ctx: Ctx| {
+        let d = d2.clone();
+        async move {
+            ctx.sleep(Duration::from_millis(100)).await;
+            d.fetch_add(1, SeqCst);
+            Ok(())
+        }
+    })
+    .maxpar(100);
+    for i in 0..100 {
+        sleeper.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&sleeper);
+    let t = Instant::now();
+    let r = run_idle(&g, 1);
+    let took = t.elapsed();
+    assert_eq!(done.load(SeqCst), 100);
+    // Serialized on one thread this would take 10 s.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let st = r.stats.stage("sleeper").unwrap();
+    assert!(st.created > 1 && st.created <= 100, "created {}", st.created);
+    assert_eq!(st.handled, 100);
+}
+
+#[test]
+fn waiting_serial_stage_keeps_order() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let s = Stage::asynchronous("s", move |ev: Event, ctx: Ctx| {
+        let seen = s2.clone();
+        async move {
+            let i: i64 = ev.get(0)?;
+            ctx.sleep(Duration::from_millis((5 - i % 5) as u64)).await;
+            ctx.nice().await;
+            seen.lock().unwrap().push(i);
+            Ok(())
+        }
+    })
+    .serial();
+    for i in 0..20 {
+        s.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&s);
+    run_idle(&g, 3);
+    assert_eq!(*seen.lock().unwrap(), (0..20).collect::<Vec<i64>>());
+}
+
+#[test]
+fn cohort_runs_the_receiver_on_the_sending_thread() {
+    let result = Arc::new(Mutex::new(Vec::new()));
+    let r2 = result.clone();
+    let caller = Stage::new("caller", move |_, ctx: &mut Ctx| {
+        let me = std::thread::current().id();
+        let r = ctx.send("call", format!("{me:?}"));
+        r2.lock().unwrap().push(format!("send={r:?}"));
+        Ok(())
+    })
+    .autostart(());
+    let r3 = result.clone();
+    let callee = Stage::new("callee", move |ev: Event, _| {
+        let caller_thread: String = ev.get(0)?;
+        let same = caller_thread == format!("{:?}", std::thread::current().id());
+        r3.lock().unwrap().push(format!("same_thread={same}"));
+        Ok(())
+    });
+    let mut g = Graph::new("g");
+    g.connect(&caller, "call", &callee).cohort();
+    run_idle(&g, 2);
+    // The callee ran (and finished) inside the caller's send.
+    assert_eq!(*result.lock().unwrap(), vec!["same_thread=true".to_string(), "send=Ok(())".into()]);
+}
+
+#[test]
+fn cohort_without_a_free_instance_fails_with_a_reason() {
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    // The callee calls back into the caller's stage, whose only instance is busy.
+    let a = Stage::new("a", move |ev: Event, ctx: &mut Ctx| {
+        if ev.get::<i64>(0)? == 0 {
+            ctx.send("call", 1)?;
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart(0);
+    let b = Stage::new("b", move |ev: Event, ctx: &mut Ctx| {
+        if let Err(e) = ctx.send("back", ev.get::<i64>(0)?) {
+            e2.lock().unwrap().push(e);
+        }
+        Ok(())
+    });
+    let mut g = Graph::new("g");
+    g.connect(&a, "call", &b).cohort();
+    g.connect(&b, "back", &a).cohort();
+    run_idle(&g, 1);
+    assert_eq!(*errors.lock().unwrap(), vec![SendError::CohortUnavailable { stage: "a".into() }]);
+}
+
+#[test]
+fn stats_file_has_json_lines() {
+    let dir = std::env::temp_dir().join(format!("leda-stats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("stats.jsonl");
+    let s = Stage::asynchronous("tick", |_, ctx: Ctx| async move {
+        ctx.sleep(Duration::from_millis(30)).await;
+        Ok(())
+    });
+    for i in 0..10 {
+        s.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&s);
+    let r = g
+        .run(Run::default().threads(1).maxpar(1).until_idle().stats_file(&path, Duration::from_millis(50)))
+        .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<leda_core::stats::Snapshot> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() >= 3, "{} lines", lines.len());
+    assert!(lines.windows(2).all(|w| w[0].time < w[1].time));
+    assert_eq!(lines.last().unwrap().stage("tick").unwrap().handled, 10);
+    assert_eq!(r.stats.process.threads, 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn auto_controller_grows_the_pool_for_blocking_handlers() {
+    let block = Stage::new("block", |_, _| {
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    });
+    for i in 0..3000 {
+        block.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&block);
+    let r = g
+        .run(Run::default().controller(Auto::new(1, 16)).until_idle().timeout(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    assert_eq!(r.stats.stage("block").unwrap().handled, 3000);
+    assert!(r.stats.process.threads > 1, "the controller never grew the pool");
+}
+
+#[test]
+fn rust_and_async_stages_mix_in_a_pipeline_with_nice() {
+    let total = Arc::new(AtomicUsize::new(0));
+    let t2 = total.clone();
+    let gen_ = Stage::asynchronous("gen", |ev: Event, ctx: Ctx| async move {
+        let n: usize = ev.get(0)?;
+        for i in 0..n {
+            ctx.send_wait("out", i).await?;
+            if i % 100 == 0 {
+                ctx.nice().await;
+            }
+        }
+        Ok(())
+    })
+    .autostart(1000);
+    let double = Stage::new("double", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev.get::<i64>(0)? * 2)?;
+        Ok(())
+    })
+    .capacity(16);
+    let sum = Stage::new("sum", move |ev: Event, _| {
+        t2.fetch_add(ev.get::<usize>(0)?, SeqCst);
+        Ok(())
+    });
+    let mut g = Graph::new("g");
+    g.connect(&gen_, "out", &double);
+    g.connect(&double, 1, &sum);
+    let r = run_idle(&g, 2);
+    assert_eq!(total.load(SeqCst), 999 * 1000);
+    let c = r.stats.connectors.iter().find(|c| c.from == "double").unwrap();
+    assert_eq!(c.events, 1000);
+    assert_eq!(r.stats.stage("double").unwrap().events_out, 1000);
+}
