@@ -34,7 +34,7 @@ fn serial_stage_keeps_arrival_order_and_one_instance() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let inits = Arc::new(AtomicUsize::new(0));
     let producer = Stage::new("producer", |_, ctx: &mut Ctx| {
-        let ctx2 = ctx.clone();
+        let mut ctx2 = ctx.clone();
         ctx.wait(async move {
             for i in 0..N {
                 ctx2.send_wait("out", i).await?;
@@ -388,7 +388,7 @@ fn auto_controller_grows_the_pool_for_blocking_handlers() {
 fn rust_and_async_stages_mix_in_a_pipeline_with_nice() {
     let total = Arc::new(AtomicUsize::new(0));
     let t2 = total.clone();
-    let gen_ = Stage::asynchronous("gen", |ev: Event, ctx: Ctx| async move {
+    let gen_ = Stage::asynchronous("gen", |ev: Event, mut ctx: Ctx| async move {
         let n: usize = ev.get(0)?;
         for i in 0..n {
             ctx.send_wait("out", i).await?;

@@ -177,25 +177,16 @@ impl Ctx {
 
     /// Sends `event` on `port`, waiting (without holding a worker thread) while the
     /// destination queue is full. Other failures are returned at once.
-    pub fn send_wait(
-        &self,
-        port: impl PortKey,
-        event: impl Into<Event>,
-    ) -> impl Future<Output = Result<(), SendError>> + Send + 'static {
-        let mut ctx = self.clone();
-        let mut event = Some(event.into());
-        let port = port.to_port();
-        async move {
-            loop {
-                let ev = event.take().ok_or(SendError::Stopped)?;
-                match ctx.try_send(&port, ev) {
-                    Ok(()) => return Ok(()),
-                    Err(Rejected { error: SendError::QueueFull { .. }, event: back }) => {
-                        event = Some(back);
-                        ctx.room(&port).await;
-                    }
-                    Err(r) => return Err(r.error),
+    pub async fn send_wait(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
+        let mut event = event.into();
+        loop {
+            match self.try_send(&port, event) {
+                Ok(()) => return Ok(()),
+                Err(Rejected { error: SendError::QueueFull { .. }, event: back }) => {
+                    event = back;
+                    self.room(&port).await;
                 }
+                Err(r) => return Err(r.error),
             }
         }
     }
@@ -211,17 +202,17 @@ impl Ctx {
             match self.try_send(&port, event) {
                 Ok(()) => return Ok(()),
                 Err(Rejected { error: SendError::QueueFull { .. }, event }) => {
-                    let send = self.send_wait(port, event);
-                    self.wait = Some(Box::pin(async move { Ok(send.await?) }));
+                    let (mut ctx, port) = (self.clone(), port.to_port());
+                    self.wait = Some(Box::pin(async move { Ok(ctx.send_wait(port, event).await?) }));
                 }
                 Err(r) => return Err(r.error),
             }
         } else {
             let before = self.wait.take().expect("checked above");
-            let send = self.send_wait(port, event);
+            let (mut ctx, port, event) = (self.clone(), port.to_port(), event.into());
             self.wait = Some(Box::pin(async move {
                 before.await?;
-                Ok(send.await?)
+                Ok(ctx.send_wait(port, event).await?)
             }));
         }
         Ok(())

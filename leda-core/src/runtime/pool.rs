@@ -1,82 +1,241 @@
-//! The real executor: one shared worker pool per process over one ready queue, plus the
-//! asynchronous-events thread (a tokio reactor: timers, sockets) that wakes waiting
-//! instances.
+//! The real executor: one shared worker pool per process, plus the asynchronous-events
+//! thread (a tokio reactor: timers, sockets) that wakes waiting instances.
+//!
+//! The ready queue is a global injector plus one LIFO deque per worker, with work
+//! stealing (crossbeam-deque). A task scheduled from a worker goes to that worker's
+//! deque, so a chain of hand-offs (a token around a ring) stays on one warm thread;
+//! idle workers steal from the other end, so a long-running producer does not keep its
+//! consumers to itself. Every 61st pick checks the injector first, for fairness.
+//! Idle workers spin briefly, then sleep until a task is scheduled.
 //!
 //! Workers enter the reactor's context, so a handler may create tokio sockets and
-//! timers; the futures are polled by the workers and the reactor only wakes them.
-//! Resizing follows the original Leda: growing spawns threads, shrinking queues one stop
-//! sentinel per thread to remove.
+//! timers; the workers poll the futures and the reactor only wakes them.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::Backoff;
 
 use super::Task;
 use super::executor::{BoxFuture, Executor};
 
-enum Job {
-    Run(Task),
-    Stop,
+struct Shared {
+    injector: Injector<Task>,
+    stealers: RwLock<Vec<Option<Stealer<Task>>>>,
+    target: AtomicUsize,
+    alive: AtomicUsize,
+    sleepers: AtomicUsize,
+    tokens: Mutex<usize>,
+    wakeup: Condvar,
+    busy: AtomicUsize,
+    shutdown: AtomicBool,
+    io: tokio::runtime::Handle,
 }
 
-struct Shared {
-    tx: Sender<Job>,
-    rx: Receiver<Job>,
-    busy: AtomicUsize,
-    io: tokio::runtime::Handle,
+struct Local {
+    pool: *const Shared,
+    deque: Worker<Task>,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
 /// The worker pool.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    threads: Mutex<(usize, Vec<JoinHandle<()>>)>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Pool {
     pub(crate) fn new(io: tokio::runtime::Handle) -> Pool {
-        let (tx, rx) = crossbeam_channel::unbounded();
         Pool {
-            shared: Arc::new(Shared { tx, rx, busy: AtomicUsize::new(0), io }),
-            threads: Mutex::new((0, Vec::new())),
+            shared: Arc::new(Shared {
+                injector: Injector::new(),
+                stealers: RwLock::new(Vec::new()),
+                target: AtomicUsize::new(0),
+                alive: AtomicUsize::new(0),
+                sleepers: AtomicUsize::new(0),
+                tokens: Mutex::new(0),
+                wakeup: Condvar::new(),
+                busy: AtomicUsize::new(0),
+                shutdown: AtomicBool::new(false),
+                io,
+            }),
+            handles: Mutex::new(Vec::new()),
         }
     }
 
     /// Stops every worker and drops the tasks still queued.
     pub(crate) fn shutdown(&self) {
-        self.set_threads(0);
-        let handles = {
-            let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut t.1)
-        };
+        self.shared.shutdown.store(true, SeqCst);
+        self.shared.target.store(0, SeqCst);
+        self.shared.wake_all();
+        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles {
             let _ = h.join();
         }
-        while self.shared.rx.try_recv().is_ok() {}
+        while !self.shared.injector.steal().is_empty() {}
     }
 }
 
-fn worker(shared: Arc<Shared>) {
-    let _io = shared.io.enter();
-    while let Ok(job) = shared.rx.recv() {
-        match job {
-            Job::Run(task) => {
-                shared.busy.fetch_add(1, Relaxed);
-                task.run();
-                shared.busy.fetch_sub(1, Relaxed);
-            }
-            Job::Stop => break,
+impl Shared {
+    fn notify_one(&self) {
+        if self.sleepers.load(SeqCst) == 0 {
+            return;
+        }
+        let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if *t < self.sleepers.load(SeqCst) {
+            *t += 1;
+            self.wakeup.notify_one();
         }
     }
+
+    fn wake_all(&self) {
+        let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        *t += self.sleepers.load(SeqCst);
+        self.wakeup.notify_all();
+    }
+
+    fn find_task(&self, local: &Worker<Task>, me: usize, tick: u32) -> Option<Task> {
+        if tick % 61 == 0 {
+            if let Some(t) = self.injector.steal().success() {
+                return Some(t);
+            }
+        }
+        if let Some(t) = local.pop() {
+            return Some(t);
+        }
+        loop {
+            match self.injector.steal_batch_and_pop(local) {
+                Steal::Success(t) => return Some(t),
+                Steal::Retry => continue,
+                Steal::Empty => break,
+            }
+        }
+        let stealers = self.stealers.read().unwrap_or_else(|e| e.into_inner());
+        let n = stealers.len();
+        for k in 1..n {
+            if let Some(Some(st)) = stealers.get((me + k) % n) {
+                loop {
+                    match st.steal() {
+                        Steal::Success(t) => return Some(t),
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// `true` if this worker should leave (the pool shrank); claims the exit.
+    fn should_exit(&self) -> bool {
+        loop {
+            let alive = self.alive.load(SeqCst);
+            if alive <= self.target.load(SeqCst) {
+                return false;
+            }
+            if self.alive.compare_exchange(alive, alive - 1, SeqCst, SeqCst).is_ok() {
+                return true;
+            }
+        }
+    }
+}
+
+fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
+    let _io = shared.io.enter();
+    LOCAL.set(Some(Local { pool: Arc::as_ptr(&shared), deque }));
+    let mut tick = 0u32;
+    'work: loop {
+        if shared.should_exit() {
+            break;
+        }
+        tick = tick.wrapping_add(1);
+        let task = LOCAL.with_borrow(|l| {
+            let l = l.as_ref().expect("set above");
+            shared.find_task(&l.deque, me, tick)
+        });
+        if let Some(task) = task {
+            shared.busy.fetch_add(1, Relaxed);
+            task.run();
+            shared.busy.fetch_sub(1, Relaxed);
+            continue;
+        }
+        // Idle: spin a little, then sleep until something is scheduled.
+        let backoff = Backoff::new();
+        while !backoff.is_completed() {
+            backoff.snooze();
+            let found = LOCAL.with_borrow(|l| {
+                let l = l.as_ref().expect("set above");
+                !l.deque.is_empty() || !shared.injector.is_empty()
+            });
+            if found {
+                continue 'work;
+            }
+        }
+        shared.sleepers.fetch_add(1, SeqCst);
+        let found = LOCAL.with_borrow(|l| {
+            let l = l.as_ref().expect("set above");
+            shared.find_task(&l.deque, me, 1)
+        });
+        if let Some(task) = found {
+            shared.sleepers.fetch_sub(1, SeqCst);
+            shared.busy.fetch_add(1, Relaxed);
+            task.run();
+            shared.busy.fetch_sub(1, Relaxed);
+            continue;
+        }
+        {
+            let mut t = shared.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            while *t == 0 && !shared.shutdown.load(SeqCst) {
+                let (g, timeout) = shared
+                    .wakeup
+                    .wait_timeout(t, Duration::from_millis(50))
+                    .unwrap_or_else(|e| e.into_inner());
+                t = g;
+                if timeout.timed_out() {
+                    break;
+                }
+            }
+            if *t > 0 {
+                *t -= 1;
+            }
+        }
+        shared.sleepers.fetch_sub(1, SeqCst);
+    }
+    // Leaving: hand the local tasks to the others.
+    if let Some(l) = LOCAL.take() {
+        while let Some(t) = l.deque.pop() {
+            shared.injector.push(t);
+        }
+    }
+    shared.stealers.write().unwrap_or_else(|e| e.into_inner())[me] = None;
+    shared.notify_one();
 }
 
 impl Executor for Pool {
     #[inline]
     fn schedule(&self, task: Task) {
-        // Fails only after shutdown, when the task is meant to be dropped.
-        let _ = self.shared.tx.send(Job::Run(task));
+        let shared = &*self.shared;
+        if shared.shutdown.load(Relaxed) {
+            return;
+        }
+        let task = LOCAL.with_borrow(|l| match l {
+            Some(l) if std::ptr::eq(l.pool, shared) => {
+                l.deque.push(task);
+                None
+            }
+            _ => Some(task),
+        });
+        if let Some(task) = task {
+            shared.injector.push(task);
+        }
+        shared.notify_one();
     }
 
     fn now(&self) -> f64 {
@@ -89,32 +248,49 @@ impl Executor for Pool {
     }
 
     fn threads(&self) -> usize {
-        self.threads.lock().unwrap_or_else(|e| e.into_inner()).0
+        self.shared.target.load(SeqCst)
     }
 
     fn set_threads(&self, n: usize) {
-        let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        while t.0 < n {
-            let shared = self.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("leda-worker-{}", t.1.len()))
-                .spawn(move || worker(shared));
-            match spawned {
-                Ok(h) => {
-                    t.1.push(h);
-                    t.0 += 1;
+        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let shared = &self.shared;
+        if shared.shutdown.load(SeqCst) {
+            return;
+        }
+        shared.target.store(n, SeqCst);
+        while shared.alive.load(SeqCst) < n {
+            let deque = Worker::new_lifo();
+            let me = {
+                let mut st = shared.stealers.write().unwrap_or_else(|e| e.into_inner());
+                let stealer = Some(deque.stealer());
+                match st.iter().position(Option::is_none) {
+                    Some(i) => {
+                        st[i] = stealer;
+                        i
+                    }
+                    None => {
+                        st.push(stealer);
+                        st.len() - 1
+                    }
                 }
+            };
+            shared.alive.fetch_add(1, SeqCst);
+            let s = shared.clone();
+            match std::thread::Builder::new()
+                .name(format!("leda-worker-{me}"))
+                .spawn(move || worker(s, me, deque))
+            {
+                Ok(h) => handles.push(h),
                 Err(e) => {
-                    tracing::error!(error = %e, threads = t.0, "cannot start a worker thread");
+                    shared.alive.fetch_sub(1, SeqCst);
+                    shared.stealers.write().unwrap_or_else(|e| e.into_inner())[me] = None;
+                    tracing::error!(error = %e, "cannot start a worker thread");
                     break;
                 }
             }
         }
-        while t.0 > n {
-            let _ = self.shared.tx.send(Job::Stop);
-            t.0 -= 1;
-        }
-        t.1.retain(|h| !h.is_finished());
+        shared.wake_all();
+        handles.retain(|h| !h.is_finished());
     }
 
     fn busy_threads(&self) -> usize {
@@ -122,7 +298,8 @@ impl Executor for Pool {
     }
 
     fn ready_len(&self) -> usize {
-        self.shared.rx.len()
+        let stealers = self.shared.stealers.read().unwrap_or_else(|e| e.into_inner());
+        self.shared.injector.len() + stealers.iter().flatten().map(Stealer::len).sum::<usize>()
     }
 }
 

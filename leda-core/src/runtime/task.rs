@@ -48,6 +48,8 @@ struct Activation {
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
     handled: u64,
+    /// Events handled since the last flush to the stage's counters.
+    unflushed: u64,
     /// The wake cell of the current wait, set when a poll returns `Pending`.
     cell: Option<Arc<WakeCell>>,
 }
@@ -61,6 +63,7 @@ impl Task {
             first,
             cohort,
             handled: 0,
+            unflushed: 0,
             cell: None,
         }))
     }
@@ -223,17 +226,16 @@ impl Activation {
     }
 
     fn done(&mut self, process: &Process, started: Option<Instant>) {
-        let st = &process.stages[self.ctx.stage];
-        st.counters.handled.fetch_add(1, Relaxed);
+        self.unflushed += 1;
         if let Some(t) = started {
-            st.counters.latency.record(t.elapsed());
+            process.stages[self.ctx.stage].counters.latency.record(t.elapsed());
         }
     }
 
     /// The instance died: count, log, and report the event to the `error` port.
     fn fail(&mut self, process: &Arc<Process>, event: Event, error: &str) {
         let st = &process.stages[self.ctx.stage];
-        st.counters.handled.fetch_add(1, Relaxed);
+        self.unflushed += 1;
         st.counters.errors.fetch_add(1, Relaxed);
         tracing::warn!(stage = %st.name, event = %event, error, "handler failed; instance destroyed");
         if let Some(Some(_)) = st.error_route.get() {
@@ -249,6 +251,10 @@ impl Activation {
 
     fn flush(&mut self, process: &Process) {
         self.ctx.flush_counts(process);
+        if self.unflushed > 0 {
+            process.stages[self.ctx.stage].counters.handled.fetch_add(self.unflushed, Relaxed);
+            self.unflushed = 0;
+        }
     }
 }
 
