@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use leda_core::prelude::*;
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Queue/channel capacity for every contender.
@@ -41,8 +44,15 @@ fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) ->
 }
 
 fn bench_line(scenario: &str, unit: &str, better: &str, names: &[&str], values: &[f64]) {
-    let fields: Vec<String> = names.iter().zip(values).map(|(n, v)| format!("{n}={v:.3}")).collect();
-    println!("BENCH {scenario} unit={unit} better={better} {}", fields.join(" "));
+    let fields: Vec<String> = names
+        .iter()
+        .zip(values)
+        .map(|(n, v)| format!("{n}={v:.3}"))
+        .collect();
+    println!(
+        "BENCH {scenario} unit={unit} better={better} {}",
+        fields.join(" ")
+    );
 }
 
 // ---------------------------------------------------------------- pipelines (ours)
@@ -68,13 +78,17 @@ fn forwarder(name: String) -> Stage {
 
 /// A serial sink that quits after `expect` events (like a consumer thread's loop).
 fn counter(name: &str, expect: usize) -> Stage {
-    Stage::stateful(name, |_| Ok(0usize), move |seen: &mut usize, _, ctx: &mut Ctx| {
-        *seen += 1;
-        if *seen == expect {
-            ctx.quit(());
-        }
-        Ok(())
-    })
+    Stage::stateful(
+        name,
+        |_| Ok(0usize),
+        move |seen: &mut usize, _, ctx: &mut Ctx| {
+            *seen += 1;
+            if *seen == expect {
+                ctx.quit(());
+            }
+            Ok(())
+        },
+    )
     .serial()
     .capacity(CAP)
 }
@@ -93,8 +107,19 @@ fn parallel_counter(name: &str, expect: usize) -> Stage {
 
 fn run_timed(g: &Graph, threads: usize) -> f64 {
     let t = Instant::now();
-    let r = g.run(Run::default().threads(threads).timeout(Duration::from_secs(300))).expect("run");
-    assert_eq!(r.reason, EndReason::Quit, "benchmark run did not finish: {:?}", r.stats);
+    let r = g
+        .run(
+            Run::default()
+                .threads(threads)
+                .timeout(Duration::from_secs(300)),
+        )
+        .expect("run");
+    assert_eq!(
+        r.reason,
+        EndReason::Quit,
+        "benchmark run did not finish: {:?}",
+        r.stats
+    );
     t.elapsed().as_secs_f64()
 }
 
@@ -179,7 +204,10 @@ fn crossbeam_fan_in(producers: usize, n: usize) -> f64 {
 }
 
 fn tokio_rt(threads: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(threads).build().expect("tokio")
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .build()
+        .expect("tokio")
 }
 
 fn tokio_timed<F: Future<Output = ()>>(threads: usize, f: F) -> f64 {
@@ -281,7 +309,9 @@ fn ours_ring(stages: usize, rounds: usize, threads: usize) -> f64 {
 fn tokio_ring(stages: usize, rounds: usize, threads: usize) -> f64 {
     let hops = stages * rounds;
     let secs = tokio_timed(threads, async move {
-        let chans: Vec<_> = (0..stages).map(|_| tokio::sync::mpsc::channel::<usize>(CAP)).collect();
+        let chans: Vec<_> = (0..stages)
+            .map(|_| tokio::sync::mpsc::channel::<usize>(CAP))
+            .collect();
         let senders: Vec<_> = chans.iter().map(|(tx, _)| tx.clone()).collect();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
         let done = Arc::new(Mutex::new(Some(done_tx)));
@@ -371,39 +401,84 @@ fn main() {
     let threads = env("LEDA_BENCH_THREADS", num_cpus::get()).max(1);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.to_owned())
+        })
         .unwrap_or_default();
-    println!("# machine: nproc={} {cpu}; threads={threads} events={n} rounds={rounds}", num_cpus::get());
+    println!(
+        "# machine: nproc={} {cpu}; threads={threads} events={n} rounds={rounds}",
+        num_cpus::get()
+    );
+
+    let only = std::env::var("LEDA_BENCH_ONLY").unwrap_or_default();
+    let want = |name: &str| only.is_empty() || only.split(',').any(|o| o == name);
 
     for stages in [2, 10] {
-        let v = compare(rounds, &mut [
-            ("ours", &mut || ours_pipeline(stages, n, threads)),
-            ("crossbeam", &mut || crossbeam_pipeline(stages, n)),
-            ("tokio", &mut || tokio_pipeline(stages, n, threads)),
-        ]);
-        bench_line(&format!("pipeline-{stages}"), "Mevents/s", "higher", &["ours", "crossbeam", "tokio"], &v);
+        if !want(&format!("pipeline-{stages}")) {
+            continue;
+        }
+        let v = compare(
+            rounds,
+            &mut [
+                ("ours", &mut || ours_pipeline(stages, n, threads)),
+                ("crossbeam", &mut || crossbeam_pipeline(stages, n)),
+                ("tokio", &mut || tokio_pipeline(stages, n, threads)),
+            ],
+        );
+        bench_line(
+            &format!("pipeline-{stages}"),
+            "Mevents/s",
+            "higher",
+            &["ours", "crossbeam", "tokio"],
+            &v,
+        );
     }
-    let v = compare(rounds, &mut [
-        ("ours", &mut || ours_fan_in(4, n, threads)),
-        ("crossbeam", &mut || crossbeam_fan_in(4, n)),
-        ("tokio", &mut || tokio_fan_in(4, n, threads)),
-    ]);
-    bench_line("fan-in", "Mevents/s", "higher", &["ours", "crossbeam", "tokio"], &v);
+    if want("fan-in") {
+        let v = compare(
+            rounds,
+            &mut [
+                ("ours", &mut || ours_fan_in(4, n, threads)),
+                ("crossbeam", &mut || crossbeam_fan_in(4, n)),
+                ("tokio", &mut || tokio_fan_in(4, n, threads)),
+            ],
+        );
+        bench_line(
+            "fan-in",
+            "Mevents/s",
+            "higher",
+            &["ours", "crossbeam", "tokio"],
+            &v,
+        );
+    }
 
-    let m = (n / 5).max(1);
-    let v = compare(rounds, &mut [("ours", &mut || ours_instances(m, threads))]);
-    bench_line("instances-100", "ns/event", "lower", &["ours"], &v);
+    if want("instances-100") {
+        let m = (n / 5).max(1);
+        let v = compare(rounds, &mut [("ours", &mut || ours_instances(m, threads))]);
+        bench_line("instances-100", "ns/event", "lower", &["ours"], &v);
+    }
 
-    let v = compare(rounds, &mut [
-        ("ours", &mut || ours_ring(1000, 1000, threads)),
-        ("tokio", &mut || tokio_ring(1000, 1000, threads)),
-    ]);
-    bench_line("ring", "Mevents/s", "higher", &["ours", "tokio"], &v);
+    if want("ring") {
+        let v = compare(
+            rounds,
+            &mut [
+                ("ours", &mut || ours_ring(1000, 1000, threads)),
+                ("tokio", &mut || tokio_ring(1000, 1000, threads)),
+            ],
+        );
+        bench_line("ring", "Mevents/s", "higher", &["ours", "tokio"], &v);
+    }
 
-    let k = 20_000;
-    let v = compare(rounds, &mut [
-        ("ours", &mut || ours_spawn(k, threads)),
-        ("tokio", &mut || tokio_spawn(k, threads)),
-    ]);
-    bench_line("spawn", "us/instance", "lower", &["ours", "tokio"], &v);
+    if want("spawn") {
+        let k = 20_000;
+        let v = compare(
+            rounds,
+            &mut [
+                ("ours", &mut || ours_spawn(k, threads)),
+                ("tokio", &mut || tokio_spawn(k, threads)),
+            ],
+        );
+        bench_line("spawn", "us/instance", "lower", &["ours", "tokio"], &v);
+    }
 }

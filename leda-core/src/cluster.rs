@@ -16,7 +16,9 @@ pub struct Cluster {
 impl Cluster {
     /// A cluster of the given stages.
     pub fn of<'a>(stages: impl IntoIterator<Item = &'a Stage>) -> Cluster {
-        Cluster { stages: stages.into_iter().map(|s| (s.id(), s.clone())).collect() }
+        Cluster {
+            stages: stages.into_iter().map(|s| (s.id(), s.clone())).collect(),
+        }
     }
 
     /// `true` if `stage` is in the cluster.
@@ -47,7 +49,9 @@ impl Cluster {
 
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.stages.values().map(|s| s.name())).finish()
+        f.debug_set()
+            .entries(self.stages.values().map(|s| s.name()))
+            .finish()
     }
 }
 
@@ -62,7 +66,8 @@ impl Add<&Cluster> for &Cluster {
     type Output = Cluster;
     fn add(self, rhs: &Cluster) -> Cluster {
         let mut out = self.clone();
-        out.stages.extend(rhs.stages.iter().map(|(k, v)| (*k, v.clone())));
+        out.stages
+            .extend(rhs.stages.iter().map(|(k, v)| (*k, v.clone())));
         out
     }
 }

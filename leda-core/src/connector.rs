@@ -78,6 +78,13 @@ pub struct Connector {
 
 impl fmt::Display for Connector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{} -> {} ({})", self.from.name(), self.port, self.to.name(), self.kind)
+        write!(
+            f,
+            "{}.{} -> {} ({})",
+            self.from.name(),
+            self.port,
+            self.to.name(),
+            self.kind
+        )
     }
 }

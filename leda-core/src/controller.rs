@@ -42,7 +42,10 @@ pub struct Knobs<'a> {
 
 impl<'a> Knobs<'a> {
     pub(crate) fn new(process: &'a Process, run_maxpar: bool) -> Self {
-        Knobs { process, run_maxpar }
+        Knobs {
+            process,
+            run_maxpar,
+        }
     }
 
     /// Worker threads now.
@@ -64,13 +67,16 @@ impl<'a> Knobs<'a> {
         if st.serial {
             return Err(ControlError::Serial(stage.to_owned()));
         }
-        st.maxpar.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        st.maxpar
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     /// Sets the event-queue capacity of a stage (events already queued stay).
     pub fn set_capacity(&mut self, stage: &str, n: usize) -> Result<(), ControlError> {
-        self.stage(stage)?.capacity.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        self.stage(stage)?
+            .capacity
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -143,7 +149,13 @@ impl Auto {
     /// Between `min` and `max` threads.
     pub fn new(min: usize, max: usize) -> Auto {
         let min = min.max(1);
-        Auto { min, max: max.max(min), prev: None, service: Vec::new(), low_ticks: 0 }
+        Auto {
+            min,
+            max: max.max(min),
+            prev: None,
+            service: Vec::new(),
+            low_ticks: 0,
+        }
     }
 
     /// The thread count the policy wants for `snap`, given the previous snapshot.

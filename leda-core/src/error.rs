@@ -21,7 +21,9 @@ pub enum SendError {
         stage: String,
     },
     /// A local attachment cannot travel on a decoupled connector.
-    #[error("event on port '{port}' of stage '{stage}' carries a local attachment, which cannot cross a decoupled connector")]
+    #[error(
+        "event on port '{port}' of stage '{stage}' carries a local attachment, which cannot cross a decoupled connector"
+    )]
     AttachmentOnDecoupled {
         /// The sending stage.
         stage: String,

@@ -25,7 +25,9 @@ pub enum GraphError {
         name: String,
     },
     /// An output port is bound to two connectors.
-    #[error("output port '{port}' of stage '{stage}' is connected twice (to '{first}' and to '{second}')")]
+    #[error(
+        "output port '{port}' of stage '{stage}' is connected twice (to '{first}' and to '{second}')"
+    )]
     PortBoundTwice {
         /// The stage.
         stage: String,
@@ -61,7 +63,9 @@ pub enum GraphError {
         cluster: usize,
     },
     /// A local or cohort connector joins stages of different clusters.
-    #[error("{kind} connector {from}.{port} -> {to} joins clusters {from_cluster} and {to_cluster}; {kind} connectors must stay inside one cluster")]
+    #[error(
+        "{kind} connector {from}.{port} -> {to} joins clusters {from_cluster} and {to_cluster}; {kind} connectors must stay inside one cluster"
+    )]
     LocalAcrossClusters {
         /// Connector kind.
         kind: ConnectorKind,
@@ -100,7 +104,9 @@ pub enum GraphError {
         cluster: usize,
     },
     /// One process would run two clusters.
-    #[error("process {addr} is mapped to clusters {first} and {second}; a process runs one cluster")]
+    #[error(
+        "process {addr} is mapped to clusters {first} and {second}; a process runs one cluster"
+    )]
     ProcessReused {
         /// The address.
         addr: String,
@@ -110,7 +116,9 @@ pub enum GraphError {
         second: usize,
     },
     /// A cluster with a serial stage is replicated on several processes.
-    #[error("cluster {cluster} holds serial stage '{stage}' and cannot be mapped to {processes} processes")]
+    #[error(
+        "cluster {cluster} holds serial stage '{stage}' and cannot be mapped to {processes} processes"
+    )]
     SerialReplicated {
         /// The serial stage.
         stage: String,
@@ -210,7 +218,10 @@ impl Plan {
 impl Graph {
     /// An empty graph.
     pub fn new(name: impl Into<String>) -> Graph {
-        Graph { name: name.into(), ..Graph::default() }
+        Graph {
+            name: name.into(),
+            ..Graph::default()
+        }
     }
 
     /// The graph's name.
@@ -285,7 +296,10 @@ impl Graph {
         processes: impl IntoIterator<Item = P>,
     ) -> Result<&mut Self, GraphError> {
         let processes: Vec<Processes> = processes.into_iter().map(Into::into).collect();
-        let clusters = self.partition.as_ref().ok_or(GraphError::MapWithoutPartition)?;
+        let clusters = self
+            .partition
+            .as_ref()
+            .ok_or(GraphError::MapWithoutPartition)?;
         check_mapping(clusters, &processes)?;
         self.mapping = Some(processes);
         Ok(self)
@@ -303,20 +317,28 @@ impl Graph {
 
     /// The connected output ports of `stage`.
     pub fn outputs(&self, stage: &Stage) -> Vec<Port> {
-        self.connectors.iter().filter(|c| &c.from == stage).map(|c| c.port.clone()).collect()
+        self.connectors
+            .iter()
+            .filter(|c| &c.from == stage)
+            .map(|c| c.port.clone())
+            .collect()
     }
 
     /// Checks everything that can be checked before running: names, ports, partition,
     /// mapping, and every stage's `bind`. Returns the plan to run.
     pub fn verify(&self) -> Result<Plan, GraphError> {
         if self.stages.is_empty() {
-            return Err(GraphError::Empty { graph: self.name.clone() });
+            return Err(GraphError::Empty {
+                graph: self.name.clone(),
+            });
         }
         let mut names: HashMap<&str, StageId> = HashMap::new();
         for s in &self.stages {
             if let Some(id) = names.insert(s.name(), s.id()) {
                 if id != s.id() {
-                    return Err(GraphError::DuplicateStageName { name: s.name().to_owned() });
+                    return Err(GraphError::DuplicateStageName {
+                        name: s.name().to_owned(),
+                    });
                 }
             }
         }
@@ -348,7 +370,11 @@ impl Graph {
             };
             if let Some(bind) = bind {
                 let outputs = self.outputs(s);
-                let ctx = BindCtx { name: s.name(), attrs: &attrs, outputs: &outputs };
+                let ctx = BindCtx {
+                    name: s.name(),
+                    attrs: &attrs,
+                    outputs: &outputs,
+                };
                 bind(&ctx).map_err(|message| GraphError::BindRefused {
                     stage: s.name().to_owned(),
                     message,
@@ -360,7 +386,11 @@ impl Graph {
             .enumerate()
             .flat_map(|(i, c)| c.stages().map(move |s| (s.id(), i)))
             .collect();
-        Ok(Plan { clusters, processes: self.mapping.clone(), cluster_of })
+        Ok(Plan {
+            clusters,
+            processes: self.mapping.clone(),
+            cluster_of,
+        })
     }
 
     fn check_partition(&self, clusters: &[Cluster]) -> Result<(), GraphError> {
@@ -386,7 +416,9 @@ impl Graph {
             }
         }
         if let Some(s) = self.stages.iter().find(|s| !owner.contains_key(&s.id())) {
-            return Err(GraphError::Uncovered { stage: s.name().to_owned() });
+            return Err(GraphError::Uncovered {
+                stage: s.name().to_owned(),
+            });
         }
         for c in self.connectors.iter().filter(|c| c.kind.is_local()) {
             let (a, b) = (owner[&c.from.id()], owner[&c.to.id()]);
@@ -416,10 +448,19 @@ impl Graph {
                 Some(p) => format!("cluster {} @ {}", i + 1, p.0.join(", ")),
                 None => format!("cluster {}", i + 1),
             };
-            let _ = writeln!(out, "  subgraph cluster_{i} {{\n    label=\"{}\";", escape(&label));
+            let _ = writeln!(
+                out,
+                "  subgraph cluster_{i} {{\n    label=\"{}\";",
+                escape(&label)
+            );
             for s in c.stages() {
                 let shape = if s.is_serial() { ", peripheries=2" } else { "" };
-                let _ = writeln!(out, "    \"{}\" [label=\"{}\"{shape}];", escape(s.name()), escape(s.name()));
+                let _ = writeln!(
+                    out,
+                    "    \"{}\" [label=\"{}\"{shape}];",
+                    escape(s.name()),
+                    escape(s.name())
+                );
             }
             let _ = writeln!(out, "  }}");
         }
@@ -449,7 +490,10 @@ fn escape(s: &str) -> String {
 
 fn check_mapping(clusters: &[Cluster], processes: &[Processes]) -> Result<(), GraphError> {
     if clusters.len() != processes.len() {
-        return Err(GraphError::MapArity { clusters: clusters.len(), processes: processes.len() });
+        return Err(GraphError::MapArity {
+            clusters: clusters.len(),
+            processes: processes.len(),
+        });
     }
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (c, p)) in clusters.iter().zip(processes).enumerate() {

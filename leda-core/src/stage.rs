@@ -163,9 +163,12 @@ impl Stage {
         F: Fn(Event, &mut Ctx) -> HandlerResult + Send + Sync + 'static,
     {
         let f = Arc::new(handler);
-        Stage::from_factory(name, move |_: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
-            Ok(Box::new(FnHandler(f.clone())))
-        })
+        Stage::from_factory(
+            name,
+            move |_: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
+                Ok(Box::new(FnHandler(f.clone())))
+            },
+        )
     }
 
     /// A stage whose instances carry state `S` built by `init` from the attributes.
@@ -176,9 +179,15 @@ impl Stage {
         F: Fn(&mut S, Event, &mut Ctx) -> HandlerResult + Send + Sync + 'static,
     {
         let f = Arc::new(handler);
-        Stage::from_factory(name, move |attrs: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
-            Ok(Box::new(StateHandler { state: init(attrs)?, f: f.clone() }))
-        })
+        Stage::from_factory(
+            name,
+            move |attrs: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
+                Ok(Box::new(StateHandler {
+                    state: init(attrs)?,
+                    f: f.clone(),
+                }))
+            },
+        )
     }
 
     /// A stage whose instances are `H`s built by `init` (a [`Handler`] implementation).
@@ -187,9 +196,12 @@ impl Stage {
         H: Handler,
         I: Fn(&Attrs) -> Result<H, BoxError> + Send + Sync + 'static,
     {
-        Stage::from_factory(name, move |attrs: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
-            Ok(Box::new(init(attrs)?))
-        })
+        Stage::from_factory(
+            name,
+            move |attrs: &Attrs| -> Result<Box<dyn Handler>, BoxError> {
+                Ok(Box::new(init(attrs)?))
+            },
+        )
     }
 
     /// A stage with an asynchronous handler. While its future is pending (a sleep, a

@@ -118,10 +118,12 @@ pub(crate) struct ConnectorCounters {
 
 impl ConnectorCounters {
     pub(crate) fn new() -> Self {
-        ConnectorCounters { events: AtomicU64::new(0), latency: Histogram::new() }
+        ConnectorCounters {
+            events: AtomicU64::new(0),
+            latency: Histogram::new(),
+        }
     }
 }
-
 
 /// Statistics of one stage at one instant.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -261,11 +263,17 @@ mod tests {
     #[test]
     fn histogram_bucket_bounds_are_monotonic() {
         for i in 0..BUCKETS - 1 {
-            assert!(Histogram::lower_bound(i) < Histogram::lower_bound(i + 1), "bucket {i}");
+            assert!(
+                Histogram::lower_bound(i) < Histogram::lower_bound(i + 1),
+                "bucket {i}"
+            );
         }
         for ns in [0u64, 1, 7, 8, 9, 100, 12345, 1 << 30] {
             let i = Histogram::index(ns);
-            assert!(Histogram::lower_bound(i) <= ns && ns < Histogram::lower_bound(i + 1), "{ns}");
+            assert!(
+                Histogram::lower_bound(i) <= ns && ns < Histogram::lower_bound(i + 1),
+                "{ns}"
+            );
         }
     }
 }

@@ -116,7 +116,10 @@ impl Value {
     /// The entry for `key` if this is a map holding a string key equal to `key`.
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
-            Value::Map(m) => m.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v),
+            Value::Map(m) => m
+                .iter()
+                .find(|(k, _)| k.as_str() == Some(key))
+                .map(|(_, v)| v),
             _ => None,
         }
     }

@@ -7,7 +7,14 @@ use std::time::{Duration, Instant};
 use leda_core::prelude::*;
 
 fn run_idle(g: &Graph, threads: usize) -> RunReport {
-    let r = g.run(Run::default().threads(threads).until_idle().timeout(Duration::from_secs(60))).unwrap();
+    let r = g
+        .run(
+            Run::default()
+                .threads(threads)
+                .until_idle()
+                .timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
     assert_eq!(r.reason, EndReason::Idle, "run did not go idle");
     r
 }
@@ -67,7 +74,11 @@ fn serial_stage_keeps_arrival_order_and_one_instance() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len() as i64, N, "the persistent state saw every event");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "events out of order");
-    assert_eq!(inits.load(SeqCst), 1, "a serial stage has exactly one instance");
+    assert_eq!(
+        inits.load(SeqCst),
+        1,
+        "a serial stage has exactly one instance"
+    );
     assert_eq!(r.stats.stage("sink").unwrap().handled, N as u64);
 }
 
@@ -98,8 +109,15 @@ fn maxpar_bounds_concurrent_instances_and_instances_are_recycled() {
     let mut g = Graph::new("g");
     g.add(&work);
     let r = run_idle(&g, 6);
-    assert_eq!(peak.load(SeqCst), 3, "maxpar 3 with 6 threads and a backlog");
-    assert!(inits.load(SeqCst) <= 3, "instances are recycled, not rebuilt per event");
+    assert_eq!(
+        peak.load(SeqCst),
+        3,
+        "maxpar 3 with 6 threads and a backlog"
+    );
+    assert!(
+        inits.load(SeqCst) <= 3,
+        "instances are recycled, not rebuilt per event"
+    );
     assert_eq!(r.stats.stage("work").unwrap().handled, 300);
     assert_eq!(r.stats.stage("work").unwrap().maxpar, 3);
 }
@@ -159,7 +177,11 @@ fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() 
     let st = r.stats.stage("fragile").unwrap();
     assert_eq!(st.errors, 20);
     assert_eq!(st.handled, 100);
-    assert_eq!(inits.load(SeqCst), 21, "each failure destroys the instance; the next is rebuilt");
+    assert_eq!(
+        inits.load(SeqCst),
+        21,
+        "each failure destroys the instance; the next is rebuilt"
+    );
 }
 
 #[test]
@@ -169,7 +191,13 @@ fn send_errors_say_why() {
     let src = Stage::new("src", move |_, ctx: &mut Ctx| {
         let mut out = r2.lock().unwrap();
         out.push(ctx.send("nowhere", 1).unwrap_err());
-        out.push(ctx.send("dec", Event::new().attach(std::fs::File::open("/dev/null")?)).unwrap_err());
+        out.push(
+            ctx.send(
+                "dec",
+                Event::new().attach(std::fs::File::open("/dev/null")?),
+            )
+            .unwrap_err(),
+        );
         // The same attachment travels on a local connector.
         ctx.send("loc", Event::new().attach(String::from("resource")))?;
         Ok(())
@@ -187,8 +215,20 @@ fn send_errors_say_why() {
     g.connect(&src, "loc", &loc).local();
     run_idle(&g, 2);
     let errs = result.lock().unwrap();
-    assert_eq!(errs[0], SendError::NotConnected { stage: "src".into(), port: "nowhere".into() });
-    assert_eq!(errs[1], SendError::AttachmentOnDecoupled { stage: "src".into(), port: "dec".into() });
+    assert_eq!(
+        errs[0],
+        SendError::NotConnected {
+            stage: "src".into(),
+            port: "nowhere".into()
+        }
+    );
+    assert_eq!(
+        errs[1],
+        SendError::AttachmentOnDecoupled {
+            stage: "src".into(),
+            port: "dec".into()
+        }
+    );
     assert_eq!(got.lock().unwrap().as_deref(), Some("resource"));
 }
 
@@ -224,10 +264,17 @@ fn backpressure_accounting_loses_nothing() {
     let mut g = Graph::new("g");
     g.connect(&src, 1, &slow);
     let r = run_idle(&g, 2);
-    let (a, rj, rc) = (accepted.load(SeqCst), rejected.load(SeqCst), received.load(SeqCst));
+    let (a, rj, rc) = (
+        accepted.load(SeqCst),
+        rejected.load(SeqCst),
+        received.load(SeqCst),
+    );
     assert_eq!(a + rj, N as usize, "sent = accepted + rejected");
     assert_eq!(rc, a, "every accepted event was handled");
-    assert!(rj > 0, "a 100-slot queue must have refused some of {N} events");
+    assert!(
+        rj > 0,
+        "a 100-slot queue must have refused some of {N} events"
+    );
     let st = r.stats.stage("slow").unwrap();
     assert_eq!(st.rejected, rj as u64);
     assert_eq!(st.events_in, a as u64);
@@ -259,7 +306,11 @@ fn waiting_instances_do_not_hold_threads() {
     // Serialized on one thread this would take 10 s.
     assert!(took < Duration::from_secs(5), "took {took:?}");
     let st = r.stats.stage("sleeper").unwrap();
-    assert!(st.created > 1 && st.created <= 100, "created {}", st.created);
+    assert!(
+        st.created > 1 && st.created <= 100,
+        "created {}",
+        st.created
+    );
     assert_eq!(st.handled, 100);
 }
 
@@ -309,7 +360,10 @@ fn cohort_runs_the_receiver_on_the_sending_thread() {
     g.connect(&caller, "call", &callee).cohort();
     run_idle(&g, 2);
     // The callee ran (and finished) inside the caller's send.
-    assert_eq!(*result.lock().unwrap(), vec!["same_thread=true".to_string(), "send=Ok(())".into()]);
+    assert_eq!(
+        *result.lock().unwrap(),
+        vec!["same_thread=true".to_string(), "send=Ok(())".into()]
+    );
 }
 
 #[test]
@@ -335,7 +389,10 @@ fn cohort_without_a_free_instance_fails_with_a_reason() {
     g.connect(&a, "call", &b).cohort();
     g.connect(&b, "back", &a).cohort();
     run_idle(&g, 1);
-    assert_eq!(*errors.lock().unwrap(), vec![SendError::CohortUnavailable { stage: "a".into() }]);
+    assert_eq!(
+        *errors.lock().unwrap(),
+        vec![SendError::CohortUnavailable { stage: "a".into() }]
+    );
 }
 
 #[test]
@@ -353,11 +410,19 @@ fn stats_file_has_json_lines() {
     let mut g = Graph::new("g");
     g.add(&s);
     let r = g
-        .run(Run::default().threads(1).maxpar(1).until_idle().stats_file(&path, Duration::from_millis(50)))
+        .run(
+            Run::default()
+                .threads(1)
+                .maxpar(1)
+                .until_idle()
+                .stats_file(&path, Duration::from_millis(50)),
+        )
         .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
-    let lines: Vec<leda_core::stats::Snapshot> =
-        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<leda_core::stats::Snapshot> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert!(lines.len() >= 3, "{} lines", lines.len());
     assert!(lines.windows(2).all(|w| w[0].time < w[1].time));
     assert_eq!(lines.last().unwrap().stage("tick").unwrap().handled, 10);
@@ -377,11 +442,19 @@ fn auto_controller_grows_the_pool_for_blocking_handlers() {
     let mut g = Graph::new("g");
     g.add(&block);
     let r = g
-        .run(Run::default().controller(Auto::new(1, 16)).until_idle().timeout(Duration::from_secs(60)))
+        .run(
+            Run::default()
+                .controller(Auto::new(1, 16))
+                .until_idle()
+                .timeout(Duration::from_secs(60)),
+        )
         .unwrap();
     assert_eq!(r.reason, EndReason::Idle);
     assert_eq!(r.stats.stage("block").unwrap().handled, 3000);
-    assert!(r.stats.process.threads > 1, "the controller never grew the pool");
+    assert!(
+        r.stats.process.threads > 1,
+        "the controller never grew the pool"
+    );
 }
 
 #[test]
@@ -413,7 +486,43 @@ fn rust_and_async_stages_mix_in_a_pipeline_with_nice() {
     g.connect(&double, 1, &sum);
     let r = run_idle(&g, 2);
     assert_eq!(total.load(SeqCst), 999 * 1000);
-    let c = r.stats.connectors.iter().find(|c| c.from == "double").unwrap();
+    let c = r
+        .stats
+        .connectors
+        .iter()
+        .find(|c| c.from == "double")
+        .unwrap();
     assert_eq!(c.events, 1000);
     assert_eq!(r.stats.stage("double").unwrap().events_out, 1000);
+}
+
+#[test]
+fn events_injected_through_a_process_handle_are_handled() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let sink = Stage::new("sink", move |ev: Event, ctx: &mut Ctx| {
+        if ev.get::<i64>(0)? == -1 {
+            ctx.quit("stop");
+        } else {
+            s2.fetch_add(1, SeqCst);
+        }
+        Ok(())
+    })
+    .serial();
+    let mut g = Graph::new("g");
+    g.add(&sink);
+    let running = g.start(Run::default().threads(2)).unwrap();
+    let h = running.handle();
+    let idx = h.stage_index("sink").unwrap();
+    assert_eq!(h.stage_index("nope"), None);
+    for i in 0..1000 {
+        h.inject(idx, Event::from(i)).unwrap();
+    }
+    h.inject(idx, Event::from(-1)).unwrap();
+    let r = running.wait().unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    assert_eq!(seen.load(SeqCst), 1000);
+    assert_eq!(r.stats.stage("sink").unwrap().events_in, 1001);
+    let err = h.inject(idx, Event::from(5)).unwrap_err();
+    assert_eq!(err.error, SendError::Stopped);
 }

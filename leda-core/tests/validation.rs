@@ -11,14 +11,22 @@ fn stage(name: &str) -> Stage {
 #[test]
 fn empty_graph() {
     let g = Graph::new("nothing");
-    assert_eq!(g.verify().unwrap_err(), GraphError::Empty { graph: "nothing".into() });
+    assert_eq!(
+        g.verify().unwrap_err(),
+        GraphError::Empty {
+            graph: "nothing".into()
+        }
+    );
 }
 
 #[test]
 fn duplicate_stage_names() {
     let mut g = Graph::new("g");
     g.connect(&stage("a"), 1, &stage("a"));
-    assert_eq!(g.verify().unwrap_err(), GraphError::DuplicateStageName { name: "a".into() });
+    assert_eq!(
+        g.verify().unwrap_err(),
+        GraphError::DuplicateStageName { name: "a".into() }
+    );
 }
 
 #[test]
@@ -65,8 +73,17 @@ fn partition_clusters_must_be_disjoint() {
     let (a, b) = (stage("a"), stage("b"));
     let mut g = Graph::new("g");
     g.connect(&a, 1, &b);
-    let e = g.part([Cluster::of([&a, &b]), Cluster::of([&b])]).unwrap_err();
-    assert_eq!(e, GraphError::InTwoClusters { stage: "b".into(), first: 1, second: 2 });
+    let e = g
+        .part([Cluster::of([&a, &b]), Cluster::of([&b])])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GraphError::InTwoClusters {
+            stage: "b".into(),
+            first: 1,
+            second: 2
+        }
+    );
 }
 
 #[test]
@@ -74,8 +91,16 @@ fn partition_only_holds_graph_stages() {
     let (a, b, x) = (stage("a"), stage("b"), stage("x"));
     let mut g = Graph::new("g");
     g.connect(&a, 1, &b);
-    let e = g.part([Cluster::of([&a, &b]), Cluster::of([&x])]).unwrap_err();
-    assert_eq!(e, GraphError::ForeignStage { stage: "x".into(), cluster: 2 });
+    let e = g
+        .part([Cluster::of([&a, &b]), Cluster::of([&x])])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GraphError::ForeignStage {
+            stage: "x".into(),
+            cluster: 2
+        }
+    );
 }
 
 #[test]
@@ -126,11 +151,17 @@ fn two_clusters() -> (Graph, Stage, Stage) {
 fn map_arity_and_order() {
     let mut g = Graph::new("g");
     g.add(&stage("a"));
-    assert_eq!(g.map(["127.0.0.1:1"]).unwrap_err(), GraphError::MapWithoutPartition);
+    assert_eq!(
+        g.map(["127.0.0.1:1"]).unwrap_err(),
+        GraphError::MapWithoutPartition
+    );
     let (mut g, _, _) = two_clusters();
     assert_eq!(
         g.map(["127.0.0.1:1"]).unwrap_err(),
-        GraphError::MapArity { clusters: 2, processes: 1 }
+        GraphError::MapArity {
+            clusters: 2,
+            processes: 1
+        }
     );
     assert!(g.map(["127.0.0.1:1", "127.0.0.1:2"]).is_ok());
 }
@@ -140,19 +171,28 @@ fn map_rejects_bad_addresses_and_shared_processes() {
     let (mut g, _, _) = two_clusters();
     assert_eq!(
         g.map(["127.0.0.1:1", "nohost"]).unwrap_err(),
-        GraphError::BadAddress { addr: "nohost".into() }
+        GraphError::BadAddress {
+            addr: "nohost".into()
+        }
     );
     assert_eq!(
         g.map(["127.0.0.1:1", "127.0.0.1:99999"]).unwrap_err(),
-        GraphError::BadAddress { addr: "127.0.0.1:99999".into() }
+        GraphError::BadAddress {
+            addr: "127.0.0.1:99999".into()
+        }
     );
     assert_eq!(
         g.map(["127.0.0.1:1", "127.0.0.1:1"]).unwrap_err(),
-        GraphError::ProcessReused { addr: "127.0.0.1:1".into(), first: 1, second: 2 }
+        GraphError::ProcessReused {
+            addr: "127.0.0.1:1".into(),
+            first: 1,
+            second: 2
+        }
     );
     let none: Vec<String> = vec![];
     assert_eq!(
-        g.map([Processes::from("127.0.0.1:1"), Processes::from(none)]).unwrap_err(),
+        g.map([Processes::from("127.0.0.1:1"), Processes::from(none)])
+            .unwrap_err(),
         GraphError::NoProcess { cluster: 2 }
     );
 }
@@ -167,14 +207,27 @@ fn serial_cluster_cannot_be_replicated() {
     g.connect(&a, 1, &b);
     g.part([Cluster::of([&a]), Cluster::of([&b])]).unwrap();
     let e = g
-        .map([Processes::from("127.0.0.1:1"), Processes::from(vec!["127.0.0.1:2", "127.0.0.1:3"])])
+        .map([
+            Processes::from("127.0.0.1:1"),
+            Processes::from(vec!["127.0.0.1:2", "127.0.0.1:3"]),
+        ])
         .unwrap_err();
-    assert_eq!(e, GraphError::SerialReplicated { stage: "b".into(), cluster: 2, processes: 2 });
+    assert_eq!(
+        e,
+        GraphError::SerialReplicated {
+            stage: "b".into(),
+            cluster: 2,
+            processes: 2
+        }
+    );
     // A parallel cluster may be replicated.
     assert!(
         g.part([Cluster::of([&b]), Cluster::of([&a])])
             .unwrap()
-            .map([Processes::from("127.0.0.1:1"), Processes::from(vec!["127.0.0.1:2", "127.0.0.1:3"])])
+            .map([
+                Processes::from("127.0.0.1:1"),
+                Processes::from(vec!["127.0.0.1:2", "127.0.0.1:3"])
+            ])
             .is_ok()
     );
 }
@@ -196,13 +249,19 @@ fn bind_sees_attributes_and_outputs_and_can_refuse() {
     g.add(&matcher);
     assert_eq!(
         g.verify().unwrap_err(),
-        GraphError::BindRefused { stage: "match".into(), message: "port 1 must be connected".into() }
+        GraphError::BindRefused {
+            stage: "match".into(),
+            message: "port 1 must be connected".into()
+        }
     );
     g.connect(&matcher, 1, &stage("print"));
     assert!(g.verify().is_ok());
     matcher.set_attr("pattern", ());
     let e = g.run(Run::default()).unwrap_err();
-    assert!(e.to_string().contains("attribute 'pattern' is required"), "{e}");
+    assert!(
+        e.to_string().contains("attribute 'pattern' is required"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -225,10 +284,19 @@ fn dot_output_shows_clusters_and_kinds() {
     let mut g = Graph::new("demo");
     g.connect(&a, "x", &b).local();
     g.connect(&b, 1, &c);
-    g.part([Cluster::of([&a, &b]), Cluster::of([&c])]).unwrap().map(["h:1", "h:2"]).unwrap();
+    g.part([Cluster::of([&a, &b]), Cluster::of([&c])])
+        .unwrap()
+        .map(["h:1", "h:2"])
+        .unwrap();
     let dot = g.to_dot();
     assert!(dot.contains("subgraph cluster_0"), "{dot}");
     assert!(dot.contains("cluster 2 @ h:2"), "{dot}");
-    assert!(dot.contains("\"a\" -> \"b\" [label=\"x (local)\", style=solid]"), "{dot}");
-    assert!(dot.contains("\"b\" -> \"c\" [label=\"1 (decoupled)\", style=dashed]"), "{dot}");
+    assert!(
+        dot.contains("\"a\" -> \"b\" [label=\"x (local)\", style=solid]"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("\"b\" -> \"c\" [label=\"1 (decoupled)\", style=dashed]"),
+        "{dot}"
+    );
 }

@@ -95,7 +95,13 @@ impl Drop for Ctx {
 
 impl Ctx {
     pub(crate) fn new(process: Arc<Process>, stage: usize) -> Ctx {
-        Ctx { process, stage, wait: None, sent: SmallVec::new(), stamp_tick: 0 }
+        Ctx {
+            process,
+            stage,
+            wait: None,
+            sent: SmallVec::new(),
+            stamp_tick: 0,
+        }
     }
 
     /// The name of the stage this instance belongs to.
@@ -110,7 +116,10 @@ impl Ctx {
 
     /// `true` if `port` is connected.
     pub fn has_output(&self, port: impl PortKey) -> bool {
-        self.process.stages[self.stage].routes().iter().any(|r| port.matches(&r.port))
+        self.process.stages[self.stage]
+            .routes()
+            .iter()
+            .any(|r| port.matches(&r.port))
     }
 
     /// Sends `event` on `port` (`leda.send`). The event goes to the connected stage's
@@ -123,7 +132,11 @@ impl Ctx {
 
     /// Like [`Ctx::send`], but a failed send hands the event back for a retry.
     #[inline]
-    pub fn try_send(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), Rejected> {
+    pub fn try_send(
+        &mut self,
+        port: impl PortKey,
+        event: impl Into<Event>,
+    ) -> Result<(), Rejected> {
         let mut event = event.into();
         let process = &self.process;
         let st = &process.stages[self.stage];
@@ -145,7 +158,10 @@ impl Ctx {
         }
         self.stamp_tick = self.stamp_tick.wrapping_add(1);
         if self.stamp_tick % STAMP_SAMPLE == 0 {
-            event.stamp = Some(Box::new(Stamp { connector: route.connector, at: Instant::now() }));
+            event.set_stamp(Stamp {
+                connector: route.connector,
+                at: Instant::now(),
+            });
         }
         let result = match &route.target {
             Target::Local(dest) => match route.kind {
@@ -169,7 +185,7 @@ impl Ctx {
                 Ok(())
             }
             Err((error, mut event)) => {
-                event.stamp = None;
+                event.take_stamp();
                 Err(Rejected { error, event })
             }
         }
@@ -177,12 +193,19 @@ impl Ctx {
 
     /// Sends `event` on `port`, waiting (without holding a worker thread) while the
     /// destination queue is full. Other failures are returned at once.
-    pub async fn send_wait(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
+    pub async fn send_wait(
+        &mut self,
+        port: impl PortKey,
+        event: impl Into<Event>,
+    ) -> Result<(), SendError> {
         let mut event = event.into();
         loop {
             match self.try_send(&port, event) {
                 Ok(()) => return Ok(()),
-                Err(Rejected { error: SendError::QueueFull { .. }, event: back }) => {
+                Err(Rejected {
+                    error: SendError::QueueFull { .. },
+                    event: back,
+                }) => {
                     event = back;
                     self.room(&port).await;
                 }
@@ -197,13 +220,22 @@ impl Ctx {
     /// the same call queue behind it, so order is kept. Failures other than a full
     /// queue are returned at once; a failure while parked fails the handler call
     /// (and reaches the `error` port).
-    pub fn send_or_wait(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
+    pub fn send_or_wait(
+        &mut self,
+        port: impl PortKey,
+        event: impl Into<Event>,
+    ) -> Result<(), SendError> {
         if self.wait.is_none() {
             match self.try_send(&port, event) {
                 Ok(()) => return Ok(()),
-                Err(Rejected { error: SendError::QueueFull { .. }, event }) => {
+                Err(Rejected {
+                    error: SendError::QueueFull { .. },
+                    event,
+                }) => {
                     let (mut ctx, port) = (self.clone(), port.to_port());
-                    self.wait = Some(Box::pin(async move { Ok(ctx.send_wait(port, event).await?) }));
+                    self.wait = Some(Box::pin(
+                        async move { Ok(ctx.send_wait(port, event).await?) },
+                    ));
                 }
                 Err(r) => return Err(r.error),
             }
@@ -222,10 +254,15 @@ impl Ctx {
     /// remote destinations).
     fn room(&self, port: &impl PortKey) -> BoxFuture<()> {
         let routes = self.process.stages[self.stage].routes();
-        match routes.iter().find(|r| port.matches(&r.port)).map(|r| &r.target) {
-            Some(Target::Local(dest)) => {
-                Box::pin(Room { process: self.process.clone(), stage: *dest })
-            }
+        match routes
+            .iter()
+            .find(|r| port.matches(&r.port))
+            .map(|r| &r.target)
+        {
+            Some(Target::Local(dest)) => Box::pin(Room {
+                process: self.process.clone(),
+                stage: *dest,
+            }),
             _ => self.process.exec.sleep(Duration::from_millis(1)),
         }
     }
@@ -269,9 +306,15 @@ impl Ctx {
                 continue;
             }
             let route = &routes[ri];
-            process.connectors[route.connector].0.events.fetch_add(*c, Relaxed);
+            process.connectors[route.connector]
+                .0
+                .events
+                .fetch_add(*c, Relaxed);
             if let Target::Local(dest) = route.target {
-                process.stages[dest].counters.received.fetch_add(*c, Relaxed);
+                process.stages[dest]
+                    .counters
+                    .received
+                    .fetch_add(*c, Relaxed);
             }
             *c = 0;
         }
@@ -288,8 +331,7 @@ impl Future for Room {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let st = &self.process.stages[self.stage];
-        if st.has_room() || self.process.stopping.load(Relaxed) || !st.wait_for_space(cx.waker())
-        {
+        if st.has_room() || self.process.stopping.load(Relaxed) || !st.wait_for_space(cx.waker()) {
             Poll::Ready(())
         } else {
             Poll::Pending

@@ -31,6 +31,12 @@ pub trait Executor: Send + Sync + 'static {
     fn busy_threads(&self) -> usize;
     /// Tasks waiting to run.
     fn ready_len(&self) -> usize;
+    /// `true` when the calling worker has nothing else to run, so an instance that
+    /// just emptied its queue may spin briefly for more events instead of releasing
+    /// (re-activation costs more than a short spin). Single-threaded executors say no.
+    fn may_spin(&self) -> bool {
+        false
+    }
 }
 
 /// Where events for a stage of another process go (implemented by leda-net and by the

@@ -142,11 +142,17 @@ impl Graph {
     /// Validates the graph and runs the clusters mapped to this process until `quit`
     /// (or, if asked, until idle or a timeout).
     pub fn run(&self, opts: Run) -> Result<RunReport, RunError> {
-        run(self, opts)
+        self.start(opts)?.wait()
+    }
+
+    /// Validates the graph and starts the clusters mapped to this process; the returned
+    /// [`Running`] gives a [`ProcessHandle`] and waits for the end.
+    pub fn start(&self, opts: Run) -> Result<Running, RunError> {
+        start(self, opts)
     }
 }
 
-fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
+fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     let plan = graph.verify()?;
     let local_cluster = match (&plan.processes, &opts.process) {
         (None, _) => None,
@@ -202,14 +208,21 @@ fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
             Some(&i) => Target::Local(i),
             None => {
                 let cluster = plan.cluster_of(&c.to).unwrap_or(0);
-                let procs = plan.processes.as_ref().map(|p| p[cluster].0.clone()).unwrap_or_default();
+                let procs = plan
+                    .processes
+                    .as_ref()
+                    .map(|p| p[cluster].0.clone())
+                    .unwrap_or_default();
                 let links = opts.remote.as_ref().ok_or_else(|| RunError::NoTransport {
                     cluster: cluster + 1,
                     addr: procs.first().cloned().unwrap_or_default(),
                 })?;
-                let sink = links
-                    .sink(c.to.name(), cluster, &procs)
-                    .map_err(|reason| RunError::Remote { stage: c.to.name().to_owned(), reason })?;
+                let sink = links.sink(c.to.name(), cluster, &procs).map_err(|reason| {
+                    RunError::Remote {
+                        stage: c.to.name().to_owned(),
+                        reason,
+                    }
+                })?;
                 Target::Remote(sink)
             }
         };
@@ -250,10 +263,12 @@ fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
         }
     }
 
-    let mut stats_out = match &opts.stats_file {
-        Some(path) => Some(BufWriter::new(File::create(path).map_err(|source| RunError::Io {
-            context: format!("creating stats file {}", path.display()),
-            source,
+    let stats_out = match &opts.stats_file {
+        Some(path) => Some(BufWriter::new(File::create(path).map_err(|source| {
+            RunError::Io {
+                context: format!("creating stats file {}", path.display()),
+                source,
+            }
         })?)),
         None => None,
     };
@@ -267,68 +282,182 @@ fn run(graph: &Graph, mut opts: Run) -> Result<RunReport, RunError> {
         }
     }
 
-    let started = Instant::now();
-    let ctrl_every = controller.interval();
-    let mut next_ctrl = started + ctrl_every;
-    let mut next_stats = started + opts.stats_interval;
-    let mut prev_snapshot = snapshot(&process);
-    let mut prev_ctrl_snapshot = prev_snapshot.clone();
-    let reason = loop {
-        let now = Instant::now();
-        let mut wake = next_ctrl.min(next_stats);
-        if opts.until_idle {
-            wake = wake.min(now + Duration::from_millis(2));
-        }
-        if let Some(t) = opts.timeout {
-            wake = wake.min(started + t);
-        }
-        if done_rx.recv_timeout(wake.saturating_duration_since(now)).is_ok() {
-            break EndReason::Quit;
-        }
-        let now = Instant::now();
-        if opts.until_idle && process.is_quiescent() {
-            break EndReason::Idle;
-        }
-        if opts.timeout.is_some_and(|t| now >= started + t) {
-            break EndReason::Timeout;
-        }
-        if now >= next_ctrl {
-            next_ctrl = now + ctrl_every;
-            let mut snap = snapshot(&process);
-            snap.rates_from(&prev_ctrl_snapshot);
-            controller.tick(&snap, &mut Knobs::new(&process, opts.maxpar.is_some()));
-            prev_ctrl_snapshot = snap;
-        }
-        if now >= next_stats {
-            next_stats = now + opts.stats_interval;
-            let mut snap = snapshot(&process);
-            snap.rates_from(&prev_snapshot);
-            if let Some(out) = stats_out.as_mut() {
-                write_line(out, &snap)?;
-            }
-            prev_snapshot = snap;
-        }
-    };
+    let handle = ProcessHandle { process: process.clone() };
+    let supervisor = Supervisor { process, pool, io, controller, opts, done_rx, stats_out };
+    let thread = std::thread::Builder::new()
+        .name("leda-supervisor".into())
+        .spawn(move || supervisor.run())
+        .map_err(|source| RunError::Io { context: "starting the supervisor thread".into(), source })?;
+    Ok(Running { handle, thread })
+}
 
-    process.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-    let threads = pool.threads();
-    pool.shutdown();
-    let mut stats = snapshot(&process);
-    stats.process.threads = threads;
-    stats.rates_from(&prev_snapshot);
-    if let Some(out) = stats_out.as_mut() {
-        write_line(out, &stats)?;
+/// A started run: a handle into the process, and the supervisor thread that ends it.
+pub struct Running {
+    handle: ProcessHandle,
+    thread: std::thread::JoinHandle<Result<RunReport, RunError>>,
+}
+
+impl Running {
+    /// A handle to inject events, take snapshots or quit.
+    pub fn handle(&self) -> ProcessHandle {
+        self.handle.clone()
     }
-    drop(io);
-    let quit = match process.take_ending() {
-        Some(Ending::Quit(ev)) => Some(ev),
-        None => None,
-    };
-    Ok(RunReport { reason, quit, stats })
+
+    /// Waits for the run to end.
+    pub fn wait(self) -> Result<RunReport, RunError> {
+        match self.thread.join() {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+/// A handle into a running process: used by transports to deliver events that arrive
+/// from other processes, and by tools to observe and stop the run.
+#[derive(Clone)]
+pub struct ProcessHandle {
+    process: Arc<Process>,
+}
+
+impl ProcessHandle {
+    /// The index of the local stage named `name`, for [`ProcessHandle::inject`].
+    pub fn stage_index(&self, name: &str) -> Option<usize> {
+        self.process.stage_index(name)
+    }
+
+    /// The names of the stages of this process, by index.
+    pub fn stage_names(&self) -> Vec<String> {
+        self.process.stages.iter().map(|s| s.name.to_string()).collect()
+    }
+
+    /// Puts `event` on the queue of local stage `index` (an arrival from another
+    /// process). Fails, handing the event back, if the queue is full or the run ended.
+    pub fn inject(&self, index: usize, event: Event) -> Result<(), crate::error::Rejected> {
+        let Some(st) = self.process.stages.get(index) else {
+            return Err(crate::error::Rejected {
+                error: crate::error::SendError::Unreachable {
+                    stage: format!("#{index}"),
+                    reason: "no such stage in this process".into(),
+                },
+                event,
+            });
+        };
+        self.process.enqueue(index, event).map(|()| {
+            st.counters.received.fetch_add(1, Relaxed);
+        })
+        .map_err(|(error, event)| crate::error::Rejected { error, event })
+    }
+
+    /// `true` if local stage `index` has room for one more event.
+    pub fn has_room(&self, index: usize) -> bool {
+        self.process.stages.get(index).is_some_and(|s| s.has_room())
+    }
+
+    /// Ends the run as `quit` would.
+    pub fn quit(&self, values: impl Into<Event>) {
+        self.process.quit(values.into());
+    }
+
+    /// `true` when nothing is queued, running, waiting or in flight in this process.
+    pub fn is_quiescent(&self) -> bool {
+        self.process.is_quiescent()
+    }
+
+    /// A statistics snapshot now.
+    pub fn snapshot(&self) -> Snapshot {
+        snapshot(&self.process)
+    }
+}
+
+struct Supervisor {
+    process: Arc<Process>,
+    pool: Arc<pool::Pool>,
+    io: pool::Io,
+    controller: Box<dyn Controller>,
+    opts: Run,
+    done_rx: crossbeam_channel::Receiver<()>,
+    stats_out: Option<BufWriter<File>>,
+}
+
+impl Supervisor {
+    /// Ticks the controller and the stats file until the run ends, then stops the pool.
+    fn run(self) -> Result<RunReport, RunError> {
+        let Supervisor { process, pool, io, mut controller, opts, done_rx, mut stats_out } = self;
+        let started = Instant::now();
+        let ctrl_every = controller.interval();
+        let mut next_ctrl = started + ctrl_every;
+        let mut next_stats = started + opts.stats_interval;
+        let mut prev_snapshot = snapshot(&process);
+        let mut prev_ctrl_snapshot = prev_snapshot.clone();
+        let reason = loop {
+            let now = Instant::now();
+            let mut wake = next_ctrl.min(next_stats);
+            if opts.until_idle {
+                wake = wake.min(now + Duration::from_millis(2));
+            }
+            if let Some(t) = opts.timeout {
+                wake = wake.min(started + t);
+            }
+            if done_rx
+                .recv_timeout(wake.saturating_duration_since(now))
+                .is_ok()
+            {
+                break EndReason::Quit;
+            }
+            let now = Instant::now();
+            if opts.until_idle && process.is_quiescent() {
+                break EndReason::Idle;
+            }
+            if opts.timeout.is_some_and(|t| now >= started + t) {
+                break EndReason::Timeout;
+            }
+            if now >= next_ctrl {
+                next_ctrl = now + ctrl_every;
+                let mut snap = snapshot(&process);
+                snap.rates_from(&prev_ctrl_snapshot);
+                controller.tick(&snap, &mut Knobs::new(&process, opts.maxpar.is_some()));
+                prev_ctrl_snapshot = snap;
+            }
+            if now >= next_stats {
+                next_stats = now + opts.stats_interval;
+                let mut snap = snapshot(&process);
+                snap.rates_from(&prev_snapshot);
+                if let Some(out) = stats_out.as_mut() {
+                    write_line(out, &snap)?;
+                }
+                prev_snapshot = snap;
+            }
+        };
+
+        process
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let threads = pool.threads();
+        pool.shutdown();
+        let mut stats = snapshot(&process);
+        stats.process.threads = threads;
+        stats.rates_from(&prev_snapshot);
+        if let Some(out) = stats_out.as_mut() {
+            write_line(out, &stats)?;
+        }
+        drop(io);
+        let quit = match process.take_ending() {
+            Some(Ending::Quit(ev)) => Some(ev),
+            None => None,
+        };
+        Ok(RunReport {
+            reason,
+            quit,
+            stats,
+        })
+    }
 }
 
 fn write_line(out: &mut BufWriter<File>, snap: &Snapshot) -> Result<(), RunError> {
-    let io = |source| RunError::Io { context: "writing the stats file".into(), source };
+    let io = |source| RunError::Io {
+        context: "writing the stats file".into(),
+        source,
+    };
     serde_json::to_writer(&mut *out, snap).map_err(|e| io(std::io::Error::other(e)))?;
     out.write_all(b"\n").map_err(io)?;
     out.flush().map_err(io)
@@ -367,7 +496,11 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 handled: c.handled.load(Relaxed),
                 errors: c.errors.load(Relaxed),
                 rejected: c.rejected.load(Relaxed),
-                latency_mean_us: if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 },
+                latency_mean_us: if n == 0 {
+                    0.0
+                } else {
+                    sum as f64 / n as f64 / 1e3
+                },
                 latency_p99_us: p99 as f64 / 1e3,
                 throughput: 0.0,
                 busy_s: c.busy_ns.load(Relaxed) as f64 / 1e9,
@@ -389,7 +522,11 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 to: info.to.to_string(),
                 kind: info.kind.to_string(),
                 events,
-                latency_mean_us: if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 },
+                latency_mean_us: if n == 0 {
+                    0.0
+                } else {
+                    sum as f64 / n as f64 / 1e3
+                },
                 throughput: 0.0,
             }
         })

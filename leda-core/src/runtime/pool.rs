@@ -15,13 +15,16 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::Backoff;
 
 use super::Task;
 use super::executor::{BoxFuture, Executor};
+
+/// How long an idle worker keeps looking for work before it sleeps.
+const IDLE_SPIN: Duration = Duration::from_micros(200);
 
 struct Shared {
     injector: Injector<Task>,
@@ -140,7 +143,11 @@ impl Shared {
             if alive <= self.target.load(SeqCst) {
                 return false;
             }
-            if self.alive.compare_exchange(alive, alive - 1, SeqCst, SeqCst).is_ok() {
+            if self
+                .alive
+                .compare_exchange(alive, alive - 1, SeqCst, SeqCst)
+                .is_ok()
+            {
                 return true;
             }
         }
@@ -149,7 +156,10 @@ impl Shared {
 
 fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
     let _io = shared.io.enter();
-    LOCAL.set(Some(Local { pool: Arc::as_ptr(&shared), deque }));
+    LOCAL.set(Some(Local {
+        pool: Arc::as_ptr(&shared),
+        deque,
+    }));
     let mut tick = 0u32;
     'work: loop {
         if shared.should_exit() {
@@ -166,15 +176,25 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
             shared.busy.fetch_sub(1, Relaxed);
             continue;
         }
-        // Idle: spin a little, then sleep until something is scheduled.
+        // Idle: keep looking (stealing included) for a while, spinning then yielding,
+        // before sleeping: a sleeping worker costs a futex wake-up per scheduled task.
+        let idle_since = Instant::now();
         let backoff = Backoff::new();
-        while !backoff.is_completed() {
-            backoff.snooze();
-            let found = LOCAL.with_borrow(|l| {
+        while idle_since.elapsed() < IDLE_SPIN {
+            if backoff.is_completed() {
+                std::thread::yield_now();
+            } else {
+                backoff.snooze();
+            }
+            tick = tick.wrapping_add(1);
+            let task = LOCAL.with_borrow(|l| {
                 let l = l.as_ref().expect("set above");
-                !l.deque.is_empty() || !shared.injector.is_empty()
+                shared.find_task(&l.deque, me, tick)
             });
-            if found {
+            if let Some(task) = task {
+                shared.busy.fetch_add(1, Relaxed);
+                task.run();
+                shared.busy.fetch_sub(1, Relaxed);
                 continue 'work;
             }
         }
@@ -239,7 +259,9 @@ impl Executor for Pool {
     }
 
     fn now(&self) -> f64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
     }
 
     fn sleep(&self, d: Duration) -> BoxFuture<()> {
@@ -293,12 +315,23 @@ impl Executor for Pool {
         handles.retain(|h| !h.is_finished());
     }
 
+    fn may_spin(&self) -> bool {
+        let shared = &*self.shared;
+        shared.target.load(Relaxed) > 1
+            && shared.injector.is_empty()
+            && LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| l.deque.is_empty()))
+    }
+
     fn busy_threads(&self) -> usize {
         self.shared.busy.load(Relaxed)
     }
 
     fn ready_len(&self) -> usize {
-        let stealers = self.shared.stealers.read().unwrap_or_else(|e| e.into_inner());
+        let stealers = self
+            .shared
+            .stealers
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         self.shared.injector.len() + stealers.iter().flatten().map(Stealer::len).sum::<usize>()
     }
 }
@@ -313,15 +346,23 @@ pub(crate) struct Io {
 
 impl Io {
     pub(crate) fn start() -> std::io::Result<Io> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let handle = rt.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new().name("leda-events".into()).spawn(move || {
-            rt.block_on(async {
-                let _ = stopped.await;
-            });
-        })?;
-        Ok(Io { handle, stop: Some(stop), thread: Some(thread) })
+        let thread = std::thread::Builder::new()
+            .name("leda-events".into())
+            .spawn(move || {
+                rt.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(Io {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {

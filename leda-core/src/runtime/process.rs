@@ -86,7 +86,11 @@ pub(crate) struct StageSetup {
 
 impl StageRt {
     pub(crate) fn new(s: StageSetup, default_maxpar: usize) -> StageRt {
-        let maxpar = if s.serial { 1 } else { s.maxpar.unwrap_or(default_maxpar).max(1) };
+        let maxpar = if s.serial {
+            1
+        } else {
+            s.maxpar.unwrap_or(default_maxpar).max(1)
+        };
         StageRt {
             name: Arc::from(s.name),
             serial: s.serial,
@@ -191,7 +195,10 @@ impl StageRt {
         let max = self.maxpar.load(Relaxed);
         let mut cur = self.active.load(SeqCst);
         while cur < max {
-            match self.active.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
+            match self
+                .active
+                .compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst)
+            {
                 Ok(_) => return true,
                 Err(now) => cur = now,
             }
@@ -269,7 +276,10 @@ impl Process {
     ) -> Process {
         Process {
             stages: stages.into_boxed_slice(),
-            connectors: connectors.into_iter().map(|c| (ConnectorCounters::new(), c)).collect(),
+            connectors: connectors
+                .into_iter()
+                .map(|c| (ConnectorCounters::new(), c))
+                .collect(),
             exec,
             activations: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
@@ -285,7 +295,8 @@ impl Process {
         let st = &self.stages[stage];
         if st.active() < st.maxpar.load(Relaxed) && st.try_claim() {
             self.activations.fetch_add(1, SeqCst);
-            self.exec.schedule(Task::new(self.clone(), stage, None, false));
+            self.exec
+                .schedule(Task::new(self.clone(), stage, None, false));
         }
     }
 
@@ -296,7 +307,11 @@ impl Process {
 
     /// Enqueues `ev` on a local stage.
     #[inline]
-    pub(crate) fn enqueue(self: &Arc<Self>, stage: usize, ev: Event) -> Result<(), (SendError, Event)> {
+    pub(crate) fn enqueue(
+        self: &Arc<Self>,
+        stage: usize,
+        ev: Event,
+    ) -> Result<(), (SendError, Event)> {
         if self.stopping.load(Relaxed) {
             return Err((SendError::Stopped, ev));
         }
@@ -306,19 +321,33 @@ impl Process {
                 self.activate(stage);
                 Ok(())
             }
-            Err(ev) => Err((SendError::QueueFull { stage: st.name.to_string() }, ev)),
+            Err(ev) => Err((
+                SendError::QueueFull {
+                    stage: st.name.to_string(),
+                },
+                ev,
+            )),
         }
     }
 
     /// Direct hand-off: runs an instance of `stage` on this thread, now.
-    pub(crate) fn cohort(self: &Arc<Self>, stage: usize, ev: Event) -> Result<(), (SendError, Event)> {
+    pub(crate) fn cohort(
+        self: &Arc<Self>,
+        stage: usize,
+        ev: Event,
+    ) -> Result<(), (SendError, Event)> {
         let st = &self.stages[stage];
         let depth = COHORT_DEPTH.get();
         if self.stopping.load(Relaxed) {
             return Err((SendError::Stopped, ev));
         }
         if depth >= MAX_COHORT_DEPTH || !st.try_claim() {
-            return Err((SendError::CohortUnavailable { stage: st.name.to_string() }, ev));
+            return Err((
+                SendError::CohortUnavailable {
+                    stage: st.name.to_string(),
+                },
+                ev,
+            ));
         }
         self.activations.fetch_add(1, SeqCst);
         COHORT_DEPTH.set(depth + 1);

@@ -47,7 +47,6 @@ struct Activation {
     first: Option<Event>,
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
-    handled: u64,
     /// Events handled since the last flush to the stage's counters.
     unflushed: u64,
     /// The wake cell of the current wait, set when a poll returns `Pending`.
@@ -55,14 +54,18 @@ struct Activation {
 }
 
 impl Task {
-    pub(crate) fn new(process: Arc<Process>, stage: usize, first: Option<Event>, cohort: bool) -> Task {
+    pub(crate) fn new(
+        process: Arc<Process>,
+        stage: usize,
+        first: Option<Event>,
+        cohort: bool,
+    ) -> Task {
         Task(Box::new(Activation {
             instance: None,
             ctx: Ctx::new(process, stage),
             pending: None,
             first,
             cohort,
-            handled: 0,
             unflushed: 0,
             cell: None,
         }))
@@ -77,10 +80,13 @@ impl Task {
             return;
         }
         let st = &process.stages[a.ctx.stage];
-        let t0 = Instant::now();
+        // Worker time is sampled: one task in BUSY_SAMPLE is timed and counts for all.
+        let t0 = sample_tick(BUSY_SAMPLE).then(Instant::now);
         let outcome = a.drain(&process);
-        let busy = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        st.counters.busy_ns.fetch_add(busy, Relaxed);
+        if let Some(t0) = t0 {
+            let busy = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            st.counters.busy_ns.fetch_add(busy.saturating_mul(BUSY_SAMPLE), Relaxed);
+        }
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
@@ -118,6 +124,9 @@ impl Activation {
                         ev
                     }
                     None => {
+                        if process.exec.may_spin() && spin_for_work(st) {
+                            continue;
+                        }
                         if st.release(self.instance.take()) {
                             process.reactivated();
                             continue;
@@ -144,8 +153,11 @@ impl Activation {
 
     fn handle(&mut self, process: &Arc<Process>, mut ev: Event) {
         let st = &process.stages[self.ctx.stage];
-        if let Some(stamp) = ev.stamp.take() {
-            process.connectors[stamp.connector].0.latency.record(stamp.at.elapsed());
+        if let Some(stamp) = ev.take_stamp() {
+            process.connectors[stamp.connector]
+                .0
+                .latency
+                .record(stamp.at.elapsed());
         }
         // The event is consumed by the handler: keep a copy only where a failure would
         // need it (an `error` port, or a log subscriber that records warnings).
@@ -163,9 +175,7 @@ impl Activation {
                 }
             },
         };
-        let sample = self.handled % LATENCY_SAMPLE == 0;
-        self.handled += 1;
-        let started = sample.then(Instant::now);
+        let started = sample_tick(LATENCY_SAMPLE).then(Instant::now);
         let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, &mut self.ctx)));
         match result {
             Ok(Ok(())) => {
@@ -190,8 +200,12 @@ impl Activation {
     }
 
     fn poll_pending(&mut self, process: &Arc<Process>) -> Poll<()> {
-        let Some(p) = self.pending.as_mut() else { return Poll::Ready(()) };
-        let cell = Arc::new(WakeCell { state: Mutex::new(CellState::Polling { woken: false }) });
+        let Some(p) = self.pending.as_mut() else {
+            return Poll::Ready(());
+        };
+        let cell = Arc::new(WakeCell {
+            state: Mutex::new(CellState::Polling { woken: false }),
+        });
         let waker = Waker::from(cell.clone());
         let mut cx = Context::from_waker(&waker);
         let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
@@ -228,7 +242,10 @@ impl Activation {
     fn done(&mut self, process: &Process, started: Option<Instant>) {
         self.unflushed += 1;
         if let Some(t) = started {
-            process.stages[self.ctx.stage].counters.latency.record(t.elapsed());
+            process.stages[self.ctx.stage]
+                .counters
+                .latency
+                .record(t.elapsed());
         }
     }
 
@@ -252,10 +269,44 @@ impl Activation {
     fn flush(&mut self, process: &Process) {
         self.ctx.flush_counts(process);
         if self.unflushed > 0 {
-            process.stages[self.ctx.stage].counters.handled.fetch_add(self.unflushed, Relaxed);
+            process.stages[self.ctx.stage]
+                .counters
+                .handled
+                .fetch_add(self.unflushed, Relaxed);
             self.unflushed = 0;
         }
     }
+}
+
+/// Spins a few microseconds for an event to arrive; `true` if one did.
+fn spin_for_work(st: &super::process::StageRt) -> bool {
+    for i in 0..SPIN_ROUNDS {
+        if st.len() > 0 {
+            return true;
+        }
+        for _ in 0..(1 << i.min(4)) {
+            std::hint::spin_loop();
+        }
+    }
+    st.len() > 0
+}
+
+/// Rounds of [`spin_for_work`]: about 200 pause instructions, a few microseconds.
+const SPIN_ROUNDS: u32 = 16;
+
+/// One task in this many has its worker time measured.
+const BUSY_SAMPLE: u64 = 8;
+
+thread_local! {
+    static TICK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// `true` once every `every` calls on this thread (sampling without shared state).
+#[inline]
+fn sample_tick(every: u64) -> bool {
+    let t = TICK.get().wrapping_add(1);
+    TICK.set(t);
+    t % every == 0
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

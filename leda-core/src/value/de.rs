@@ -117,7 +117,10 @@ impl<'de> Deserializer<'de> for &'de Value {
             Value::Str(s) => visitor.visit_borrowed_str(s),
             Value::Bytes(b) => visitor.visit_borrowed_bytes(b),
             Value::Array(a) => visitor.visit_seq(Seq(a.iter())),
-            Value::Map(m) => visitor.visit_map(Map { it: m.iter(), value: None }),
+            Value::Map(m) => visitor.visit_map(Map {
+                it: m.iter(),
+                value: None,
+            }),
         }
     }
 
@@ -218,8 +221,14 @@ impl<'de> Deserializer<'de> for &'de Value {
     }
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
         match self {
-            Value::Map(m) => visitor.visit_map(Map { it: m.iter(), value: None }),
-            Value::Array(a) if a.is_empty() => visitor.visit_map(Map { it: [].iter(), value: None }),
+            Value::Map(m) => visitor.visit_map(Map {
+                it: m.iter(),
+                value: None,
+            }),
+            Value::Array(a) if a.is_empty() => visitor.visit_map(Map {
+                it: [].iter(),
+                value: None,
+            }),
             _ => Err(mismatch(self, "map")),
         }
     }
@@ -241,8 +250,14 @@ impl<'de> Deserializer<'de> for &'de Value {
         visitor: V,
     ) -> Result<V::Value, ValueError> {
         match self {
-            Value::Str(_) => visitor.visit_enum(Enum { tag: self, body: None }),
-            Value::Map(m) if m.len() == 1 => visitor.visit_enum(Enum { tag: &m[0].0, body: Some(&m[0].1) }),
+            Value::Str(_) => visitor.visit_enum(Enum {
+                tag: self,
+                body: None,
+            }),
+            Value::Map(m) if m.len() == 1 => visitor.visit_enum(Enum {
+                tag: &m[0].0,
+                body: Some(&m[0].1),
+            }),
             _ => Err(mismatch(self, "enum (string or single-entry map)")),
         }
     }
@@ -288,8 +303,14 @@ impl<'de> MapAccess<'de> for Map<'de> {
             None => Ok(None),
         }
     }
-    fn next_value_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<T::Value, ValueError> {
-        let v = self.value.take().ok_or_else(|| ValueError("map value without key".into()))?;
+    fn next_value_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<T::Value, ValueError> {
+        let v = self
+            .value
+            .take()
+            .ok_or_else(|| ValueError("map value without key".into()))?;
         seed.deserialize(v)
     }
     fn size_hint(&self) -> Option<usize> {
@@ -305,7 +326,10 @@ struct Enum<'a> {
 impl<'de> EnumAccess<'de> for Enum<'de> {
     type Error = ValueError;
     type Variant = Self;
-    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self), ValueError> {
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self), ValueError> {
         let tag = seed.deserialize(self.tag)?;
         Ok((tag, self))
     }
@@ -319,13 +343,20 @@ impl<'de> VariantAccess<'de> for Enum<'de> {
             Some(v) => Err(mismatch(v, "unit variant")),
         }
     }
-    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, ValueError> {
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(
+        self,
+        seed: T,
+    ) -> Result<T::Value, ValueError> {
         match self.body {
             Some(v) => seed.deserialize(v),
             None => seed.deserialize(().into_deserializer()),
         }
     }
-    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, ValueError> {
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
         match self.body {
             Some(v) => v.deserialize_seq(visitor),
             None => Err(ValueError("expected tuple variant body".into())),

@@ -118,15 +118,25 @@ impl Serializer for ValueSerializer {
         variant: &'static str,
         v: &T,
     ) -> R {
-        Ok(Value::Map(vec![(Value::Str(variant.to_owned()), v.serialize(self)?)]))
+        Ok(Value::Map(vec![(
+            Value::Str(variant.to_owned()),
+            v.serialize(self)?,
+        )]))
     }
     fn serialize_seq(self, len: Option<usize>) -> Result<SeqBuilder, ValueError> {
-        Ok(SeqBuilder { items: Vec::with_capacity(len.unwrap_or(0)), variant: None })
+        Ok(SeqBuilder {
+            items: Vec::with_capacity(len.unwrap_or(0)),
+            variant: None,
+        })
     }
     fn serialize_tuple(self, len: usize) -> Result<SeqBuilder, ValueError> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_struct(self, _n: &'static str, len: usize) -> Result<SeqBuilder, ValueError> {
+    fn serialize_tuple_struct(
+        self,
+        _n: &'static str,
+        len: usize,
+    ) -> Result<SeqBuilder, ValueError> {
         self.serialize_seq(Some(len))
     }
     fn serialize_tuple_variant(
@@ -136,10 +146,17 @@ impl Serializer for ValueSerializer {
         variant: &'static str,
         len: usize,
     ) -> Result<SeqBuilder, ValueError> {
-        Ok(SeqBuilder { items: Vec::with_capacity(len), variant: Some(variant) })
+        Ok(SeqBuilder {
+            items: Vec::with_capacity(len),
+            variant: Some(variant),
+        })
     }
     fn serialize_map(self, len: Option<usize>) -> Result<MapBuilder, ValueError> {
-        Ok(MapBuilder { entries: Vec::with_capacity(len.unwrap_or(0)), key: None, variant: None })
+        Ok(MapBuilder {
+            entries: Vec::with_capacity(len.unwrap_or(0)),
+            key: None,
+            variant: None,
+        })
     }
     fn serialize_struct(self, _n: &'static str, len: usize) -> Result<MapBuilder, ValueError> {
         self.serialize_map(Some(len))
@@ -151,7 +168,11 @@ impl Serializer for ValueSerializer {
         variant: &'static str,
         len: usize,
     ) -> Result<MapBuilder, ValueError> {
-        Ok(MapBuilder { entries: Vec::with_capacity(len), key: None, variant: Some(variant) })
+        Ok(MapBuilder {
+            entries: Vec::with_capacity(len),
+            key: None,
+            variant: Some(variant),
+        })
     }
 }
 
@@ -228,7 +249,10 @@ impl SerializeMap for MapBuilder {
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ValueError> {
-        let k = self.key.take().ok_or_else(|| ValueError("map value without key".into()))?;
+        let k = self
+            .key
+            .take()
+            .ok_or_else(|| ValueError("map value without key".into()))?;
         self.entries.push((k, v.serialize(ValueSerializer)?));
         Ok(())
     }
@@ -245,7 +269,8 @@ impl ser::SerializeStruct for MapBuilder {
         key: &'static str,
         v: &T,
     ) -> Result<(), ValueError> {
-        self.entries.push((Value::Str(key.to_owned()), v.serialize(ValueSerializer)?));
+        self.entries
+            .push((Value::Str(key.to_owned()), v.serialize(ValueSerializer)?));
         Ok(())
     }
     fn end(self) -> R {
