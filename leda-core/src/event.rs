@@ -213,7 +213,11 @@ mod tests {
 
     #[test]
     fn event_fits_a_cache_line() {
-        assert!(std::mem::size_of::<Event>() <= 64, "{}", std::mem::size_of::<Event>());
+        assert!(
+            std::mem::size_of::<Event>() <= 64,
+            "{}",
+            std::mem::size_of::<Event>()
+        );
     }
 
     #[test]

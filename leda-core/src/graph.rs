@@ -334,12 +334,12 @@ impl Graph {
         }
         let mut names: HashMap<&str, StageId> = HashMap::new();
         for s in &self.stages {
-            if let Some(id) = names.insert(s.name(), s.id()) {
-                if id != s.id() {
-                    return Err(GraphError::DuplicateStageName {
-                        name: s.name().to_owned(),
-                    });
-                }
+            if let Some(id) = names.insert(s.name(), s.id())
+                && id != s.id()
+            {
+                return Err(GraphError::DuplicateStageName {
+                    name: s.name().to_owned(),
+                });
             }
         }
         let mut bound: HashMap<(StageId, &Port), &Stage> = HashMap::new();
@@ -507,24 +507,24 @@ fn check_mapping(clusters: &[Cluster], processes: &[Processes]) -> Result<(), Gr
             if !ok {
                 return Err(GraphError::BadAddress { addr: addr.clone() });
             }
-            if let Some(first) = seen.insert(addr, i) {
-                if first != i {
-                    return Err(GraphError::ProcessReused {
-                        addr: addr.clone(),
-                        first: first + 1,
-                        second: i + 1,
-                    });
-                }
-            }
-        }
-        if p.0.len() > 1 {
-            if let Some(s) = c.stages().find(|s| s.is_serial()) {
-                return Err(GraphError::SerialReplicated {
-                    stage: s.name().to_owned(),
-                    cluster: i + 1,
-                    processes: p.0.len(),
+            if let Some(first) = seen.insert(addr, i)
+                && first != i
+            {
+                return Err(GraphError::ProcessReused {
+                    addr: addr.clone(),
+                    first: first + 1,
+                    second: i + 1,
                 });
             }
+        }
+        if p.0.len() > 1
+            && let Some(s) = c.stages().find(|s| s.is_serial())
+        {
+            return Err(GraphError::SerialReplicated {
+                stage: s.name().to_owned(),
+                cluster: i + 1,
+                processes: p.0.len(),
+            });
         }
     }
     Ok(())

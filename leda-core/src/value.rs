@@ -333,11 +333,11 @@ mod tests {
         assert_eq!(a.len(), b.len());
         for (x, y) in a.iter().zip(b) {
             assert_eq!(x.type_name(), y.type_name(), "{x:?} vs {y:?}");
-            if let Value::Float(f) = x {
-                if f.is_nan() {
-                    assert!(matches!(y, Value::Float(g) if g.is_nan()));
-                    continue;
-                }
+            if let Value::Float(f) = x
+                && f.is_nan()
+            {
+                assert!(matches!(y, Value::Float(g) if g.is_nan()));
+                continue;
             }
             assert_eq!(x, y);
         }

@@ -157,7 +157,7 @@ impl Ctx {
             return Err(Rejected { error, event });
         }
         self.stamp_tick = self.stamp_tick.wrapping_add(1);
-        if self.stamp_tick % STAMP_SAMPLE == 0 {
+        if self.stamp_tick.is_multiple_of(STAMP_SAMPLE) {
             event.set_stamp(Stamp {
                 connector: route.connector,
                 at: Instant::now(),

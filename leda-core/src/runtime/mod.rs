@@ -32,7 +32,7 @@ use crate::stage::DEFAULT_CAPACITY;
 use crate::stats::{ConnectorSnapshot, ProcessSnapshot, Snapshot, StageSnapshot};
 
 use executor::{Executor, RemoteLinks};
-use process::{ConnectorInfo, Ending, Process, Route, StageRt, StageSetup, Target};
+use process::{ConnectorInfo, Process, Route, StageRt, StageSetup, Target};
 
 /// Options of a run (`graph:run{...}`).
 pub struct Run {
@@ -282,12 +282,25 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         }
     }
 
-    let handle = ProcessHandle { process: process.clone() };
-    let supervisor = Supervisor { process, pool, io, controller, opts, done_rx, stats_out };
+    let handle = ProcessHandle {
+        process: process.clone(),
+    };
+    let supervisor = Supervisor {
+        process,
+        pool,
+        io,
+        controller,
+        opts,
+        done_rx,
+        stats_out,
+    };
     let thread = std::thread::Builder::new()
         .name("leda-supervisor".into())
         .spawn(move || supervisor.run())
-        .map_err(|source| RunError::Io { context: "starting the supervisor thread".into(), source })?;
+        .map_err(|source| RunError::Io {
+            context: "starting the supervisor thread".into(),
+            source,
+        })?;
     Ok(Running { handle, thread })
 }
 
@@ -327,7 +340,11 @@ impl ProcessHandle {
 
     /// The names of the stages of this process, by index.
     pub fn stage_names(&self) -> Vec<String> {
-        self.process.stages.iter().map(|s| s.name.to_string()).collect()
+        self.process
+            .stages
+            .iter()
+            .map(|s| s.name.to_string())
+            .collect()
     }
 
     /// Puts `event` on the queue of local stage `index` (an arrival from another
@@ -342,10 +359,12 @@ impl ProcessHandle {
                 event,
             });
         };
-        self.process.enqueue(index, event).map(|()| {
-            st.counters.received.fetch_add(1, Relaxed);
-        })
-        .map_err(|(error, event)| crate::error::Rejected { error, event })
+        self.process
+            .enqueue(index, event)
+            .map(|()| {
+                st.counters.received.fetch_add(1, Relaxed);
+            })
+            .map_err(|(error, event)| crate::error::Rejected { error, event })
     }
 
     /// `true` if local stage `index` has room for one more event.
@@ -382,7 +401,15 @@ struct Supervisor {
 impl Supervisor {
     /// Ticks the controller and the stats file until the run ends, then stops the pool.
     fn run(self) -> Result<RunReport, RunError> {
-        let Supervisor { process, pool, io, mut controller, opts, done_rx, mut stats_out } = self;
+        let Supervisor {
+            process,
+            pool,
+            io,
+            mut controller,
+            opts,
+            done_rx,
+            mut stats_out,
+        } = self;
         let started = Instant::now();
         let ctrl_every = controller.interval();
         let mut next_ctrl = started + ctrl_every;
@@ -441,10 +468,7 @@ impl Supervisor {
             write_line(out, &stats)?;
         }
         drop(io);
-        let quit = match process.take_ending() {
-            Some(Ending::Quit(ev)) => Some(ev),
-            None => None,
-        };
+        let quit = process.take_ending();
         Ok(RunReport {
             reason,
             quit,

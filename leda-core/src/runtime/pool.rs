@@ -105,10 +105,10 @@ impl Shared {
     }
 
     fn find_task(&self, local: &Worker<Task>, me: usize, tick: u32) -> Option<Task> {
-        if tick % 61 == 0 {
-            if let Some(t) = self.injector.steal().success() {
-                return Some(t);
-            }
+        if tick.is_multiple_of(61)
+            && let Some(t) = self.injector.steal().success()
+        {
+            return Some(t);
         }
         if let Some(t) = local.pop() {
             return Some(t);

@@ -235,11 +235,6 @@ impl StageRt {
     }
 }
 
-/// How a run ended (set once).
-pub(crate) enum Ending {
-    Quit(Event),
-}
-
 /// The shared state of one process' runtime.
 pub(crate) struct Process {
     pub(crate) stages: Box<[StageRt]>,
@@ -247,7 +242,7 @@ pub(crate) struct Process {
     pub(crate) exec: Arc<dyn Executor>,
     activations: AtomicU64,
     pub(crate) stopping: AtomicBool,
-    ending: Mutex<Option<Ending>>,
+    ending: Mutex<Option<Event>>,
     pub(crate) on_end: Box<dyn Fn() + Send + Sync>,
     pub(crate) started: Instant,
 }
@@ -363,13 +358,13 @@ impl Process {
             if e.is_some() {
                 return;
             }
-            *e = Some(Ending::Quit(ev));
+            *e = Some(ev);
         }
         self.stopping.store(true, SeqCst);
         (self.on_end)();
     }
 
-    pub(crate) fn take_ending(&self) -> Option<Ending> {
+    pub(crate) fn take_ending(&self) -> Option<Event> {
         self.ending.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -383,10 +378,10 @@ impl Process {
                 return false;
             }
             for r in st.routes() {
-                if let Target::Remote(sink) = &r.target {
-                    if sink.in_flight() > 0 {
-                        return false;
-                    }
+                if let Target::Remote(sink) = &r.target
+                    && sink.in_flight() > 0
+                {
+                    return false;
                 }
             }
         }

@@ -85,7 +85,9 @@ impl Task {
         let outcome = a.drain(&process);
         if let Some(t0) = t0 {
             let busy = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            st.counters.busy_ns.fetch_add(busy.saturating_mul(BUSY_SAMPLE), Relaxed);
+            st.counters
+                .busy_ns
+                .fetch_add(busy.saturating_mul(BUSY_SAMPLE), Relaxed);
         }
         a.flush(&process);
         match outcome {
@@ -306,7 +308,7 @@ thread_local! {
 fn sample_tick(every: u64) -> bool {
     let t = TICK.get().wrapping_add(1);
     TICK.set(t);
-    t % every == 0
+    t.is_multiple_of(every)
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
