@@ -91,6 +91,7 @@ pub(crate) struct StageCounters {
     pub(crate) handled: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) failed_sends: AtomicU64,
     pub(crate) created: AtomicU64,
     pub(crate) busy_ns: AtomicU64,
     pub(crate) latency: Histogram,
@@ -103,6 +104,7 @@ impl StageCounters {
             handled: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            failed_sends: AtomicU64::new(0),
             created: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             latency: Histogram::new(),
@@ -154,6 +156,9 @@ pub struct StageSnapshot {
     pub errors: u64,
     /// Sends to this stage refused because its queue was full.
     pub rejected: u64,
+    /// Events this stage sent to other processes that were lost in transit and
+    /// reported back (see `ProcessHandle::report_failed`).
+    pub failed_sends: u64,
     /// Mean handler latency, microseconds (sampled).
     pub latency_mean_us: f64,
     /// 99th-percentile handler latency, microseconds (sampled).

@@ -54,10 +54,12 @@ pub trait RemoteSink: Send + Sync + 'static {
 /// Builds remote sinks when a run starts: one per connector whose destination runs
 /// in another process.
 pub trait RemoteLinks: Send + Sync + 'static {
-    /// A sink for events to `stage`, in cluster `cluster` (0-based), mapped to `processes`.
+    /// A sink for events that stage `from` sends to stage `to`, which runs in cluster
+    /// `cluster` (0-based), mapped to `processes`.
     fn sink(
         &self,
-        stage: &str,
+        from: &str,
+        to: &str,
         cluster: usize,
         processes: &[String],
     ) -> Result<Arc<dyn RemoteSink>, String>;

@@ -217,12 +217,12 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
                     cluster: cluster + 1,
                     addr: procs.first().cloned().unwrap_or_default(),
                 })?;
-                let sink = links.sink(c.to.name(), cluster, &procs).map_err(|reason| {
-                    RunError::Remote {
+                let sink = links
+                    .sink(c.from.name(), c.to.name(), cluster, &procs)
+                    .map_err(|reason| RunError::Remote {
                         stage: c.to.name().to_owned(),
                         reason,
-                    }
-                })?;
+                    })?;
                 Target::Remote(sink)
             }
         };
@@ -365,6 +365,30 @@ impl ProcessHandle {
                 st.counters.received.fetch_add(1, Relaxed);
             })
             .map_err(|(error, event)| crate::error::Rejected { error, event })
+    }
+
+    /// Reports that `event`, sent by local stage `index` to another process, was lost
+    /// in transit (the peer died, the connection broke): it is counted in the stage's
+    /// `failed_sends`, logged, and delivered to the stage's `error` port when connected
+    /// as `(stage, reason, args...)`. This keeps `sent = delivered + reported failed`.
+    pub fn report_failed(&self, index: usize, error: &crate::error::SendError, event: Event) {
+        let Some(st) = self.process.stages.get(index) else {
+            return;
+        };
+        st.counters.failed_sends.fetch_add(1, Relaxed);
+        tracing::warn!(stage = %st.name, event = %event, error = %error, "event lost in transit");
+        if let Some(Some(_)) = st.error_route.get() {
+            let mut report = Event::new()
+                .with(st.name.to_string())
+                .with(error.to_string());
+            for v in event.into_args() {
+                report.push(v);
+            }
+            let mut ctx = Ctx::new(self.process.clone(), index);
+            if let Err(e) = ctx.send(crate::port::Port::error(), report) {
+                tracing::error!(stage = %st.name, error = %e, "could not deliver to the error port");
+            }
+        }
     }
 
     /// `true` if local stage `index` has room for one more event.
@@ -520,6 +544,7 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 handled: c.handled.load(Relaxed),
                 errors: c.errors.load(Relaxed),
                 rejected: c.rejected.load(Relaxed),
+                failed_sends: c.failed_sends.load(Relaxed),
                 latency_mean_us: if n == 0 {
                     0.0
                 } else {
