@@ -395,6 +395,86 @@ fn tokio_spawn(n: usize, threads: usize) -> f64 {
     secs * 1e6 / n as f64
 }
 
+/// The controller under a step: a stage whose handler blocks for 1 ms gets 500
+/// events/s for 2 s, then 5,000 events/s (10×) for 4 s. Returns (seconds after the step
+/// until a 200 ms window reaches 90% of the step rate, min and max threads over the
+/// last 2 s).
+fn controller_step(controller: impl Controller + 'static) -> (f64, usize, usize) {
+    const BASE: f64 = 500.0;
+    const STEP_AT: f64 = 2.0;
+    const END: f64 = 6.0;
+    let block = Stage::new("block", |_, _| {
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    })
+    .capacity(1 << 20);
+    let source = Stage::asynchronous("load", |_, mut ctx: Ctx| async move {
+        let t0 = Instant::now();
+        let mut sent = 0.0f64;
+        loop {
+            let t = t0.elapsed().as_secs_f64();
+            if t >= END {
+                return Ok(());
+            }
+            let due = if t < STEP_AT {
+                BASE * t
+            } else {
+                BASE * STEP_AT + 10.0 * BASE * (t - STEP_AT)
+            };
+            while sent < due {
+                ctx.send(1, sent as i64)?;
+                sent += 1.0;
+            }
+            ctx.sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .autostart(());
+    let mut g = Graph::new("step");
+    g.connect(&source, 1, &block);
+    let running = g
+        .start(Run::default().controller(controller).maxpar(256))
+        .expect("start");
+    let h = running.handle();
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    while t0.elapsed().as_secs_f64() < END {
+        std::thread::sleep(Duration::from_millis(100));
+        let s = h.snapshot();
+        samples.push((
+            t0.elapsed().as_secs_f64(),
+            s.stage("block").map_or(0, |b| b.handled),
+            s.process.threads,
+        ));
+    }
+    h.quit(());
+    running.wait().expect("run");
+    if std::env::var("LEDA_BENCH_TRACE").is_ok() {
+        for w in samples.windows(2) {
+            let rate = (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0);
+            eprintln!("trace t={:.1} rate={rate:.0} threads={}", w[1].0, w[1].2);
+        }
+    }
+    let mut reached = f64::NAN;
+    for w in samples.windows(3) {
+        let (t_a, n_a, _) = w[0];
+        let (t_b, n_b, _) = w[2];
+        if t_a >= STEP_AT && (n_b - n_a) as f64 / (t_b - t_a) >= 0.9 * 10.0 * BASE {
+            reached = t_b - STEP_AT;
+            break;
+        }
+    }
+    let tail: Vec<usize> = samples
+        .iter()
+        .filter(|s| s.0 >= END - 2.0)
+        .map(|s| s.2)
+        .collect();
+    (
+        reached,
+        tail.iter().copied().min().unwrap_or(0),
+        tail.iter().copied().max().unwrap_or(0),
+    )
+}
+
 fn main() {
     let n = env("LEDA_BENCH_EVENTS", 5_000_000);
     let rounds = env("LEDA_BENCH_ROUNDS", 3).max(1);
@@ -468,6 +548,19 @@ fn main() {
             ],
         );
         bench_line("ring", "Mevents/s", "higher", &["ours", "tokio"], &v);
+    }
+
+    if want("controller-step") {
+        let (ours, lo, hi) = controller_step(Auto::new(num_cpus::get(), 64));
+        println!("# controller-step: auto controller held {lo}..={hi} threads over the last 2 s");
+        let (fixed, _, _) = controller_step(Fixed::new(8));
+        bench_line(
+            "controller-step",
+            "s",
+            "lower",
+            &["ours", "fixed8"],
+            &[ours, fixed],
+        );
     }
 
     if want("spawn") {

@@ -182,6 +182,10 @@ impl Ctx {
                     self.sent.resize(ri + 1, 0);
                 }
                 self.sent[ri] += 1;
+                if self.sent[ri] >= SEND_FLUSH_EVERY {
+                    publish_sent(&self.process, self.stage, ri, self.sent[ri]);
+                    self.sent[ri] = 0;
+                }
                 Ok(())
             }
             Err((error, mut event)) => {
@@ -300,24 +304,32 @@ impl Ctx {
         if self.sent.iter().all(|&c| c == 0) {
             return;
         }
-        let routes = process.stages[self.stage].routes();
         for (ri, c) in self.sent.iter_mut().enumerate() {
-            if *c == 0 {
-                continue;
+            if *c > 0 {
+                publish_sent(process, self.stage, ri, *c);
+                *c = 0;
             }
-            let route = &routes[ri];
-            process.connectors[route.connector]
-                .0
-                .events
-                .fetch_add(*c, Relaxed);
-            if let Target::Local(dest) = route.target {
-                process.stages[dest]
-                    .counters
-                    .received
-                    .fetch_add(*c, Relaxed);
-            }
-            *c = 0;
         }
+    }
+}
+
+/// Sent-event counts are published to the statistics at least this often (and when
+/// the handler call or task ends), so long-running senders show steady rates.
+const SEND_FLUSH_EVERY: u64 = 64;
+
+/// Adds `count` events sent on route `ri` of `stage` to the connector and destination
+/// statistics.
+fn publish_sent(process: &Process, stage: usize, ri: usize, count: u64) {
+    let route = &process.stages[stage].routes()[ri];
+    process.connectors[route.connector]
+        .0
+        .events
+        .fetch_add(count, Relaxed);
+    if let Target::Local(dest) = route.target {
+        process.stages[dest]
+            .counters
+            .received
+            .fetch_add(count, Relaxed);
     }
 }
 

@@ -28,6 +28,10 @@ use super::ctx::Ctx;
 use super::executor::BoxFuture;
 use super::process::Process;
 
+/// Handled-event counts are published to the stage's statistics at least this often
+/// (and at the end of every run of a task), so slow handlers show steady rates.
+const FLUSH_EVERY: u64 = 16;
+
 /// Events a task handles before yielding its worker to other ready tasks.
 pub const BATCH: u32 = 256;
 
@@ -80,15 +84,7 @@ impl Task {
             return;
         }
         let st = &process.stages[a.ctx.stage];
-        // Worker time is sampled: one task in BUSY_SAMPLE is timed and counts for all.
-        let t0 = sample_tick(BUSY_SAMPLE).then(Instant::now);
         let outcome = a.drain(&process);
-        if let Some(t0) = t0 {
-            let busy = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            st.counters
-                .busy_ns
-                .fetch_add(busy.saturating_mul(BUSY_SAMPLE), Relaxed);
-        }
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
@@ -177,8 +173,13 @@ impl Activation {
                 }
             },
         };
+        // One call in LATENCY_SAMPLE is timed: its duration counts (scaled) as worker
+        // time, and, once the event is done, its latency goes to the histogram.
         let started = sample_tick(LATENCY_SAMPLE).then(Instant::now);
         let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, &mut self.ctx)));
+        if let Some(t) = started {
+            add_busy(st, t);
+        }
         match result {
             Ok(Ok(())) => {
                 self.instance = Some(instance);
@@ -210,8 +211,12 @@ impl Activation {
         });
         let waker = Waker::from(cell.clone());
         let mut cx = Context::from_waker(&waker);
+        let timed = sample_tick(LATENCY_SAMPLE).then(Instant::now);
         let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
         let st = &process.stages[self.ctx.stage];
+        if let Some(t) = timed {
+            add_busy(st, t);
+        }
         match result {
             Ok(Poll::Pending) => {
                 self.cell = Some(cell);
@@ -243,6 +248,13 @@ impl Activation {
 
     fn done(&mut self, process: &Process, started: Option<Instant>) {
         self.unflushed += 1;
+        if self.unflushed >= FLUSH_EVERY {
+            process.stages[self.ctx.stage]
+                .counters
+                .handled
+                .fetch_add(self.unflushed, Relaxed);
+            self.unflushed = 0;
+        }
         if let Some(t) = started {
             process.stages[self.ctx.stage]
                 .counters
@@ -296,8 +308,14 @@ fn spin_for_work(st: &super::process::StageRt) -> bool {
 /// Rounds of [`spin_for_work`]: about 200 pause instructions, a few microseconds.
 const SPIN_ROUNDS: u32 = 16;
 
-/// One task in this many has its worker time measured.
-const BUSY_SAMPLE: u64 = 8;
+/// Adds a sampled handler call (or poll) to the stage's worker time, scaled by the
+/// sampling rate (an unbiased estimate the controller divides by events handled).
+fn add_busy(st: &super::process::StageRt, since: Instant) {
+    let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    st.counters
+        .busy_ns
+        .fetch_add(ns.saturating_mul(LATENCY_SAMPLE), Relaxed);
+}
 
 thread_local! {
     static TICK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
