@@ -29,6 +29,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs each contender `rounds` times, alternating, and returns the median of each.
 fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) -> Vec<f64> {
+    // LEDA_BENCH_OURS_ONLY=1 runs only our side (for profiling).
+    let ours_only = std::env::var("LEDA_BENCH_OURS_ONLY").is_ok();
+    let contenders = if ours_only {
+        &mut contenders[..1]
+    } else {
+        contenders
+    };
     for (_, f) in contenders.iter_mut() {
         f(); // warm-up
     }

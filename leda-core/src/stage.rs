@@ -307,6 +307,22 @@ impl Stage {
         self.spec().serial
     }
 
+    /// The instance limit set with [`Stage::maxpar`], if any.
+    pub fn maxpar_setting(&self) -> Option<usize> {
+        self.spec().maxpar
+    }
+
+    /// The queue capacity set with [`Stage::capacity`], if any.
+    pub fn capacity_setting(&self) -> Option<usize> {
+        self.spec().capacity
+    }
+
+    /// Takes the initial events queued with [`Stage::push`] (a launcher ships those of
+    /// remote stages to the process that runs them).
+    pub fn take_pushed(&self) -> Vec<Event> {
+        std::mem::take(&mut self.spec().pushed)
+    }
+
     /// A new stage with the same handler, policy and attributes under another name
     /// (`leda.stage "name" (existing)`); initial events are not copied.
     pub fn clone_as(&self, name: impl Into<String>) -> Stage {

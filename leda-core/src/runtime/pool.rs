@@ -12,7 +12,7 @@
 //! timers; the workers poll the futures and the reactor only wakes them.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,7 +28,7 @@ const IDLE_SPIN: Duration = Duration::from_micros(200);
 
 struct Shared {
     injector: Injector<Task>,
-    stealers: RwLock<Vec<Option<Stealer<Task>>>>,
+    stealers: RwLock<Vec<Option<Victim>>>,
     target: AtomicUsize,
     alive: AtomicUsize,
     sleepers: AtomicUsize,
@@ -39,9 +39,21 @@ struct Shared {
     io: tokio::runtime::Handle,
 }
 
+/// What other workers see of one worker: its deque's far end, and how many tasks it
+/// has started (a thief takes from a worker only while that count stands still, i.e.
+/// while the worker is stuck in one long task; a worker that hops from task to task
+/// keeps its hand-offs, and their caches, to itself).
+struct Victim {
+    stealer: Stealer<Task>,
+    started: Arc<AtomicU64>,
+}
+
 struct Local {
     pool: *const Shared,
     deque: Worker<Task>,
+    started: Arc<AtomicU64>,
+    /// Per victim, the started-count seen at the last look.
+    seen: RefCell<Vec<u64>>,
 }
 
 thread_local! {
@@ -104,32 +116,43 @@ impl Shared {
         self.wakeup.notify_all();
     }
 
-    fn find_task(&self, local: &Worker<Task>, me: usize, tick: u32) -> Option<Task> {
+    fn find_task(&self, local: &Local, me: usize, tick: u32) -> Option<Task> {
         if tick.is_multiple_of(61)
             && let Some(t) = self.injector.steal().success()
         {
             return Some(t);
         }
-        if let Some(t) = local.pop() {
+        if let Some(t) = local.deque.pop() {
             return Some(t);
         }
         loop {
-            match self.injector.steal_batch_and_pop(local) {
+            match self.injector.steal_batch_and_pop(&local.deque) {
                 Steal::Success(t) => return Some(t),
                 Steal::Retry => continue,
                 Steal::Empty => break,
             }
         }
-        let stealers = self.stealers.read().unwrap_or_else(|e| e.into_inner());
-        let n = stealers.len();
+        let victims = self.stealers.read().unwrap_or_else(|e| e.into_inner());
+        let mut seen = local.seen.borrow_mut();
+        seen.resize(victims.len(), u64::MAX);
+        let n = victims.len();
         for k in 1..n {
-            if let Some(Some(st)) = stealers.get((me + k) % n) {
-                loop {
-                    match st.steal() {
-                        Steal::Success(t) => return Some(t),
-                        Steal::Retry => continue,
-                        Steal::Empty => break,
-                    }
+            let v = (me + k) % n;
+            let Some(Some(victim)) = victims.get(v) else {
+                continue;
+            };
+            if victim.stealer.is_empty() {
+                continue;
+            }
+            let started = victim.started.load(Relaxed);
+            if std::mem::replace(&mut seen[v], started) != started {
+                continue; // it moved on since the last look: let it keep its work
+            }
+            loop {
+                match victim.stealer.steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
                 }
             }
         }
@@ -154,11 +177,13 @@ impl Shared {
     }
 }
 
-fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
+fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<AtomicU64>) {
     let _io = shared.io.enter();
     LOCAL.set(Some(Local {
         pool: Arc::as_ptr(&shared),
         deque,
+        started,
+        seen: RefCell::new(Vec::new()),
     }));
     let mut tick = 0u32;
     'work: loop {
@@ -168,19 +193,19 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
         tick = tick.wrapping_add(1);
         let task = LOCAL.with_borrow(|l| {
             let l = l.as_ref().expect("set above");
-            shared.find_task(&l.deque, me, tick)
+            shared.find_task(l, me, tick)
         });
         if let Some(task) = task {
-            shared.busy.fetch_add(1, Relaxed);
-            task.run();
-            shared.busy.fetch_sub(1, Relaxed);
+            run_task(&shared, task);
             continue;
         }
         // Idle: keep looking (stealing included) for a while, spinning then yielding,
         // before sleeping: a sleeping worker costs a futex wake-up per scheduled task.
         let idle_since = Instant::now();
         let backoff = Backoff::new();
-        while idle_since.elapsed() < IDLE_SPIN {
+        let mut looks = 0u32;
+        while looks % 8 != 0 || idle_since.elapsed() < IDLE_SPIN {
+            looks += 1;
             if backoff.is_completed() {
                 std::thread::yield_now();
             } else {
@@ -189,25 +214,21 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
             tick = tick.wrapping_add(1);
             let task = LOCAL.with_borrow(|l| {
                 let l = l.as_ref().expect("set above");
-                shared.find_task(&l.deque, me, tick)
+                shared.find_task(l, me, tick)
             });
             if let Some(task) = task {
-                shared.busy.fetch_add(1, Relaxed);
-                task.run();
-                shared.busy.fetch_sub(1, Relaxed);
+                run_task(&shared, task);
                 continue 'work;
             }
         }
         shared.sleepers.fetch_add(1, SeqCst);
         let found = LOCAL.with_borrow(|l| {
             let l = l.as_ref().expect("set above");
-            shared.find_task(&l.deque, me, 1)
+            shared.find_task(l, me, 1)
         });
         if let Some(task) = found {
             shared.sleepers.fetch_sub(1, SeqCst);
-            shared.busy.fetch_add(1, Relaxed);
-            task.run();
-            shared.busy.fetch_sub(1, Relaxed);
+            run_task(&shared, task);
             continue;
         }
         {
@@ -236,6 +257,17 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>) {
     }
     shared.stealers.write().unwrap_or_else(|e| e.into_inner())[me] = None;
     shared.notify_one();
+}
+
+fn run_task(shared: &Shared, task: Task) {
+    LOCAL.with_borrow(|l| {
+        if let Some(l) = l {
+            l.started.fetch_add(1, Relaxed);
+        }
+    });
+    shared.busy.fetch_add(1, Relaxed);
+    task.run();
+    shared.busy.fetch_sub(1, Relaxed);
 }
 
 impl Executor for Pool {
@@ -282,9 +314,13 @@ impl Executor for Pool {
         shared.target.store(n, SeqCst);
         while shared.alive.load(SeqCst) < n {
             let deque = Worker::new_lifo();
+            let started = Arc::new(AtomicU64::new(0));
             let me = {
                 let mut st = shared.stealers.write().unwrap_or_else(|e| e.into_inner());
-                let stealer = Some(deque.stealer());
+                let stealer = Some(Victim {
+                    stealer: deque.stealer(),
+                    started: started.clone(),
+                });
                 match st.iter().position(Option::is_none) {
                     Some(i) => {
                         st[i] = stealer;
@@ -300,7 +336,7 @@ impl Executor for Pool {
             let s = shared.clone();
             match std::thread::Builder::new()
                 .name(format!("leda-worker-{me}"))
-                .spawn(move || worker(s, me, deque))
+                .spawn(move || worker(s, me, deque, started))
             {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -332,7 +368,12 @@ impl Executor for Pool {
             .stealers
             .read()
             .unwrap_or_else(|e| e.into_inner());
-        self.shared.injector.len() + stealers.iter().flatten().map(Stealer::len).sum::<usize>()
+        self.shared.injector.len()
+            + stealers
+                .iter()
+                .flatten()
+                .map(|v| v.stealer.len())
+                .sum::<usize>()
     }
 }
 

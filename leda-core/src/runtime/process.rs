@@ -52,6 +52,13 @@ struct SpaceWaiters {
     wakers: Mutex<Vec<Waker>>,
 }
 
+/// The producers' side of a stage queue's counters.
+#[derive(Default)]
+struct ProducerSide {
+    pushed: AtomicU64,
+    popped_seen: AtomicU64,
+}
+
 /// The runtime side of one stage.
 pub(crate) struct StageRt {
     pub(crate) name: Arc<str>,
@@ -59,7 +66,10 @@ pub(crate) struct StageRt {
     pub(crate) attrs: Attrs,
     factory: Arc<dyn InstanceFactory>,
     queue: SegQueue<Event>,
-    len: CachePadded<AtomicUsize>,
+    /// Written by producers only: events pushed, and their cached view of `popped`.
+    producers: CachePadded<ProducerSide>,
+    /// Written by consumers only: events popped.
+    popped: CachePadded<AtomicU64>,
     active: CachePadded<AtomicUsize>,
     pub(crate) capacity: AtomicUsize,
     pub(crate) maxpar: AtomicUsize,
@@ -97,7 +107,8 @@ impl StageRt {
             attrs: s.attrs,
             factory: s.factory,
             queue: SegQueue::new(),
-            len: CachePadded::new(AtomicUsize::new(0)),
+            producers: CachePadded::new(ProducerSide::default()),
+            popped: CachePadded::new(AtomicU64::new(0)),
             active: CachePadded::new(AtomicUsize::new(0)),
             capacity: AtomicUsize::new(s.capacity),
             maxpar: AtomicUsize::new(maxpar),
@@ -122,29 +133,43 @@ impl StageRt {
         let _ = self.routes.set(routes.into_boxed_slice());
     }
 
-    /// Pushes an event if the queue has room.
+    /// Pushes an event if the queue has room. The capacity is a soft bound: producers
+    /// racing for the last slot may overshoot it by one event each.
     fn push(&self, ev: Event) -> Result<(), Event> {
-        let cap = self.capacity.load(Relaxed);
-        if self.len.fetch_add(1, SeqCst) >= cap {
-            self.len.fetch_sub(1, SeqCst);
-            self.counters.rejected.fetch_add(1, Relaxed);
-            return Err(ev);
+        let cap = self.capacity.load(Relaxed) as u64;
+        let p = &self.producers;
+        let pushed = p.pushed.load(Relaxed);
+        // Producers check against a cached count of popped events and read the
+        // consumers' counter only when that looks full: no shared write per event.
+        if pushed.saturating_sub(p.popped_seen.load(Relaxed)) >= cap {
+            let popped = self.popped.load(SeqCst);
+            p.popped_seen.store(popped, Relaxed);
+            if pushed.saturating_sub(popped) >= cap {
+                self.counters.rejected.fetch_add(1, Relaxed);
+                return Err(ev);
+            }
         }
         self.queue.push(ev);
+        p.pushed.fetch_add(1, SeqCst);
         Ok(())
     }
 
     /// Pushes an initial event, ignoring the capacity.
     pub(crate) fn push_initial(&self, ev: Event) {
-        self.len.fetch_add(1, SeqCst);
         self.queue.push(ev);
+        self.producers.pushed.fetch_add(1, SeqCst);
         self.counters.received.fetch_add(1, Relaxed);
     }
 
     #[inline]
     pub(crate) fn pop(&self) -> Option<Event> {
         let ev = self.queue.pop()?;
-        self.len.fetch_sub(1, SeqCst);
+        if self.serial {
+            // One consumer: a plain store, no locked instruction.
+            self.popped.store(self.popped.load(Relaxed) + 1, Release);
+        } else {
+            self.popped.fetch_add(1, Release);
+        }
         if self.space.flag.load(SeqCst) {
             self.wake_producers();
         }
@@ -178,11 +203,15 @@ impl StageRt {
     }
 
     pub(crate) fn has_room(&self) -> bool {
-        self.len.load(SeqCst) < self.capacity.load(Relaxed)
+        self.len() < self.capacity.load(Relaxed)
     }
 
+    /// Events queued (pushed and not yet popped).
+    #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.len.load(SeqCst)
+        let popped = self.popped.load(SeqCst);
+        let pushed = self.producers.pushed.load(SeqCst);
+        pushed.saturating_sub(popped) as usize
     }
 
     pub(crate) fn active(&self) -> usize {
@@ -214,7 +243,7 @@ impl StageRt {
             self.idle.push(i);
         }
         self.active.fetch_sub(1, SeqCst);
-        self.len.load(SeqCst) > 0 && self.try_claim()
+        self.len() > 0 && self.try_claim()
     }
 
     /// An idle instance, or a new one built by `init`.

@@ -116,7 +116,7 @@ impl Activation {
                 None => match st.pop() {
                     Some(ev) => {
                         // More work than this instance: wake another, up to maxpar.
-                        if st.len() > 0 {
+                        if st.active() < st.maxpar.load(Relaxed) && st.len() > 0 {
                             process.activate(self.ctx.stage);
                         }
                         ev
