@@ -204,7 +204,7 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
         let idle_since = Instant::now();
         let backoff = Backoff::new();
         let mut looks = 0u32;
-        while looks % 8 != 0 || idle_since.elapsed() < IDLE_SPIN {
+        while !looks.is_multiple_of(8) || idle_since.elapsed() < IDLE_SPIN {
             looks += 1;
             if backoff.is_completed() {
                 std::thread::yield_now();
