@@ -45,6 +45,7 @@ pub struct Run {
     stats_interval: Duration,
     process: Option<String>,
     remote: Option<Arc<dyn RemoteLinks>>,
+    executor: Option<Arc<dyn Executor>>,
 }
 
 impl Default for Run {
@@ -59,6 +60,7 @@ impl Default for Run {
             stats_interval: Duration::from_secs(1),
             process: None,
             remote: None,
+            executor: None,
         }
     }
 }
@@ -106,6 +108,13 @@ impl Run {
     /// cluster's first process).
     pub fn process(mut self, addr: impl Into<String>) -> Self {
         self.process = Some(addr.into());
+        self
+    }
+
+    /// Runs the tasks on `executor` instead of a worker pool (a deterministic simulator,
+    /// say): it gets every ready task through [`Executor::schedule`] and provides time.
+    pub fn executor(mut self, executor: Arc<dyn Executor>) -> Self {
+        self.executor = Some(executor);
         self
     }
 
@@ -240,16 +249,24 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         });
     }
 
-    let io = pool::Io::start().map_err(|source| RunError::Io {
-        context: "starting the asynchronous-events thread".into(),
-        source,
-    })?;
-    let pool = Arc::new(pool::Pool::new(io.handle()));
+    // The real executor (worker pool + events thread), unless one was supplied.
+    let (exec, real): (Arc<dyn Executor>, Option<(Arc<pool::Pool>, pool::Io)>) =
+        match opts.executor.take() {
+            Some(e) => (e, None),
+            None => {
+                let io = pool::Io::start().map_err(|source| RunError::Io {
+                    context: "starting the asynchronous-events thread".into(),
+                    source,
+                })?;
+                let pool = Arc::new(pool::Pool::new(io.handle()));
+                (pool.clone(), Some((pool, io)))
+            }
+        };
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let process = Arc::new(Process::new(
         stages,
         connectors,
-        pool.clone(),
+        exec.clone(),
         Box::new(move || {
             let _ = done_tx.try_send(());
         }),
@@ -273,7 +290,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         None => None,
     };
 
-    pool.set_threads(initial_threads);
+    exec.set_threads(initial_threads);
     apply_auto_maxpar(&process, initial_threads, opts.maxpar.is_some());
     controller.start(&mut Knobs::new(&process, opts.maxpar.is_some()));
     for (i, st) in process.stages.iter().enumerate() {
@@ -287,8 +304,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     };
     let supervisor = Supervisor {
         process,
-        pool,
-        io,
+        real,
         controller,
         opts,
         done_rx,
@@ -414,8 +430,8 @@ impl ProcessHandle {
 
 struct Supervisor {
     process: Arc<Process>,
-    pool: Arc<pool::Pool>,
-    io: pool::Io,
+    /// The worker pool and events thread, when this run owns them.
+    real: Option<(Arc<pool::Pool>, pool::Io)>,
     controller: Box<dyn Controller>,
     opts: Run,
     done_rx: crossbeam_channel::Receiver<()>,
@@ -427,8 +443,7 @@ impl Supervisor {
     fn run(self) -> Result<RunReport, RunError> {
         let Supervisor {
             process,
-            pool,
-            io,
+            real,
             mut controller,
             opts,
             done_rx,
@@ -483,15 +498,17 @@ impl Supervisor {
         process
             .stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let threads = pool.threads();
-        pool.shutdown();
+        let threads = process.exec.threads();
+        if let Some((pool, _)) = &real {
+            pool.shutdown();
+        }
         let mut stats = snapshot(&process);
         stats.process.threads = threads;
         stats.rates_from(&prev_snapshot);
         if let Some(out) = stats_out.as_mut() {
             write_line(out, &stats)?;
         }
-        drop(io);
+        drop(real);
         let quit = process.take_ending();
         Ok(RunReport {
             reason,
