@@ -250,7 +250,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     }
 
     // The real executor (worker pool + events thread), unless one was supplied.
-    let (exec, real): (Arc<dyn Executor>, Option<(Arc<pool::Pool>, pool::Io)>) =
+    let (exec, real): (Arc<dyn Executor>, Option<RealExecutor>) =
         match opts.executor.take() {
             Some(e) => (e, None),
             None => {
@@ -428,10 +428,13 @@ impl ProcessHandle {
     }
 }
 
+/// The worker pool and the asynchronous-events thread it uses.
+type RealExecutor = (Arc<pool::Pool>, pool::Io);
+
 struct Supervisor {
     process: Arc<Process>,
     /// The worker pool and events thread, when this run owns them.
-    real: Option<(Arc<pool::Pool>, pool::Io)>,
+    real: Option<RealExecutor>,
     controller: Box<dyn Controller>,
     opts: Run,
     done_rx: crossbeam_channel::Receiver<()>,
