@@ -250,18 +250,17 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     }
 
     // The real executor (worker pool + events thread), unless one was supplied.
-    let (exec, real): (Arc<dyn Executor>, Option<RealExecutor>) =
-        match opts.executor.take() {
-            Some(e) => (e, None),
-            None => {
-                let io = pool::Io::start().map_err(|source| RunError::Io {
-                    context: "starting the asynchronous-events thread".into(),
-                    source,
-                })?;
-                let pool = Arc::new(pool::Pool::new(io.handle()));
-                (pool.clone(), Some((pool, io)))
-            }
-        };
+    let (exec, real): (Arc<dyn Executor>, Option<RealExecutor>) = match opts.executor.take() {
+        Some(e) => (e, None),
+        None => {
+            let io = pool::Io::start().map_err(|source| RunError::Io {
+                context: "starting the asynchronous-events thread".into(),
+                source,
+            })?;
+            let pool = Arc::new(pool::Pool::new(io.handle()));
+            (pool.clone(), Some((pool, io)))
+        }
+    };
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let process = Arc::new(Process::new(
         stages,

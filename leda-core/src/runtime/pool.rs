@@ -191,11 +191,7 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
             break;
         }
         tick = tick.wrapping_add(1);
-        let task = LOCAL.with_borrow(|l| {
-            let l = l.as_ref().expect("set above");
-            shared.find_task(l, me, tick)
-        });
-        if let Some(task) = task {
+        if let Some(task) = next_task(&shared, me, tick) {
             run_task(&shared, task);
             continue;
         }
@@ -212,21 +208,13 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
                 backoff.snooze();
             }
             tick = tick.wrapping_add(1);
-            let task = LOCAL.with_borrow(|l| {
-                let l = l.as_ref().expect("set above");
-                shared.find_task(l, me, tick)
-            });
-            if let Some(task) = task {
+            if let Some(task) = next_task(&shared, me, tick) {
                 run_task(&shared, task);
                 continue 'work;
             }
         }
         shared.sleepers.fetch_add(1, SeqCst);
-        let found = LOCAL.with_borrow(|l| {
-            let l = l.as_ref().expect("set above");
-            shared.find_task(l, me, 1)
-        });
-        if let Some(task) = found {
+        if let Some(task) = next_task(&shared, me, 1) {
             shared.sleepers.fetch_sub(1, SeqCst);
             run_task(&shared, task);
             continue;
@@ -257,6 +245,11 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
     }
     shared.stealers.write().unwrap_or_else(|e| e.into_inner())[me] = None;
     shared.notify_one();
+}
+
+/// The next task for this worker (its own deque, the injector, or a stuck worker's).
+fn next_task(shared: &Shared, me: usize, tick: u32) -> Option<Task> {
+    LOCAL.with_borrow(|l| l.as_ref().and_then(|l| shared.find_task(l, me, tick)))
 }
 
 fn run_task(shared: &Shared, task: Task) {

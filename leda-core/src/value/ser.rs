@@ -201,38 +201,26 @@ impl SerializeSeq for SeqBuilder {
     }
 }
 
-impl ser::SerializeTuple for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ValueError> {
-        SerializeSeq::serialize_element(self, v)
-    }
-    fn end(self) -> R {
-        SerializeSeq::end(self)
-    }
+/// Tuples, tuple structs and tuple variants build arrays like sequences do.
+macro_rules! seq_like {
+    ($($tr:ident :: $method:ident),*) => {$(
+        impl ser::$tr for SeqBuilder {
+            type Ok = Value;
+            type Error = ValueError;
+            fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ValueError> {
+                SerializeSeq::serialize_element(self, v)
+            }
+            fn end(self) -> R {
+                SerializeSeq::end(self)
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeTupleStruct for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ValueError> {
-        SerializeSeq::serialize_element(self, v)
-    }
-    fn end(self) -> R {
-        SerializeSeq::end(self)
-    }
-}
-
-impl ser::SerializeTupleVariant for SeqBuilder {
-    type Ok = Value;
-    type Error = ValueError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ValueError> {
-        SerializeSeq::serialize_element(self, v)
-    }
-    fn end(self) -> R {
-        SerializeSeq::end(self)
-    }
-}
+seq_like!(
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 /// Builds maps, structs and struct variants.
 pub(super) struct MapBuilder {
