@@ -11,6 +11,7 @@ mod ctx;
 pub mod executor;
 mod pool;
 pub(crate) mod process;
+mod queue;
 mod task;
 
 use std::collections::HashMap;

@@ -16,6 +16,8 @@ use std::task::Waker;
 use std::time::Instant;
 
 use crossbeam_queue::SegQueue;
+
+use super::queue::EventQueue;
 use crossbeam_utils::CachePadded;
 
 use crate::connector::ConnectorKind;
@@ -65,7 +67,7 @@ pub(crate) struct StageRt {
     pub(crate) serial: bool,
     pub(crate) attrs: Attrs,
     factory: Arc<dyn InstanceFactory>,
-    queue: SegQueue<Event>,
+    queue: EventQueue,
     /// Written by producers only: events pushed, and their cached view of `popped`.
     producers: CachePadded<ProducerSide>,
     /// Written by consumers only: events popped.
@@ -106,7 +108,7 @@ impl StageRt {
             serial: s.serial,
             attrs: s.attrs,
             factory: s.factory,
-            queue: SegQueue::new(),
+            queue: EventQueue::new(),
             producers: CachePadded::new(ProducerSide::default()),
             popped: CachePadded::new(AtomicU64::new(0)),
             active: CachePadded::new(AtomicUsize::new(0)),
