@@ -140,6 +140,8 @@ pub struct StageSnapshot {
     pub instances: usize,
     /// Instances bound to work (ready, running or waiting).
     pub active: usize,
+    /// Instances parked in the stage's pool, ready for the next event.
+    pub idle: usize,
     /// Instances parked on an asynchronous operation.
     pub waiting: usize,
     /// Instance limit.

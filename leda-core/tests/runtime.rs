@@ -118,8 +118,11 @@ fn maxpar_bounds_concurrent_instances_and_instances_are_recycled() {
         inits.load(SeqCst) <= 3,
         "instances are recycled, not rebuilt per event"
     );
-    assert_eq!(r.stats.stage("work").unwrap().handled, 300);
-    assert_eq!(r.stats.stage("work").unwrap().maxpar, 3);
+    let st = r.stats.stage("work").unwrap();
+    assert_eq!(st.handled, 300);
+    assert_eq!(st.maxpar, 3);
+    assert_eq!(st.active, 0, "an idle run has no active instance");
+    assert_eq!(st.idle, st.instances, "every live instance is back in the idle pool");
 }
 
 #[test]

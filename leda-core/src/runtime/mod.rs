@@ -556,6 +556,7 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 queue_capacity: st.capacity.load(Relaxed),
                 instances: st.instances.load(Relaxed),
                 active: st.active(),
+                idle: st.idle_len(),
                 waiting: st.waiting.load(Relaxed),
                 maxpar: st.maxpar.load(Relaxed),
                 created: c.created.load(Relaxed),

@@ -259,6 +259,11 @@ impl StageRt {
         Ok(i)
     }
 
+    /// Instances in the idle pool.
+    pub(crate) fn idle_len(&self) -> usize {
+        self.idle.len()
+    }
+
     /// Destroys a dead instance.
     pub(crate) fn destroy(&self, instance: Box<dyn Handler>) {
         self.instances.fetch_sub(1, Relaxed);
