@@ -122,7 +122,10 @@ fn maxpar_bounds_concurrent_instances_and_instances_are_recycled() {
     assert_eq!(st.handled, 300);
     assert_eq!(st.maxpar, 3);
     assert_eq!(st.active, 0, "an idle run has no active instance");
-    assert_eq!(st.idle, st.instances, "every live instance is back in the idle pool");
+    assert_eq!(
+        st.idle, st.instances,
+        "every live instance is back in the idle pool"
+    );
 }
 
 #[test]

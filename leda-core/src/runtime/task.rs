@@ -158,9 +158,10 @@ impl Activation {
                 .record(stamp.at.elapsed());
         }
         // The event is consumed by the handler: keep a copy only where a failure would
-        // need it (an `error` port, or a log subscriber that records warnings).
+        // need it (an `error` port, or a log subscriber that records failed events; turn
+        // that off with the filter directive `leda::failed_event=off`).
         let keep_copy = st.error_route.get().is_some_and(Option::is_some)
-            || tracing::enabled!(tracing::Level::WARN);
+            || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let copy = keep_copy.then(|| ev.clone_args());
         let mut instance = match self.instance.take() {
             Some(i) => i,
@@ -268,7 +269,7 @@ impl Activation {
         let st = &process.stages[self.ctx.stage];
         self.unflushed += 1;
         st.counters.errors.fetch_add(1, Relaxed);
-        tracing::warn!(stage = %st.name, event = %event, error, "handler failed; instance destroyed");
+        tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "handler failed; instance destroyed");
         if let Some(Some(_)) = st.error_route.get() {
             let mut report = Event::new().with(st.name.to_string()).with(error);
             for v in event.into_args() {
