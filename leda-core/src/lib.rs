@@ -14,6 +14,7 @@
 //!   validation (`part`, `map`, `verify`);
 //! * [`runtime`]: the process runtime (queues, instances, worker pool, `Ctx`);
 //! * [`stats`], [`controller`]: the statistics collector and pool controllers;
+//! * [`sim`]: deterministic simulation of a mapped graph in virtual time;
 //! * [`error`]: send and run errors.
 //!
 //! ```
@@ -49,6 +50,7 @@ pub mod event;
 pub mod graph;
 pub mod port;
 pub mod runtime;
+pub mod sim;
 pub mod stage;
 pub mod stats;
 pub mod value;

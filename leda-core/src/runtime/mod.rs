@@ -417,6 +417,13 @@ impl ProcessHandle {
         self.process.quit(values.into());
     }
 
+    /// `true` once the run is ending (`quit` was called, here or through a handle).
+    pub fn is_stopping(&self) -> bool {
+        self.process
+            .stopping
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// `true` when nothing is queued, running, waiting or in flight in this process.
     pub fn is_quiescent(&self) -> bool {
         self.process.is_quiescent()

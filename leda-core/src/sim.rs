@@ -1,0 +1,614 @@
+//! Deterministic simulation: every cluster of a mapped graph runs as a simulated
+//! process inside this OS process, on one thread, in virtual time, over a modelled
+//! network (latency, FIFO or not, loss, duplication, delay spikes, crashes). The same
+//! seed gives the same trace, byte for byte.
+//!
+//! The simulator plugs into the two seams of the runtime: each simulated process gets
+//! an [`Executor`] that queues its tasks on the simulation's single ready queue and
+//! gives virtual time, and [`RemoteLinks`] whose sinks turn a remote send into a
+//! delivery scheduled on the virtual clock. Handlers, stages and graphs are unchanged.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leda_core::prelude::*;
+//! use leda_core::sim::{Latency, Simulation};
+//!
+//! let ping = Stage::new("ping", |ev: Event, ctx: &mut Ctx| {
+//!     let n: i64 = ev.get(0)?;
+//!     if n == 3 { ctx.quit(n) } else { ctx.send(1, n + 1)? }
+//!     Ok(())
+//! }).autostart(0);
+//! let pong = Stage::new("pong", |ev: Event, ctx: &mut Ctx| {
+//!     ctx.send(1, ev.get::<i64>(0)?)?;
+//!     Ok(())
+//! });
+//! let mut g = Graph::new("pingpong");
+//! g.connect(&ping, 1, &pong);
+//! g.connect(&pong, 1, &ping);
+//! g.part([Cluster::of([&ping]), Cluster::of([&pong])]).unwrap().map(["sim:1", "sim:2"]).unwrap();
+//! let report = Simulation::new(7).latency(Latency::Constant(Duration::from_millis(5))).run(&g).unwrap();
+//! assert_eq!(report.quit.unwrap().get::<i64>(0).unwrap(), 3);
+//! assert_eq!(report.time, Duration::from_millis(30)); // 6 one-way trips of 5 ms
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::error::{Rejected, RunError, SendError};
+use crate::event::Event;
+use crate::graph::Graph;
+use crate::runtime::executor::{BoxFuture, Executor, RemoteLinks, RemoteSink};
+use crate::runtime::{ProcessHandle, Run, RunReport, Running, Task};
+
+/// A seeded pseudo-random generator (SplitMix64): small, fast, reproducible everywhere.
+#[derive(Clone, Debug)]
+pub struct SimRng(u64);
+
+impl SimRng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        SimRng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A float in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One-way latency of a link.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Latency {
+    /// Always this long.
+    Constant(Duration),
+    /// Uniform between the two bounds.
+    Uniform(Duration, Duration),
+    /// Exponential with this mean.
+    Exponential(Duration),
+}
+
+impl Latency {
+    fn sample(&self, rng: &mut SimRng) -> Duration {
+        match *self {
+            Latency::Constant(d) => d,
+            Latency::Uniform(a, b) => {
+                let (lo, hi) = (a.min(b).as_nanos() as f64, a.max(b).as_nanos() as f64);
+                Duration::from_nanos((lo + (hi - lo) * rng.unit()) as u64)
+            }
+            Latency::Exponential(mean) => {
+                let u = 1.0 - rng.unit(); // (0, 1]
+                Duration::from_nanos((-u.ln() * mean.as_nanos() as f64) as u64)
+            }
+        }
+    }
+}
+
+/// The network model between simulated processes.
+#[derive(Clone, Debug)]
+pub struct NetModel {
+    /// One-way latency.
+    pub latency: Latency,
+    /// Deliver in send order on each link (sender process → receiver process).
+    pub fifo: bool,
+    /// Probability that an event is lost.
+    pub loss: f64,
+    /// Probability that an event is delivered twice.
+    pub duplicate: f64,
+    /// Probability of a delay spike, and its extra delay.
+    pub spike: (f64, Duration),
+}
+
+impl Default for NetModel {
+    fn default() -> Self {
+        NetModel {
+            latency: Latency::Constant(Duration::from_millis(1)),
+            fifo: true,
+            loss: 0.0,
+            duplicate: 0.0,
+            spike: (0.0, Duration::ZERO),
+        }
+    }
+}
+
+/// A configured simulation.
+pub struct Simulation {
+    seed: u64,
+    net: NetModel,
+    overrides: HashMap<(String, String), NetModel>,
+    crashes: Vec<(String, Duration)>,
+    until: Option<Duration>,
+    maxpar: Option<usize>,
+}
+
+/// What a simulation returns.
+#[derive(Debug)]
+pub struct SimReport {
+    /// Virtual time when the simulation ended.
+    pub time: Duration,
+    /// The values passed to `quit`, if a handler called it.
+    pub quit: Option<Event>,
+    /// One line per network event (send, deliver, lose, duplicate, crash), in order.
+    pub trace: Vec<String>,
+    /// Each simulated process' own report, by address.
+    pub processes: Vec<(String, RunReport)>,
+    /// Events lost by the network model or sent to a crashed process.
+    pub lost: u64,
+}
+
+impl Simulation {
+    /// A simulation with this seed and the default network (1 ms constant latency, FIFO,
+    /// no loss).
+    pub fn new(seed: u64) -> Self {
+        Simulation {
+            seed,
+            net: NetModel::default(),
+            overrides: HashMap::new(),
+            crashes: Vec::new(),
+            until: None,
+            maxpar: None,
+        }
+    }
+
+    /// The network model of every link.
+    pub fn net(mut self, net: NetModel) -> Self {
+        self.net = net;
+        self
+    }
+
+    /// The latency of every link.
+    pub fn latency(mut self, latency: Latency) -> Self {
+        self.net.latency = latency;
+        self
+    }
+
+    /// A different model for the link from process `from` to process `to`.
+    pub fn link(mut self, from: &str, to: &str, net: NetModel) -> Self {
+        self.overrides.insert((from.to_owned(), to.to_owned()), net);
+        self
+    }
+
+    /// Process `addr` crashes (stops, crash-stop) at virtual time `at`.
+    pub fn crash(mut self, addr: &str, at: Duration) -> Self {
+        self.crashes.push((addr.to_owned(), at));
+        self
+    }
+
+    /// Stop at this virtual time at the latest.
+    pub fn until(mut self, t: Duration) -> Self {
+        self.until = Some(t);
+        self
+    }
+
+    /// The default `maxpar` of parallel stages in every simulated process.
+    pub fn maxpar(mut self, n: usize) -> Self {
+        self.maxpar = Some(n);
+        self
+    }
+
+    /// Runs `graph` (partitioned and mapped; an unmapped graph is one process) until a
+    /// handler quits, nothing is left to do, or the `until` time.
+    pub fn run(self, graph: &Graph) -> Result<SimReport, RunError> {
+        let plan = graph.verify()?;
+        let addrs: Vec<String> = match &plan.processes {
+            Some(procs) => procs.iter().flat_map(|p| p.0.iter().cloned()).collect(),
+            None => vec!["sim:0".to_owned()],
+        };
+        let core = Arc::new(Core {
+            state: Mutex::new(State {
+                now: Duration::ZERO,
+                seq: 0,
+                ready: VecDeque::new(),
+                timers: BinaryHeap::new(),
+                actions: HashMap::new(),
+                rng: SimRng::new(self.seed),
+                trace: Vec::new(),
+                dead: vec![false; addrs.len()],
+                last_delivery: HashMap::new(),
+                handles: Vec::new(),
+                lost: 0,
+                quitter: None,
+            }),
+            addrs: addrs.clone(),
+            net: self.net.clone(),
+            overrides: self.overrides.clone(),
+        });
+        let mapped = plan.processes.is_some();
+        let mut running: Vec<(String, Running)> = Vec::new();
+        for (pid, addr) in addrs.iter().enumerate() {
+            let exec = Arc::new(SimExec {
+                core: core.clone(),
+                pid,
+            });
+            let mut opts = Run::default().executor(exec);
+            if let Some(m) = self.maxpar {
+                opts = opts.maxpar(m);
+            }
+            if mapped {
+                opts = opts.process(addr.clone()).remote(Arc::new(SimLinks {
+                    core: core.clone(),
+                    pid,
+                }));
+            }
+            let r = graph.start(opts)?;
+            core.lock().handles.push(r.handle());
+            running.push((addr.clone(), r));
+        }
+        for (addr, at) in &self.crashes {
+            if let Some(pid) = addrs.iter().position(|a| a == addr) {
+                core.lock().at(*at, Action::Crash(pid));
+            }
+        }
+        core.drive(self.until);
+        let (time, quitter) = {
+            let s = core.lock();
+            (s.now, s.quitter)
+        };
+        let handles: Vec<ProcessHandle> = running.iter().map(|(_, r)| r.handle()).collect();
+        for h in &handles {
+            h.quit(Event::new());
+        }
+        let mut processes = Vec::new();
+        let mut quit = None;
+        for (pid, (addr, r)) in running.into_iter().enumerate() {
+            let mut report = r.wait()?;
+            if Some(pid) == quitter {
+                quit = report.quit.take();
+            }
+            processes.push((addr, report));
+        }
+        let mut s = core.lock();
+        Ok(SimReport {
+            time,
+            quit,
+            trace: std::mem::take(&mut s.trace),
+            processes,
+            lost: s.lost,
+        })
+    }
+}
+
+enum Action {
+    Wake(Waker),
+    Deliver {
+        to: usize,
+        stage: String,
+        event: Event,
+        from: usize,
+        from_stage: String,
+    },
+    Crash(usize),
+}
+
+struct State {
+    now: Duration,
+    seq: u64,
+    ready: VecDeque<(usize, Task)>,
+    timers: BinaryHeap<Reverse<(Duration, u64)>>,
+    actions: HashMap<u64, Action>,
+    rng: SimRng,
+    trace: Vec<String>,
+    dead: Vec<bool>,
+    last_delivery: HashMap<(usize, usize), Duration>,
+    handles: Vec<ProcessHandle>,
+    lost: u64,
+    /// The live process whose handler ended the run.
+    quitter: Option<usize>,
+}
+
+impl State {
+    fn at(&mut self, t: Duration, action: Action) -> u64 {
+        self.seq += 1;
+        self.timers.push(Reverse((t, self.seq)));
+        self.actions.insert(self.seq, action);
+        self.seq
+    }
+
+    fn log(&mut self, line: std::fmt::Arguments<'_>) {
+        let mut s = String::new();
+        let _ = write!(s, "{:>12.6} ", self.now.as_secs_f64());
+        let _ = s.write_fmt(line);
+        self.trace.push(s);
+    }
+}
+
+struct Core {
+    state: Mutex<State>,
+    addrs: Vec<String>,
+    net: NetModel,
+    overrides: HashMap<(String, String), NetModel>,
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs ready tasks; when none is left, moves the clock to the next timed action.
+    fn drive(&self, until: Option<Duration>) {
+        loop {
+            let next = self.lock().ready.pop_front();
+            if let Some((pid, task)) = next {
+                if !self.lock().dead[pid] {
+                    task.run();
+                }
+                if self.check_quit() {
+                    return;
+                }
+                continue;
+            }
+            let action = {
+                let mut s = self.lock();
+                let Some(Reverse((t, id))) = s.timers.pop() else {
+                    return;
+                };
+                if until.is_some_and(|u| t > u) {
+                    s.now = until.unwrap_or(t);
+                    return;
+                }
+                s.now = s.now.max(t);
+                s.actions.remove(&id)
+            };
+            match action {
+                Some(Action::Wake(w)) => w.wake(),
+                Some(Action::Deliver {
+                    to,
+                    stage,
+                    event,
+                    from,
+                    from_stage,
+                }) => self.deliver(to, &stage, event, from, &from_stage),
+                Some(Action::Crash(pid)) => {
+                    let mut s = self.lock();
+                    s.dead[pid] = true;
+                    let addr = self.addrs[pid].clone();
+                    s.log(format_args!("crash {addr}"));
+                    let h = s.handles[pid].clone();
+                    drop(s);
+                    h.quit(Event::new());
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// `true` once a live process' handler called `quit` (recorded as the quitter).
+    fn check_quit(&self) -> bool {
+        let mut s = self.lock();
+        if s.quitter.is_none() {
+            s.quitter = (0..s.handles.len()).find(|&p| !s.dead[p] && s.handles[p].is_stopping());
+        }
+        s.quitter.is_some()
+    }
+
+    fn deliver(&self, to: usize, stage: &str, event: Event, from: usize, from_stage: &str) {
+        let mut s = self.lock();
+        let (to_addr, from_addr) = (self.addrs[to].clone(), self.addrs[from].clone());
+        if s.dead[to] {
+            s.lost += 1;
+            s.log(format_args!(
+                "drop {from_addr}/{from_stage} -> {to_addr}/{stage} (crashed) {event}"
+            ));
+            return;
+        }
+        let h = s.handles[to].clone();
+        let Some(idx) = h.stage_index(stage) else {
+            s.lost += 1;
+            s.log(format_args!(
+                "drop {from_addr}/{from_stage} -> {to_addr}/{stage} (no such stage)"
+            ));
+            return;
+        };
+        s.log(format_args!(
+            "deliver {from_addr}/{from_stage} -> {to_addr}/{stage} {event}"
+        ));
+        drop(s);
+        if let Err(r) = h.inject(idx, event) {
+            // The receiver's queue is full: report to the sender, as a transport would.
+            let mut s = self.lock();
+            s.lost += 1;
+            s.log(format_args!("refused {to_addr}/{stage}: {}", r.error));
+            let sender = s.handles[from].clone();
+            drop(s);
+            if let Some(i) = sender.stage_index(from_stage) {
+                sender.report_failed(i, &r.error, r.event);
+            }
+        }
+    }
+}
+
+struct SimExec {
+    core: Arc<Core>,
+    pid: usize,
+}
+
+impl Executor for SimExec {
+    fn schedule(&self, task: Task) {
+        self.core.lock().ready.push_back((self.pid, task));
+    }
+    fn now(&self) -> f64 {
+        self.core.lock().now.as_secs_f64()
+    }
+    fn sleep(&self, d: Duration) -> BoxFuture<()> {
+        let deadline = self.core.lock().now + d;
+        Box::pin(SimSleep {
+            core: self.core.clone(),
+            deadline,
+            timer: None,
+        })
+    }
+    fn threads(&self) -> usize {
+        1
+    }
+    fn set_threads(&self, _: usize) {}
+    fn busy_threads(&self) -> usize {
+        0
+    }
+    fn ready_len(&self) -> usize {
+        self.core
+            .lock()
+            .ready
+            .iter()
+            .filter(|(p, _)| *p == self.pid)
+            .count()
+    }
+}
+
+struct SimSleep {
+    core: Arc<Core>,
+    deadline: Duration,
+    timer: Option<u64>,
+}
+
+impl Future for SimSleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let core = self.core.clone();
+        let mut s = core.lock();
+        if s.now >= self.deadline {
+            return Poll::Ready(());
+        }
+        if let Some(id) = self.timer {
+            s.actions.insert(id, Action::Wake(cx.waker().clone()));
+        } else {
+            let id = s.at(self.deadline, Action::Wake(cx.waker().clone()));
+            self.timer = Some(id);
+        }
+        Poll::Pending
+    }
+}
+
+struct SimLinks {
+    core: Arc<Core>,
+    pid: usize,
+}
+
+impl RemoteLinks for SimLinks {
+    fn sink(
+        &self,
+        from: &str,
+        to: &str,
+        _cluster: usize,
+        processes: &[String],
+    ) -> Result<Arc<dyn RemoteSink>, String> {
+        let targets: Vec<usize> = processes
+            .iter()
+            .map(|a| {
+                self.core
+                    .addrs
+                    .iter()
+                    .position(|x| x == a)
+                    .ok_or_else(|| format!("unknown process {a}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Arc::new(SimSink {
+            core: self.core.clone(),
+            from: self.pid,
+            from_stage: from.to_owned(),
+            to: to.to_owned(),
+            targets,
+            next: Mutex::new(0),
+        }))
+    }
+}
+
+struct SimSink {
+    core: Arc<Core>,
+    from: usize,
+    from_stage: String,
+    to: String,
+    targets: Vec<usize>,
+    next: Mutex<usize>,
+}
+
+impl RemoteSink for SimSink {
+    fn send(&self, event: Event) -> Result<(), Rejected> {
+        let target = {
+            let mut n = self.next.lock().unwrap_or_else(|e| e.into_inner());
+            let t = self.targets[*n % self.targets.len()];
+            *n += 1;
+            t
+        };
+        let core = &self.core;
+        let mut s = core.lock();
+        if s.dead[self.from] {
+            return Err(Rejected {
+                error: SendError::Stopped,
+                event,
+            });
+        }
+        let (from_addr, to_addr) = (&core.addrs[self.from], &core.addrs[target]);
+        let net = core
+            .overrides
+            .get(&(from_addr.clone(), to_addr.clone()))
+            .unwrap_or(&core.net);
+        s.log(format_args!(
+            "send {from_addr}/{} -> {to_addr}/{} {event}",
+            self.from_stage, self.to
+        ));
+        if s.rng.unit() < net.loss {
+            s.lost += 1;
+            s.log(format_args!(
+                "lose {from_addr}/{} -> {to_addr}/{}",
+                self.from_stage, self.to
+            ));
+            return Ok(());
+        }
+        let copies = if s.rng.unit() < net.duplicate { 2 } else { 1 };
+        let mut event = Some(event);
+        for copy in 0..copies {
+            let mut delay = net.latency.sample(&mut s.rng);
+            if s.rng.unit() < net.spike.0 {
+                delay += net.spike.1;
+            }
+            let mut at = s.now + delay;
+            if net.fifo {
+                let last = s
+                    .last_delivery
+                    .entry((self.from, target))
+                    .or_insert(Duration::ZERO);
+                at = at.max(*last);
+                *last = at;
+            }
+            if copy == 1 {
+                s.log(format_args!(
+                    "duplicate {from_addr}/{} -> {to_addr}/{}",
+                    self.from_stage, self.to
+                ));
+            }
+            let Some(original) = event.take() else { break };
+            let ev = if copy + 1 < copies {
+                let dup = original.clone_args();
+                event = Some(original);
+                dup
+            } else {
+                original
+            };
+            s.at(
+                at,
+                Action::Deliver {
+                    to: target,
+                    stage: self.to.clone(),
+                    event: ev,
+                    from: self.from,
+                    from_stage: self.from_stage.clone(),
+                },
+            );
+        }
+        Ok(())
+    }
+}
