@@ -15,6 +15,7 @@
 //! * [`runtime`]: the process runtime (queues, instances, worker pool, `Ctx`);
 //! * [`stats`], [`controller`]: the statistics collector and pool controllers;
 //! * [`sim`]: deterministic simulation of a mapped graph in virtual time;
+//! * [`dashboard`]: the per-process HTTP endpoint (page, JSON, Prometheus, controls);
 //! * [`error`]: send and run errors.
 //!
 //! ```
@@ -45,6 +46,7 @@
 pub mod cluster;
 pub mod connector;
 pub mod controller;
+pub mod dashboard;
 pub mod error;
 pub mod event;
 pub mod graph;

@@ -26,6 +26,7 @@ pub use ctx::{Ctx, PortKey};
 pub use task::{BATCH, Task};
 
 use crate::controller::{Controller, Fixed, Knobs};
+use crate::dashboard::{ClusterInfo, DashboardConfig, GraphInfo, StageInfo};
 use crate::error::RunError;
 use crate::event::Event;
 use crate::graph::Graph;
@@ -47,6 +48,7 @@ pub struct Run {
     process: Option<String>,
     remote: Option<Arc<dyn RemoteLinks>>,
     executor: Option<Arc<dyn Executor>>,
+    dashboard: Option<DashboardConfig>,
 }
 
 impl Default for Run {
@@ -62,6 +64,7 @@ impl Default for Run {
             process: None,
             remote: None,
             executor: None,
+            dashboard: None,
         }
     }
 }
@@ -109,6 +112,31 @@ impl Run {
     /// cluster's first process).
     pub fn process(mut self, addr: impl Into<String>) -> Self {
         self.process = Some(addr.into());
+        self
+    }
+
+    /// Serves the dashboard (statistics, metrics, graph, controls; see
+    /// [`crate::dashboard`]) on `addr` (`127.0.0.1:PORT`; port 0 picks one, see
+    /// [`Running::dashboard_addr`]).
+    pub fn dashboard(mut self, addr: impl Into<String>) -> Self {
+        let token = self.dashboard.take().and_then(|d| d.token);
+        self.dashboard = Some(DashboardConfig {
+            addr: addr.into(),
+            token,
+        });
+        self
+    }
+
+    /// The token the dashboard requires on every request (required off loopback).
+    pub fn dashboard_token(mut self, token: impl Into<String>) -> Self {
+        let addr = self
+            .dashboard
+            .take()
+            .map_or_else(|| "127.0.0.1:0".to_owned(), |d| d.addr);
+        self.dashboard = Some(DashboardConfig {
+            addr,
+            token: Some(token.into()),
+        });
         self
     }
 
@@ -290,6 +318,23 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         None => None,
     };
 
+    let handle = ProcessHandle {
+        process: process.clone(),
+        run_maxpar: opts.maxpar.is_some(),
+    };
+    let dashboard = match &opts.dashboard {
+        Some(cfg) => {
+            let info = graph_info(graph, &plan, local_cluster, opts.process.clone());
+            Some(crate::dashboard::serve(
+                cfg,
+                handle.clone(),
+                info,
+                graph.to_dot(),
+            )?)
+        }
+        None => None,
+    };
+
     exec.set_threads(initial_threads);
     apply_auto_maxpar(&process, initial_threads, opts.maxpar.is_some());
     controller.start(&mut Knobs::new(&process, opts.maxpar.is_some()));
@@ -299,9 +344,6 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         }
     }
 
-    let handle = ProcessHandle {
-        process: process.clone(),
-    };
     let supervisor = Supervisor {
         process,
         real,
@@ -317,13 +359,71 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
             context: "starting the supervisor thread".into(),
             source,
         })?;
-    Ok(Running { handle, thread })
+    Ok(Running {
+        handle,
+        thread,
+        dashboard,
+    })
+}
+
+/// The graph as the dashboard shows it.
+fn graph_info(
+    graph: &Graph,
+    plan: &crate::graph::Plan,
+    local_cluster: Option<usize>,
+    process: Option<String>,
+) -> GraphInfo {
+    let process = process.or_else(|| {
+        let procs = plan.processes.as_ref()?;
+        procs.get(local_cluster?)?.0.first().cloned()
+    });
+    GraphInfo {
+        name: graph.name().to_owned(),
+        process,
+        stages: graph
+            .stages()
+            .iter()
+            .map(|s| {
+                let cluster = plan.cluster_of(s).unwrap_or(0);
+                StageInfo {
+                    name: s.name().to_owned(),
+                    serial: s.is_serial(),
+                    cluster,
+                    local: local_cluster.is_none_or(|c| c == cluster),
+                }
+            })
+            .collect(),
+        connectors: graph
+            .connectors()
+            .iter()
+            .map(|c| crate::dashboard::ConnectorInfo {
+                from: c.from.name().to_owned(),
+                port: c.port.to_string(),
+                to: c.to.name().to_owned(),
+                kind: c.kind.to_string(),
+            })
+            .collect(),
+        clusters: plan
+            .clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ClusterInfo {
+                stages: c.stages().map(|s| s.name().to_owned()).collect(),
+                processes: plan
+                    .processes
+                    .as_ref()
+                    .map(|p| p[i].0.clone())
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    }
 }
 
 /// A started run: a handle into the process, and the supervisor thread that ends it.
 pub struct Running {
     handle: ProcessHandle,
     thread: std::thread::JoinHandle<Result<RunReport, RunError>>,
+    dashboard: Option<crate::dashboard::Dashboard>,
 }
 
 impl Running {
@@ -332,12 +432,19 @@ impl Running {
         self.handle.clone()
     }
 
+    /// The address the dashboard listens on, if one was asked for.
+    pub fn dashboard_addr(&self) -> Option<std::net::SocketAddr> {
+        self.dashboard.as_ref().map(|d| d.addr)
+    }
+
     /// Waits for the run to end.
     pub fn wait(self) -> Result<RunReport, RunError> {
-        match self.thread.join() {
+        let report = match self.thread.join() {
             Ok(r) => r,
             Err(p) => std::panic::resume_unwind(p),
-        }
+        };
+        drop(self.dashboard);
+        report
     }
 }
 
@@ -346,9 +453,15 @@ impl Running {
 #[derive(Clone)]
 pub struct ProcessHandle {
     process: Arc<Process>,
+    run_maxpar: bool,
 }
 
 impl ProcessHandle {
+    /// The controls a controller has (threads, `maxpar`, capacities).
+    pub fn knobs(&self) -> Knobs<'_> {
+        Knobs::new(&self.process, self.run_maxpar)
+    }
+
     /// The index of the local stage named `name`, for [`ProcessHandle::inject`].
     pub fn stage_index(&self, name: &str) -> Option<usize> {
         self.process.stage_index(name)

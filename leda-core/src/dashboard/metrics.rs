@@ -1,0 +1,199 @@
+//! Prometheus text exposition of a snapshot. Names are stable: `leda_stage_*`,
+//! `leda_connector_*`, `leda_process_*`; labels `process`, `stage`, and for connectors
+//! `from`, `port`, `to`, `kind`.
+
+use std::fmt::Write as _;
+
+use crate::stats::Snapshot;
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    fn sample(&mut self, name: &str, labels: &str, v: f64) {
+        let _ = writeln!(self.out, "{name}{{{labels}}} {v}");
+    }
+}
+
+/// The snapshot as Prometheus text, labelled with this process' address.
+pub(crate) fn prometheus(snap: &Snapshot, process: &str) -> String {
+    let mut out = String::new();
+    let p = esc(process);
+    let mut f = Family { out: &mut out };
+    type StageField = fn(&crate::stats::StageSnapshot) -> f64;
+    let stage_metrics: [(&str, &str, &str, StageField); 16] = [
+        (
+            "leda_stage_queue_length",
+            "gauge",
+            "Events waiting in the stage's queue.",
+            |s| s.queue_len as f64,
+        ),
+        (
+            "leda_stage_queue_capacity",
+            "gauge",
+            "Capacity of the stage's queue.",
+            |s| s.queue_capacity as f64,
+        ),
+        (
+            "leda_stage_instances",
+            "gauge",
+            "Live instances of the stage.",
+            |s| s.instances as f64,
+        ),
+        (
+            "leda_stage_active_instances",
+            "gauge",
+            "Instances ready, running or waiting.",
+            |s| s.active as f64,
+        ),
+        (
+            "leda_stage_idle_instances",
+            "gauge",
+            "Instances in the idle pool.",
+            |s| s.idle as f64,
+        ),
+        (
+            "leda_stage_waiting_instances",
+            "gauge",
+            "Instances waiting on an asynchronous operation.",
+            |s| s.waiting as f64,
+        ),
+        (
+            "leda_stage_maxpar",
+            "gauge",
+            "Instance limit of the stage.",
+            |s| s.maxpar as f64,
+        ),
+        (
+            "leda_stage_events_in_total",
+            "counter",
+            "Events accepted into the stage's queue.",
+            |s| s.events_in as f64,
+        ),
+        (
+            "leda_stage_events_out_total",
+            "counter",
+            "Events the stage sent.",
+            |s| s.events_out as f64,
+        ),
+        (
+            "leda_stage_handled_total",
+            "counter",
+            "Events handled.",
+            |s| s.handled as f64,
+        ),
+        (
+            "leda_stage_errors_total",
+            "counter",
+            "Handler errors and panics.",
+            |s| s.errors as f64,
+        ),
+        (
+            "leda_stage_rejected_total",
+            "counter",
+            "Sends refused because the queue was full.",
+            |s| s.rejected as f64,
+        ),
+        (
+            "leda_stage_failed_sends_total",
+            "counter",
+            "Events lost in transit to other processes.",
+            |s| s.failed_sends as f64,
+        ),
+        (
+            "leda_stage_latency_mean_seconds",
+            "gauge",
+            "Mean handler latency (sampled).",
+            |s| s.latency_mean_us / 1e6,
+        ),
+        (
+            "leda_stage_latency_p99_seconds",
+            "gauge",
+            "99th-percentile handler latency (sampled).",
+            |s| s.latency_p99_us / 1e6,
+        ),
+        (
+            "leda_stage_busy_seconds_total",
+            "counter",
+            "Worker time spent in the stage (sampled).",
+            |s| s.busy_s,
+        ),
+    ];
+    for (name, kind, help, get) in stage_metrics {
+        f.header(name, kind, help);
+        for s in &snap.stages {
+            f.sample(
+                name,
+                &format!("process=\"{p}\",stage=\"{}\"", esc(&s.name)),
+                get(s),
+            );
+        }
+    }
+    f.header(
+        "leda_connector_events_total",
+        "counter",
+        "Events carried by the connector.",
+    );
+    for c in &snap.connectors {
+        let l = format!(
+            "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
+            esc(&c.from),
+            esc(&c.port),
+            esc(&c.to),
+            esc(&c.kind)
+        );
+        f.sample("leda_connector_events_total", &l, c.events as f64);
+    }
+    f.header(
+        "leda_connector_latency_mean_seconds",
+        "gauge",
+        "Mean send-to-handling latency (sampled).",
+    );
+    for c in &snap.connectors {
+        let l = format!(
+            "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
+            esc(&c.from),
+            esc(&c.port),
+            esc(&c.to),
+            esc(&c.kind)
+        );
+        f.sample(
+            "leda_connector_latency_mean_seconds",
+            &l,
+            c.latency_mean_us / 1e6,
+        );
+    }
+    let pr = &snap.process;
+    for (name, help, v) in [
+        ("leda_process_threads", "Worker threads.", pr.threads as f64),
+        (
+            "leda_process_busy_threads",
+            "Worker threads running an instance.",
+            pr.busy_threads as f64,
+        ),
+        (
+            "leda_process_ready_queue",
+            "Tasks waiting for a worker.",
+            pr.ready_queue as f64,
+        ),
+        (
+            "leda_process_resident_memory_bytes",
+            "Resident memory.",
+            pr.rss_bytes as f64,
+        ),
+    ] {
+        f.header(name, "gauge", help);
+        f.sample(name, &format!("process=\"{p}\""), v);
+    }
+    out
+}
