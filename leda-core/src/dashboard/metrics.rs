@@ -139,39 +139,33 @@ pub(crate) fn prometheus(snap: &Snapshot, process: &str) -> String {
             );
         }
     }
-    f.header(
-        "leda_connector_events_total",
-        "counter",
-        "Events carried by the connector.",
-    );
-    for c in &snap.connectors {
-        let l = format!(
-            "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
-            esc(&c.from),
-            esc(&c.port),
-            esc(&c.to),
-            esc(&c.kind)
-        );
-        f.sample("leda_connector_events_total", &l, c.events as f64);
-    }
-    f.header(
-        "leda_connector_latency_mean_seconds",
-        "gauge",
-        "Mean send-to-handling latency (sampled).",
-    );
-    for c in &snap.connectors {
-        let l = format!(
-            "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
-            esc(&c.from),
-            esc(&c.port),
-            esc(&c.to),
-            esc(&c.kind)
-        );
-        f.sample(
+    type ConnectorField = fn(&crate::stats::ConnectorSnapshot) -> f64;
+    let connector_metrics: [(&str, &str, &str, ConnectorField); 2] = [
+        (
+            "leda_connector_events_total",
+            "counter",
+            "Events carried by the connector.",
+            |c| c.events as f64,
+        ),
+        (
             "leda_connector_latency_mean_seconds",
-            &l,
-            c.latency_mean_us / 1e6,
-        );
+            "gauge",
+            "Mean send-to-handling latency (sampled).",
+            |c| c.latency_mean_us / 1e6,
+        ),
+    ];
+    for (name, kind, help, get) in connector_metrics {
+        f.header(name, kind, help);
+        for c in &snap.connectors {
+            let labels = format!(
+                "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
+                esc(&c.from),
+                esc(&c.port),
+                esc(&c.to),
+                esc(&c.kind)
+            );
+            f.sample(name, &labels, get(c));
+        }
     }
     let pr = &snap.process;
     for (name, help, v) in [
