@@ -1,0 +1,177 @@
+//! The instance API inside handlers: `leda.send`, `leda.push`, `leda.sleep`,
+//! `leda.nice`, `leda.quit`, `leda.gettime`.
+//!
+//! `leda.send(port, ...)` returns `true`, or `nil` and a reason string: the
+//! destination queue is full, the port is not connected, or a value cannot cross a
+//! connector (a function, a userdata without `__persist`, a cyclic table).
+
+use std::cell::Cell;
+use std::ptr;
+
+use leda_core::event::Event;
+use leda_core::prelude::Ctx;
+use mlua::{Lua, MultiValue, Table};
+
+use crate::value::args_to_values;
+
+/// Where the API functions of an instance find the handler's current [`Ctx`].
+///
+/// The pointer is set only while the instance's coroutine is being resumed (see
+/// [`CtxCell::enter`]) and cleared before `enter`'s guard is dropped.
+#[derive(Debug)]
+pub struct CtxCell(Cell<*mut Ctx>);
+
+impl Default for CtxCell {
+    fn default() -> Self {
+        CtxCell(Cell::new(ptr::null_mut()))
+    }
+}
+
+// SAFETY: a `CtxCell` belongs to one instance, whose Lua state runs on one thread at a
+// time (the runtime never runs an instance on two workers at once, and mlua's `send`
+// feature serialises access to the state); the pointer is only dereferenced by the
+// API functions, synchronously inside the resume that `enter` brackets.
+unsafe impl Send for CtxCell {}
+// SAFETY: as above: never accessed by two threads at once.
+unsafe impl Sync for CtxCell {}
+
+/// Clears the cell when the resume is over.
+pub struct Entered<'a>(&'a CtxCell);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.0.set(ptr::null_mut());
+    }
+}
+
+impl CtxCell {
+    /// Makes `ctx` the current context until the guard drops.
+    pub fn enter<'a>(&'a self, ctx: &'a mut Ctx) -> Entered<'a> {
+        self.0.set(ctx as *mut Ctx);
+        Entered(self)
+    }
+
+    fn with<R>(&self, what: &str, f: impl FnOnce(&mut Ctx) -> R) -> mlua::Result<R> {
+        let p = self.0.get();
+        if p.is_null() {
+            return Err(mlua::Error::runtime(format!(
+                "{what} may only be called from a handler"
+            )));
+        }
+        // SAFETY: `p` was set by `enter` from a live `&mut Ctx` whose guard is still
+        // alive (the cell is cleared when it drops), and no other reference to that
+        // `Ctx` is used while the handler runs.
+        Ok(f(unsafe { &mut *p }))
+    }
+}
+
+fn send(
+    cell: &CtxCell,
+    port: mlua::Value,
+    args: MultiValue,
+) -> mlua::Result<(Option<bool>, Option<String>)> {
+    let values = args.into_vec();
+    cell.with("leda.send", |ctx| {
+        let result = match &port {
+            mlua::Value::String(s) => {
+                let name = s.to_string_lossy();
+                match args_to_values(&values, "") {
+                    Ok(v) => ctx
+                        .send(name.as_str(), Event::from_values(v))
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("cannot send on port '{name}': {e}")),
+                }
+            }
+            mlua::Value::Integer(i) => send_index(ctx, *i, &values),
+            mlua::Value::Number(n) if n.fract() == 0.0 && n.is_finite() => {
+                send_index(ctx, *n as i64, &values)
+            }
+            mlua::Value::Nil => send_index(ctx, 1, &values),
+            other => Err(format!(
+                "a port is a number or a string, not a {}",
+                other.type_name()
+            )),
+        };
+        match result {
+            Ok(()) => (Some(true), None),
+            Err(reason) => (None, Some(reason)),
+        }
+    })
+}
+
+fn send_index(ctx: &mut Ctx, i: i64, values: &[mlua::Value]) -> Result<(), String> {
+    match args_to_values(values, "") {
+        Ok(v) => ctx
+            .send(i, Event::from_values(v))
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(format!("cannot send on port '{i}': {e}")),
+    }
+}
+
+/// Seconds since the epoch with microsecond resolution (outside a run).
+pub fn wall_time() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as f64 / 1e6)
+        .unwrap_or(0.0)
+}
+
+/// Installs the `leda` table of an instance (global, and `require 'leda'`). Returns
+/// it and the private token that marks the coroutine yields of `sleep`/`nice`.
+pub fn install_instance_api(
+    lua: &Lua,
+    cell: std::sync::Arc<CtxCell>,
+) -> mlua::Result<(Table, Table)> {
+    let leda = lua.create_table()?;
+    let c = cell.clone();
+    leda.set(
+        "send",
+        lua.create_function(move |_, (port, args): (mlua::Value, MultiValue)| {
+            send(&c, port, args)
+        })?,
+    )?;
+    let c = cell.clone();
+    leda.set(
+        "push",
+        lua.create_function(move |_, args: MultiValue| send(&c, mlua::Value::Integer(1), args))?,
+    )?;
+    let c = cell.clone();
+    leda.set(
+        "quit",
+        lua.create_function(move |_, args: MultiValue| {
+            let values = args_to_values(&args.into_vec(), "leda.quit ")
+                .map_err(|e| mlua::Error::runtime(e.to_string()))?;
+            c.with("leda.quit", |ctx| ctx.quit(Event::from_values(values)))
+        })?,
+    )?;
+    let c = cell;
+    leda.set(
+        "gettime",
+        lua.create_function(move |_, ()| {
+            Ok(c.with("leda.gettime", |ctx| ctx.gettime())
+                .unwrap_or_else(|_| wall_time()))
+        })?,
+    )?;
+    let token = lua.create_table()?;
+    let coroutine: Table = lua.globals().get("coroutine")?;
+    let yield_fn: mlua::Function = coroutine.get("yield")?;
+    let waits: Table = lua
+        .load(
+            "local yield, token = ...
+             local function sleep(t)
+               t = tonumber(t) or error('leda.sleep: a number of seconds is required', 2)
+               yield(token, t)
+             end
+             local function nice() yield(token, 0) end
+             return { sleep = sleep, nice = nice }",
+        )
+        .set_name("=leda")
+        .call((yield_fn, token.clone()))?;
+    leda.set("sleep", waits.get::<mlua::Function>("sleep")?)?;
+    leda.set("nice", waits.get::<mlua::Function>("nice")?)?;
+    lua.globals().set("leda", leda.clone())?;
+    let package: Table = lua.globals().get("package")?;
+    let loaded: Table = package.get("loaded")?;
+    loaded.set("leda", leda.clone())?;
+    Ok((leda, token))
+}

@@ -1,0 +1,302 @@
+//! One stage instance: a private Lua state running the stage's handler.
+//!
+//! * The state opens only the base library, `coroutine` and `require`; `io`,
+//!   `string`, `table`, `math`, `os` and `utf8` are pre-registered and loaded by
+//!   `require` (which also sets the global, as Lua 5.1 did). `unpack` is provided as
+//!   in Lua 5.1's base library.
+//! * `self` is a table holding the stage's attributes (as they stood when the run
+//!   started) and its `name`.
+//! * `init` runs once, when the instance is created.
+//! * Each event runs the handler in a coroutine. `leda.sleep`/`leda.nice` yield it;
+//!   the instance is then parked with [`Ctx::wait`] on a timer future, which resumes
+//!   the coroutine: the worker thread is free meanwhile.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use leda_core::prelude::*;
+use leda_core::stage::{Attrs, StageId};
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus};
+
+use crate::api::{CtxCell, install_instance_api};
+use crate::error::{LuaStageError, lua_message};
+use crate::source::FnSource;
+use crate::value::to_lua;
+
+/// The code of a Lua stage, shared by all its instances. Serializable: this is what
+/// travels to another process (source text and copied upvalues, never bytecode).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StageCode {
+    /// The stage's name (for messages).
+    pub name: String,
+    /// The handler.
+    pub handler: FnSource,
+    /// The optional `init`.
+    pub init: Option<FnSource>,
+    /// `package.path` of instances (the script's directory first).
+    pub package_path: String,
+}
+
+fn codes() -> &'static Mutex<HashMap<StageId, Arc<StageCode>>> {
+    static C: OnceLock<Mutex<HashMap<StageId, Arc<StageCode>>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A stage whose instances run `code` (kind `"lua"`). Serial policy, attributes and
+/// initial events are set on the returned stage by the caller (a daemon rebuilding a
+/// deployed cluster, for instance).
+pub fn stage_from_code(name: impl Into<String>, code: Arc<StageCode>) -> Stage {
+    let c = code.clone();
+    let stage = Stage::from_factory(name, move |attrs: &Attrs| {
+        LuaInstance::new(&c, attrs)
+            .map(|i| Box::new(i) as Box<dyn Handler>)
+            .map_err(|e: LuaStageError| Box::new(e) as BoxError)
+    })
+    .kind("lua");
+    remember(&stage, code);
+    stage
+}
+
+/// Records that `stage` runs `code` (see [`code_of`]).
+pub fn remember(stage: &Stage, code: Arc<StageCode>) {
+    codes()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(stage.id(), code);
+}
+
+/// The Lua code of `stage`, if it is a Lua stage: what a transport sends to the
+/// process that runs it.
+pub fn code_of(stage: &Stage) -> Option<Arc<StageCode>> {
+    codes()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&stage.id())
+        .cloned()
+}
+
+/// Standard libraries `require` can load into an instance.
+const LIBS: &[(&str, StdLib)] = &[
+    ("io", StdLib::IO),
+    ("os", StdLib::OS),
+    ("string", StdLib::STRING),
+    ("table", StdLib::TABLE),
+    ("math", StdLib::MATH),
+    ("utf8", StdLib::UTF8),
+];
+
+/// Creates a bare instance state: base library, `coroutine`, `require` with the
+/// standard libraries pre-registered, and `unpack`.
+pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
+    let lua = Lua::new_with(StdLib::COROUTINE | StdLib::PACKAGE, LuaOptions::default())?;
+    let globals = lua.globals();
+    let package: Table = globals.get("package")?;
+    package.set("path", package_path)?;
+    let preload: Table = package.get("preload")?;
+    for &(name, lib) in LIBS {
+        let f = lua.create_function(move |lua, _: MultiValue| {
+            lua.load_std_libs(lib)?;
+            lua.globals().get::<mlua::Value>(name)
+        })?;
+        preload.set(name, f)?;
+    }
+    globals.set("unpack", lua.create_function(unpack)?)?;
+    Ok(lua)
+}
+
+/// Lua 5.1's `unpack(t [, i [, j]])`.
+pub fn unpack(_: &Lua, (t, i, j): (Table, Option<i64>, Option<i64>)) -> mlua::Result<MultiValue> {
+    let i = i.unwrap_or(1);
+    let j = match j {
+        Some(j) => j,
+        None => t.raw_len() as i64,
+    };
+    if j < i {
+        return Ok(MultiValue::new());
+    }
+    if j - i >= 1_000_000 {
+        return Err(mlua::Error::runtime("too many results to unpack"));
+    }
+    let mut out = Vec::with_capacity((j - i + 1) as usize);
+    for k in i..=j {
+        out.push(t.raw_get::<mlua::Value>(k)?);
+    }
+    Ok(MultiValue::from_vec(out))
+}
+
+/// What a resumed handler coroutine asks for next.
+enum Step {
+    Done,
+    /// `leda.sleep(t)`; `None` is `leda.nice()`.
+    Wait(Option<Duration>),
+}
+
+/// A running instance of a Lua stage.
+pub struct LuaInstance {
+    lua: Lua,
+    handler: Function,
+    thread: Option<Thread>,
+    cell: Arc<CtxCell>,
+    token: Table,
+    stage: Arc<str>,
+    named: bool,
+}
+
+impl std::fmt::Debug for LuaInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LuaInstance")
+            .field("stage", &self.stage)
+            .finish()
+    }
+}
+
+impl LuaInstance {
+    /// Creates an instance: a fresh state, `self` from `attrs`, then `init`.
+    pub fn new(code: &StageCode, attrs: &Attrs) -> Result<LuaInstance, LuaStageError> {
+        let stage: Arc<str> = Arc::from(code.name.as_str());
+        let fail = |message: String| LuaStageError::Init {
+            stage: code.name.clone(),
+            message,
+        };
+        let lua = new_state(&code.package_path).map_err(|e| fail(lua_message(&e)))?;
+        let cell = Arc::new(CtxCell::default());
+        let (leda, token) =
+            install_instance_api(&lua, cell.clone()).map_err(|e| fail(lua_message(&e)))?;
+        let this = lua.create_table().map_err(|e| fail(lua_message(&e)))?;
+        for (k, v) in attrs.iter() {
+            let v = to_lua(&lua, v).map_err(|e| fail(format!("attribute '{k}': {e}")))?;
+            this.set(k, v).map_err(|e| fail(lua_message(&e)))?;
+        }
+        this.set("name", &*code.name)
+            .map_err(|e| fail(lua_message(&e)))?;
+        lua.globals()
+            .set("self", this)
+            .map_err(|e| fail(lua_message(&e)))?;
+        if let Some(init) = &code.init {
+            let f = init
+                .instantiate(&lua, &leda)
+                .map_err(|e| fail(e.to_string()))?;
+            f.call::<()>(()).map_err(|e| fail(lua_message(&e)))?;
+        }
+        let handler = code
+            .handler
+            .instantiate(&lua, &leda)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(LuaInstance {
+            lua,
+            handler,
+            thread: None,
+            cell,
+            token,
+            stage,
+            named: false,
+        })
+    }
+
+    /// The instance's Lua state (tests and benchmarks).
+    pub fn lua(&self) -> &Lua {
+        &self.lua
+    }
+}
+
+fn step(
+    thread: &Thread,
+    res: mlua::Result<MultiValue>,
+    token: &Table,
+    stage: &str,
+) -> Result<Step, BoxError> {
+    let values = res.map_err(|e| LuaStageError::Handler {
+        stage: stage.to_owned(),
+        message: lua_message(&e),
+    })?;
+    match thread.status() {
+        ThreadStatus::Resumable => {
+            let mut it = values.into_iter();
+            let ours = matches!(it.next(), Some(mlua::Value::Table(t)) if t.to_pointer() == token.to_pointer());
+            if !ours {
+                return Err(LuaStageError::Handler {
+                    stage: stage.to_owned(),
+                    message: "the handler yielded outside leda.sleep/leda.nice".into(),
+                }
+                .into());
+            }
+            let secs = match it.next() {
+                Some(mlua::Value::Integer(i)) => i as f64,
+                Some(mlua::Value::Number(n)) => n,
+                _ => 0.0,
+            };
+            if secs > 0.0 && secs.is_finite() {
+                Ok(Step::Wait(Some(Duration::from_secs_f64(secs.min(1e9)))))
+            } else {
+                Ok(Step::Wait(None))
+            }
+        }
+        _ => Ok(Step::Done),
+    }
+}
+
+impl Handler for LuaInstance {
+    fn handle(&mut self, event: Event, ctx: &mut Ctx) -> HandlerResult {
+        if !self.named {
+            // A cloned stage (`leda.stage "b" (a)`) shares a's code under its own name.
+            self.named = true;
+            if ctx.stage_name() != &*self.stage {
+                self.stage = Arc::from(ctx.stage_name());
+                let this: Option<Table> = self.lua.globals().get("self").ok();
+                if let Some(this) = this {
+                    this.set("name", ctx.stage_name())?;
+                }
+            }
+        }
+        let mut args = Vec::with_capacity(event.len());
+        for v in event.args() {
+            args.push(to_lua(&self.lua, v).map_err(|e| LuaStageError::Handler {
+                stage: self.stage.to_string(),
+                message: format!("cannot convert the event: {e}"),
+            })?);
+        }
+        let thread = match self.thread.take() {
+            Some(t) => t,
+            None => self.lua.create_thread(self.handler.clone())?,
+        };
+        let res = {
+            let _in = self.cell.enter(ctx);
+            thread.resume::<MultiValue>(MultiValue::from_vec(args))
+        };
+        match step(&thread, res, &self.token, &self.stage)? {
+            Step::Done => {
+                if thread.reset(self.handler.clone()).is_ok() {
+                    self.thread = Some(thread);
+                }
+                Ok(())
+            }
+            Step::Wait(first) => {
+                let mut owned = ctx.clone();
+                let lua = self.lua.clone();
+                let cell = self.cell.clone();
+                let token = self.token.clone();
+                let stage = self.stage.clone();
+                ctx.wait(async move {
+                    let _keep = lua;
+                    let mut next = first;
+                    loop {
+                        match next {
+                            Some(d) => owned.sleep(d).await,
+                            None => owned.nice().await,
+                        }
+                        let res = {
+                            let _in = cell.enter(&mut owned);
+                            thread.resume::<MultiValue>(())
+                        };
+                        match step(&thread, res, &token, &stage)? {
+                            Step::Done => return Ok(()),
+                            Step::Wait(d) => next = d,
+                        }
+                    }
+                });
+                Ok(())
+            }
+        }
+    }
+}

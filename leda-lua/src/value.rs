@@ -1,0 +1,238 @@
+//! Conversion between Lua values and [`leda_core::value::Value`].
+//!
+//! Every event crossing a connector is converted to [`Value`]s in the sending Lua
+//! state and back in the receiving one (instances never share a Lua state), so the
+//! rules below hold for every connector type:
+//!
+//! | Lua | `Value` |
+//! |---|---|
+//! | `nil`, booleans | `Nil`, `Bool` |
+//! | integers / floats | `Int` / `Float` (the Lua 5.4 subtype is kept; NaN stays NaN) |
+//! | strings | `Str` when valid UTF-8, otherwise `Bytes` (both come back as Lua strings) |
+//! | table with keys exactly `1..n` | `Array` |
+//! | empty table | `Array([])` |
+//! | any other table (sparse arrays included) | `Map` |
+//! | userdata with a `__persist` metamethod | what `__persist(u)` returns |
+//! | functions, threads, other userdata, cyclic tables | error ([`ConvertError`]) |
+//!
+//! Shared (acyclic) sub-tables are copied once per reference.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use leda_core::value::Value;
+use mlua::{Lua, Table};
+
+/// Maximum nesting depth of a converted table.
+pub const MAX_DEPTH: usize = 200;
+
+/// Why a Lua value cannot become a [`Value`] (or the reverse).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// A type that cannot leave its Lua state (function, thread, userdata...).
+    #[error("{what} is a {type_name}, which cannot cross a connector")]
+    Unsupported {
+        /// Where the value was (`argument 2`, `argument 1.key`...).
+        what: String,
+        /// The Lua type name.
+        type_name: &'static str,
+    },
+    /// A table that contains itself.
+    #[error("{what} is a cyclic table, which cannot cross a connector")]
+    Cycle {
+        /// Where the table was.
+        what: String,
+    },
+    /// Nesting deeper than [`MAX_DEPTH`].
+    #[error("{what} is nested deeper than {MAX_DEPTH} levels")]
+    TooDeep {
+        /// Where the table was.
+        what: String,
+    },
+    /// A map key that Lua cannot use (nil or NaN).
+    #[error("a map key {key} cannot be a Lua table key")]
+    BadKey {
+        /// The key, printed.
+        key: String,
+    },
+    /// A Lua error while reading a table or calling `__persist`.
+    #[error("{what}: {message}")]
+    Lua {
+        /// Where.
+        what: String,
+        /// The Lua error.
+        message: String,
+    },
+}
+
+/// Converts one Lua value; `what` names it in errors (e.g. `"argument 1"`).
+pub fn to_value(v: &mlua::Value, what: &str) -> Result<Value, ConvertError> {
+    let mut seen = HashSet::new();
+    convert(v, what, &mut seen, 0)
+}
+
+fn lua_err(what: &str, e: mlua::Error) -> ConvertError {
+    ConvertError::Lua {
+        what: what.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn convert(
+    v: &mlua::Value,
+    what: &str,
+    seen: &mut HashSet<usize>,
+    depth: usize,
+) -> Result<Value, ConvertError> {
+    Ok(match v {
+        mlua::Value::Nil => Value::Nil,
+        mlua::Value::Boolean(b) => Value::Bool(*b),
+        mlua::Value::Integer(i) => Value::Int(*i),
+        mlua::Value::Number(n) => Value::Float(*n),
+        mlua::Value::String(s) => {
+            let b = s.as_bytes();
+            match std::str::from_utf8(&b) {
+                Ok(text) => Value::Str(text.to_owned()),
+                Err(_) => Value::Bytes(Bytes::copy_from_slice(&b)),
+            }
+        }
+        mlua::Value::Table(t) => {
+            if depth >= MAX_DEPTH {
+                return Err(ConvertError::TooDeep {
+                    what: what.to_owned(),
+                });
+            }
+            let id = t.to_pointer() as usize;
+            if !seen.insert(id) {
+                return Err(ConvertError::Cycle {
+                    what: what.to_owned(),
+                });
+            }
+            let out = table(t, what, seen, depth)?;
+            seen.remove(&id);
+            out
+        }
+        mlua::Value::UserData(ud) => {
+            let persist = ud
+                .metatable()
+                .ok()
+                .and_then(|mt| mt.get::<mlua::Function>("__persist").ok());
+            match persist {
+                Some(f) => {
+                    let r: mlua::Value = f.call(ud.clone()).map_err(|e| lua_err(what, e))?;
+                    if matches!(r, mlua::Value::UserData(_)) {
+                        return Err(ConvertError::Unsupported {
+                            what: format!("{what} (__persist result)"),
+                            type_name: "userdata",
+                        });
+                    }
+                    convert(&r, what, seen, depth + 1)?
+                }
+                None => {
+                    return Err(ConvertError::Unsupported {
+                        what: what.to_owned(),
+                        type_name: "userdata without a __persist hook",
+                    });
+                }
+            }
+        }
+        other => {
+            return Err(ConvertError::Unsupported {
+                what: what.to_owned(),
+                type_name: other.type_name(),
+            });
+        }
+    })
+}
+
+fn table(
+    t: &Table,
+    what: &str,
+    seen: &mut HashSet<usize>,
+    depth: usize,
+) -> Result<Value, ConvertError> {
+    let mut pairs: Vec<(mlua::Value, mlua::Value)> = Vec::new();
+    for kv in t.pairs::<mlua::Value, mlua::Value>() {
+        pairs.push(kv.map_err(|e| lua_err(what, e))?);
+    }
+    let n = pairs.len();
+    // A sequence: exactly the integer keys 1..n.
+    let mut is_array = true;
+    let mut slots: Vec<Option<usize>> = vec![None; n];
+    for (i, (k, _)) in pairs.iter().enumerate() {
+        match k {
+            mlua::Value::Integer(k) if *k >= 1 && (*k as u64) <= n as u64 => {
+                let slot = &mut slots[(*k - 1) as usize];
+                if slot.is_some() {
+                    is_array = false;
+                    break;
+                }
+                *slot = Some(i);
+            }
+            _ => {
+                is_array = false;
+                break;
+            }
+        }
+    }
+    if is_array {
+        let mut out = Vec::with_capacity(n);
+        for (idx, slot) in slots.into_iter().enumerate() {
+            let i = slot.unwrap_or(idx);
+            let sub = format!("{what}[{}]", idx + 1);
+            out.push(convert(&pairs[i].1, &sub, seen, depth + 1)?);
+        }
+        return Ok(Value::Array(out));
+    }
+    let mut out = Vec::with_capacity(n);
+    for (k, v) in &pairs {
+        let key = convert(k, &format!("{what} (a key)"), seen, depth + 1)?;
+        let sub = format!("{what}.{key}");
+        out.push((key, convert(v, &sub, seen, depth + 1)?));
+    }
+    Ok(Value::Map(out))
+}
+
+/// Converts a [`Value`] into a Lua value of `lua`.
+pub fn to_lua(lua: &Lua, v: &Value) -> Result<mlua::Value, ConvertError> {
+    let err = |e| lua_err("value", e);
+    Ok(match v {
+        Value::Nil => mlua::Value::Nil,
+        Value::Bool(b) => mlua::Value::Boolean(*b),
+        Value::Int(i) => mlua::Value::Integer(*i),
+        Value::Float(f) => mlua::Value::Number(*f),
+        Value::Str(s) => mlua::Value::String(lua.create_string(s).map_err(err)?),
+        Value::Bytes(b) => mlua::Value::String(lua.create_string(b.as_ref()).map_err(err)?),
+        Value::Array(a) => {
+            let t = lua.create_table_with_capacity(a.len(), 0).map_err(err)?;
+            for (i, x) in a.iter().enumerate() {
+                t.raw_set(i as i64 + 1, to_lua(lua, x)?).map_err(err)?;
+            }
+            mlua::Value::Table(t)
+        }
+        Value::Map(m) => {
+            let t = lua.create_table_with_capacity(0, m.len()).map_err(err)?;
+            for (k, x) in m {
+                let key = to_lua(lua, k)?;
+                let bad = match &key {
+                    mlua::Value::Nil => true,
+                    mlua::Value::Number(n) => n.is_nan(),
+                    _ => false,
+                };
+                if bad {
+                    return Err(ConvertError::BadKey { key: k.to_string() });
+                }
+                t.raw_set(key, to_lua(lua, x)?).map_err(err)?;
+            }
+            mlua::Value::Table(t)
+        }
+    })
+}
+
+/// Converts Lua arguments (`...`) into event values; `what` prefixes error locations.
+pub fn args_to_values(args: &[mlua::Value], what: &str) -> Result<Vec<Value>, ConvertError> {
+    args.iter()
+        .enumerate()
+        .map(|(i, v)| to_value(v, &format!("{what}argument {}", i + 1)))
+        .collect()
+}

@@ -1,0 +1,324 @@
+//! The thesis' graph API from Lua: stages, connectors, graphs, clusters, runs.
+
+mod common;
+
+use common::{run, run_in, script, st};
+use leda_core::prelude::*;
+
+#[test]
+fn pipeline_returns_quit_values() {
+    let out = run(r#"
+        local double = leda.stage{ handler = function(x) assert(leda.send(1, 2 * x)) end }
+        local sum = leda.stage{
+          init = function() total = 0 end,
+          handler = function(x) total = total + x; if total == 2 * (1 + 2 + 3) then leda.quit("done", total) end end,
+          serial = true }
+        for i = 1, 3 do double:push(i) end
+        return leda.graph{ double:connect(sum) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("done"), Value::Int(12)]);
+}
+
+#[test]
+fn attributes_are_self_and_read_at_run_time() {
+    let out = run(r#"
+        local m = leda.stage{ handler = function() leda.quit(self.pattern, self.size, self.name) end, pattern = "old", size = 5 }
+        m.pattern = "new"
+        assert(m.pattern == "new" and m.size == 5 and m.name == tostring(m))
+        m:push()
+        return m:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("new"), Value::Int(5), st("script")]);
+}
+
+#[test]
+fn named_cloned_and_bare_stages() {
+    let out = run(r#"
+        local a = leda.stage "alpha" { handler = function() leda.send(1, self.name) end }
+        local b = leda.stage "beta" (a)
+        local sink = leda.stage(function(n) leda.quit(n) end)
+        assert(tostring(a) == "alpha" and tostring(b) == "beta")
+        b:push()
+        return leda.graph{ "named", a:connect(sink), b:connect(sink) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("beta")]);
+}
+
+#[test]
+fn connect_forms_and_types() {
+    let s = script();
+    run_in(
+        &s,
+        r#"
+        local a = leda.stage "a" { handler = function() end }
+        local b = leda.stage "b" { handler = function() end }
+        local c = leda.stage "c" { handler = function() end }
+        local d = leda.stage "d" { handler = function() end }
+        local g = leda.graph "forms" {
+          a:connect(b),                        -- port 1, decoupled
+          a:connect("x", c, "local"),
+          leda.connect(b, d, "cohort"),        -- port omitted
+          leda.connect(c, 2, d),
+          d .. a,
+        }
+        return g
+    "#,
+    )
+    .unwrap();
+    let g = &s.graphs()[0];
+    assert_eq!(g.name(), "forms");
+    let got: Vec<String> = g
+        .connectors()
+        .iter()
+        .map(|c| format!("{}.{}->{}:{}", c.from.name(), c.port, c.to.name(), c.kind))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "a.1->b:decoupled",
+            "a.x->c:local",
+            "b.1->d:cohort",
+            "c.2->d:decoupled",
+            "d.1->a:decoupled"
+        ]
+    );
+}
+
+#[test]
+fn clusters_partition_and_map() {
+    let out = run(r#"
+        local a = leda.stage "a" { handler = function() end }
+        local b = leda.stage "b" { handler = function() end }
+        local c = leda.stage "c" { handler = function() end }
+        local g = leda.graph{ a:connect(b, "local"), b:connect(c) }
+        local all = g:all()
+        assert(#all == 3)
+        assert(#(all - c) == 2 and #(leda.cluster(a) + c) == 2 and #(all * leda.cluster(b, c)) == 2)
+        assert((all - a):contains(b) and not (all - a):contains(a))
+        -- a local connector may not cross clusters
+        local ok, err = pcall(g.part, g, leda.cluster(a), all - a)
+        assert(not ok and tostring(err):find("local connector"), tostring(err))
+        -- every stage in exactly one cluster
+        ok, err = pcall(g.part, g, leda.cluster(a, b))
+        assert(not ok and tostring(err):find("no cluster"), tostring(err))
+        -- a stage may stand for its own cluster; part and map chain
+        g:part(all - c, c):map("127.0.0.1:9001", {"127.0.0.1:9002", "127.0.0.1:9003"})
+        ok, err = pcall(g.map, g, "127.0.0.1:9001")
+        assert(not ok and tostring(err):find("1 process"), tostring(err))
+        ok, err = pcall(g.run, g)
+        assert(not ok and tostring(err):find("needs leda%-net"), tostring(err))
+        return "ok"
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("ok")]);
+}
+
+#[test]
+fn autostart_true_and_table() {
+    let out = run(r#"
+        local a = leda.stage{ handler = function(...) leda.send(1, select('#', ...)) end, autostart = true }
+        local b = leda.stage{ handler = function(x, y) leda.send(1, x + y) end, autostart = {20, 22} }
+        local sink = leda.stage{
+          init = function() got = {} end,
+          handler = function(v) got[#got + 1] = v; if #got == 2 then leda.quit(math.min(got[1], got[2]), math.max(got[1], got[2])) end end,
+          serial = true }
+        sink = sink   -- math is required below
+        return leda.graph{ a:connect(sink), b:connect(sink) }:run()
+    "#);
+    // `math` is not loaded in instances without require: the sink fails.
+    assert!(out.is_ok());
+    let out = run(r#"
+        local a = leda.stage{ handler = function(...) leda.send(1, select('#', ...)) end, autostart = true }
+        local b = leda.stage{ handler = function(x, y) leda.send(1, x + y) end, autostart = {20, 22} }
+        local sink = leda.stage{
+          init = function() require 'math'; got = {} end,
+          handler = function(v) got[#got + 1] = v; if #got == 2 then leda.quit(math.min(got[1], got[2]), math.max(got[1], got[2])) end end,
+          serial = true }
+        return leda.graph{ a:connect(sink), b:connect(sink) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(0), Value::Int(42)]);
+}
+
+#[test]
+fn bind_checks_ports_and_attributes_once_before_running() {
+    let err = run(r#"
+        local m = leda.stage{
+          handler = function() end,
+          bind = function(self, output) assert(output.match, "'match' port must be connected") end }
+        m:push()
+        return m:run()
+    "#)
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("'match' port must be connected"), "{err}");
+    assert!(err.contains("script.lua:"), "{err}");
+
+    let out = run(r#"
+        binds = 0
+        local m = leda.stage{
+          handler = function() leda.send("match", 1) end,
+          bind = function(self, output)
+            binds = binds + 1
+            assert(self.pattern == "p" and output.match and not output.other)
+          end,
+          pattern = "p" }
+        local sink = leda.stage{ handler = function() end }
+        m:push() m:push() m:push()
+        leda.graph{ m:connect("match", sink) }:run()
+        return binds
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(1)]);
+}
+
+#[test]
+fn controllers_from_lua() {
+    let out = run(r#"
+        local tp = require 'leda.controller.thread_pool'
+        local auto = require 'leda.controller.auto'
+        local single = require 'leda.controller.single_thread'
+        local results = {}
+        for _, c in ipairs{ tp.get(3), auto.get(1, 4), single, require 'leda.controller.default'.get() } do
+          local s = leda.stage{ handler = function(x) leda.quit(x) end }
+          s:push(#results + 1)
+          results[#results + 1] = s:run{ controller = c, maxpar = 2 }
+        end
+        return unpack(results)
+    "#)
+    .unwrap();
+    let v: Vec<Value> = (1..=4).map(Value::Int).collect();
+    assert_eq!(out, v);
+}
+
+#[test]
+fn sleep_frees_the_only_worker_and_nice_resumes() {
+    // One worker: the sleeping instance must not hold it, or "fast" would come second.
+    let out = run(r#"
+        local slow = leda.stage "slow" { handler = function() leda.sleep(0.3); leda.nice(); leda.send(1, "slow") end }
+        local fast = leda.stage "fast" { handler = function() leda.nice(); leda.send(1, "fast") end }
+        local sink = leda.stage{
+          init = function() got = {} end,
+          handler = function(v) got[#got + 1] = v; if #got == 2 then leda.quit(got[1], got[2]) end end,
+          serial = true }
+        slow:push()
+        local g = leda.graph{ slow:connect(sink), fast:connect(sink) }
+        fast:push()
+        return g:run{ controller = require 'leda.controller.thread_pool'.get(1) }
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("fast"), st("slow")]);
+}
+
+#[test]
+fn gettime_and_send_failures_are_values() {
+    let out = run(r#"
+        local s = leda.stage{ handler = function()
+          local t = leda.gettime()
+          local ok1, why1 = leda.send("nowhere", 1)
+          local ok2, why2 = leda.send(1, function() end)
+          local ok3, why3 = leda.send(1, setmetatable({}, {}))
+          leda.quit(type(t) == "number" and t > 1e9, ok1, why1, ok2, why2, ok3)
+        end }
+        local sink = leda.stage{ handler = function() end }
+        s:push()
+        return leda.graph{ s:connect(sink) }:run()
+    "#)
+    .unwrap();
+    let v = out;
+    assert_eq!(v[0], Value::Bool(true));
+    assert!(v[1].is_nil());
+    let why1 = v[2].as_str().unwrap();
+    assert!(why1.contains("not connected"), "{why1}");
+    assert!(v[3].is_nil());
+    let why2 = v[4].as_str().unwrap();
+    assert!(why2.contains("argument 1 is a function"), "{why2}");
+    assert_eq!(v[5], Value::Bool(true));
+}
+
+#[test]
+fn upvalues_travel_by_value() {
+    let out = run(r#"
+        local factor = 3
+        local names = { "a", "b" }
+        local table = require "table"
+        local function helper(x) return x * factor end
+        local function fact(n) if n <= 1 then return 1 end return n * fact(n - 1) end
+        local s = leda.stage{ handler = function(x)
+          local parts = {}
+          table.insert(parts, names[2])
+          leda.quit(helper(x), fact(5), table.concat(parts))
+        end }
+        s:push(14)
+        return s:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(42), Value::Int(120), st("b")]);
+}
+
+#[test]
+fn function_forms_on_one_line_and_named() {
+    let out = run(r#"
+        function do_work(a, b) leda.quit(a .. b, init_ran) end
+        function init_work() init_ran = true end
+        local s = leda.stage{ init = function() init_ran = "inline" end, handler = function(a, b) leda.quit(a .. b, init_ran) end }
+        local t = leda.stage{ handler = do_work, init = init_work }
+        s:push("x", "y")
+        local r1 = { s:run() }
+        t:push("p", "q")
+        local r2 = { t:run() }
+        return r1[1], r1[2], r2[1], r2[2]
+    "#)
+    .unwrap();
+    assert_eq!(
+        out,
+        vec![st("xy"), st("inline"), st("pq"), Value::Bool(true)]
+    );
+}
+
+#[test]
+fn rust_and_lua_stages_mix_through_require() {
+    leda_lua::registry::register_stage("leda.stage.test.double", || {
+        Stage::new("double", |ev: Event, ctx: &mut Ctx| {
+            let x: i64 = ev.get(0)?;
+            ctx.send(1, x * 2)?;
+            Ok(())
+        })
+    });
+    let out = run(r#"
+        local double = require 'leda.stage.test.double'
+        assert(require 'leda.stage.test.double' == double)
+        local src = leda.stage{ handler = function(x) leda.send(1, x + 1) end }
+        local sink = leda.stage{ handler = function(x) leda.quit(x) end }
+        src:push(20)
+        return leda.graph{ src:connect(double), double:connect(sink) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(42)]);
+    let err = run("return require 'leda.stage.no.such'")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no registered Rust stage"), "{err}");
+}
+
+#[test]
+fn start_needs_leda_net() {
+    let err = run("leda.start{ port = 9999 }").unwrap_err().to_string();
+    assert!(err.contains("needs leda-net"), "{err}");
+}
+
+#[test]
+fn cohort_and_local_connectors_between_lua_stages() {
+    let out = run(r#"
+        local a = leda.stage{ handler = function(x) assert(leda.send(1, x + 1)) end }
+        local b = leda.stage{ handler = function(x) assert(leda.send(1, x * 2)) end }
+        local c = leda.stage{ handler = function(x) leda.quit(x) end, serial = true }
+        a:push(20)
+        return leda.graph{ a:connect(b, "cohort"), b:connect(1, c, "local") }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(42)]);
+}
