@@ -11,14 +11,30 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 #[test]
 fn prints_captures_of_matching_lines_from_every_file() {
     let d = temp_dir("ok");
-    std::fs::write(d.join("a.txt"), "order 17 shipped\nnothing here\norder 4 lost\n").unwrap();
+    std::fs::write(
+        d.join("a.txt"),
+        "order 17 shipped\nnothing here\norder 4 lost\n",
+    )
+    .unwrap();
     std::fs::write(d.join("b.txt"), "no orders\norder 99 shipped\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_grep"))
-        .args([r"order (\d+) (\w+)", d.join("a.txt").to_str().unwrap(), d.join("b.txt").to_str().unwrap()])
+        .args([
+            r"order (\d+) (\w+)",
+            d.join("a.txt").to_str().unwrap(),
+            d.join("b.txt").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     lines.sort();
     assert_eq!(lines, vec!["17\tshipped", "4\tlost", "99\tshipped"]);
     std::fs::remove_dir_all(d).unwrap();
@@ -29,7 +45,11 @@ fn missing_file_goes_to_io_error_and_exit_code_2_while_others_are_searched() {
     let d = temp_dir("missing");
     std::fs::write(d.join("a.txt"), "needle\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_grep"))
-        .args(["needle", "/nonexistent/file", d.join("a.txt").to_str().unwrap()])
+        .args([
+            "needle",
+            "/nonexistent/file",
+            d.join("a.txt").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -41,8 +61,14 @@ fn missing_file_goes_to_io_error_and_exit_code_2_while_others_are_searched() {
 
 #[test]
 fn bad_pattern_is_refused_by_bind_before_running() {
-    let out = Command::new(env!("CARGO_BIN_EXE_grep")).args(["(", "/dev/null"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_grep"))
+        .args(["(", "/dev/null"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("bind of stage 'match' refused the graph: bad pattern"), "{err}");
+    assert!(
+        err.contains("bind of stage 'match' refused the graph: bad pattern"),
+        "{err}"
+    );
 }

@@ -1,1 +1,54 @@
-//! Placeholder: see the issue tracker. This crate is filled by a later issue.
+//! # leda-net
+//!
+//! Decoupled connectors across OS processes: the wire protocol, the per-peer links
+//! with credit-based flow control, the daemon that runs a deployed cluster, and the
+//! launcher that deploys a mapped graph.
+//!
+//! Module map, bottom up:
+//!
+//! * [`frame`]: length-prefixed little-endian frames with msgpack bodies (total decoder);
+//! * [`auth`], [`handshake`]: magic, protocol version, HMAC-SHA256 challenge–response;
+//! * [`deploy`], [`registry`]: the deployment message and how stages are rebuilt by kind;
+//! * [`link`]: one connection per process pair, batching, credits, failure accounting;
+//! * [`daemon`], [`launcher`]: the two ends of a deployment.
+//!
+//! # Wire protocol (version 1)
+//!
+//! * Handshake, both sides at once: `"LEDA"`, `u16` LE version, `u16` LE flags (bit 0:
+//!   secret required), 32-byte nonce; then client `Hello {role, from, deployment,
+//!   nonce, mac}`, server `Welcome {mac}` or `Error`. With a shared secret each side
+//!   proves it with HMAC-SHA256 over the other's nonce ([`auth`]).
+//! * Frames: `u32` LE length (type byte + body, at most 64 MiB; 64 KiB before the peer
+//!   is authenticated), `u8` type, msgpack body ([`frame`]).
+//! * Deployment: `Deploy` → `Ready` | `Refused(reason)`; then `Start` ([`daemon`]).
+//! * Data: `Events [[route, [[args...], ...]], ...]` batches; `Replies [{route, count,
+//!   refused}]` acknowledge in order and return credits; `Quit values`; `StatusReq` /
+//!   `Status` for global idle detection ([`link`]).
+//!
+//! One TCP connection per process pair carries every connector between the two: the
+//! launcher's deployment connection to each daemon stays open as their link, and of
+//! two daemons the one with the smaller address dials the other.
+//!
+//! The same binary runs everywhere: stages that run in another process are rebuilt
+//! there from a [`Registry`] by their kind (`Stage::kind`), with their attributes and
+//! initial events taken from the deployment.
+
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod daemon;
+pub mod deploy;
+pub mod error;
+pub mod frame;
+pub mod handshake;
+pub mod launcher;
+pub mod link;
+pub mod registry;
+
+pub use auth::Secret;
+pub use daemon::{Daemon, DaemonConfig, DaemonReport};
+pub use error::{FrameError, NetError};
+pub use handshake::PROTOCOL_VERSION;
+pub use launcher::{LaunchReport, Launched, Launcher};
+pub use link::{Transport, TransportCounts};
+pub use registry::{Registry, ResolveError};

@@ -1,0 +1,477 @@
+//! The daemon: turns a process into a Leda process that waits for a deployment, runs
+//! its cluster and serves until the run ends (`leda start --listen HOST:PORT`).
+//!
+//! ```no_run
+//! use leda_net::{Daemon, DaemonConfig, Registry};
+//! # fn my_stages() -> Registry { Registry::new() }
+//! let config = DaemonConfig::from_args(std::env::args().skip(1)).expect("arguments");
+//! let daemon = Daemon::bind(config, my_stages()).expect("bind");
+//! println!("listening on {}", daemon.local_addr());
+//! let report = daemon.serve().expect("run");
+//! println!("ended: {:?}", report.run.reason);
+//! ```
+//!
+//! A deployment goes: the launcher connects (role `Launcher`) and sends `Deploy`; the
+//! daemon rebuilds its cluster from its [`Registry`] and validates the graph, refusing
+//! with a reason that names the stage if anything cannot be resolved; it then opens
+//! (or accepts) the links to the other daemons of the deployment, answers `Ready`, and
+//! starts on `Start`. Connections that fail the handshake, send garbage or say nothing
+//! are logged and closed; the daemon goes on waiting. A failed deployment leaves the
+//! daemon waiting for the next one.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leda_core::runtime::{Run, RunReport};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use crate::auth::Secret;
+use crate::deploy::Deployment;
+use crate::error::NetError;
+use crate::frame::{Frame, Hello, MAX_FRAME, Role, read_frame, write_frame};
+use crate::handshake::{self, HANDSHAKE_TIMEOUT};
+use crate::link::{Transport, TransportCounts};
+use crate::registry::Registry;
+
+/// Default daemon port (the original Leda's).
+pub const DEFAULT_PORT: u16 = 9999;
+
+/// How a daemon listens and runs.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// `host:port` to listen on (default `127.0.0.1:9999`; port 0 picks a free one).
+    pub listen: String,
+    /// Worker threads (default: what the deployment asks, else one per CPU).
+    pub threads: Option<usize>,
+    /// Shared secret; required to listen on a non-loopback address.
+    pub secret: Option<Secret>,
+    /// Time a connecting peer has to complete the handshake.
+    pub handshake_timeout: Duration,
+    /// Time the deployment steps (reading it, meshing with peers, waiting for start)
+    /// may take.
+    pub deploy_timeout: Duration,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            listen: format!("127.0.0.1:{DEFAULT_PORT}"),
+            threads: None,
+            secret: Secret::from_env(),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            deploy_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl DaemonConfig {
+    /// Parses `--listen HOST:PORT`, `--threads N`, `--secret S` (the secret may also
+    /// come from `LEDA_SECRET`) and `--handshake-timeout-ms MS`. Unknown arguments are
+    /// refused.
+    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
+        let mut c = DaemonConfig::default();
+        let mut it = args.into_iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+            match a.as_str() {
+                "--listen" => c.listen = value("--listen")?,
+                "--threads" => {
+                    let v = value("--threads")?;
+                    c.threads = Some(
+                        v.parse()
+                            .map_err(|_| format!("--threads: '{v}' is not a number"))?,
+                    );
+                }
+                "--secret" => c.secret = Some(Secret::new(value("--secret")?)),
+                "--handshake-timeout-ms" => {
+                    let v = value("--handshake-timeout-ms")?;
+                    let ms: u64 = v
+                        .parse()
+                        .map_err(|_| format!("--handshake-timeout-ms: '{v}' is not a number"))?;
+                    c.handshake_timeout = Duration::from_millis(ms);
+                }
+                other => return Err(format!("unknown argument '{other}'")),
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// What a daemon's run ended with.
+#[derive(Debug)]
+pub struct DaemonReport {
+    /// The local run's report.
+    pub run: RunReport,
+    /// Transport counters of this process.
+    pub transport: TransportCounts,
+}
+
+/// A daemon bound to its address, ready to serve.
+pub struct Daemon {
+    rt: tokio::runtime::Runtime,
+    listener: TcpListener,
+    addr: SocketAddr,
+    config: DaemonConfig,
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("addr", &self.addr).finish()
+    }
+}
+
+/// A connection that completed the handshake.
+struct Incoming {
+    stream: TcpStream,
+    hello: Hello,
+    addr: SocketAddr,
+}
+
+pub(crate) fn net_runtime(name: &str) -> Result<tokio::runtime::Runtime, NetError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(|e| NetError::io("starting the network runtime", e))
+}
+
+impl Daemon {
+    /// Binds the listening socket. Refuses a non-loopback address without a secret.
+    pub fn bind(config: DaemonConfig, registry: Registry) -> Result<Daemon, NetError> {
+        let addrs: Vec<SocketAddr> = config
+            .listen
+            .to_socket_addrs()
+            .map_err(|e| NetError::io(format!("resolving {}", config.listen), e))?
+            .collect();
+        if config.secret.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
+            return Err(NetError::SecretRequired {
+                addr: config.listen.clone(),
+            });
+        }
+        let rt = net_runtime("leda-daemon-net")?;
+        let listener = rt
+            .block_on(TcpListener::bind(&addrs[..]))
+            .map_err(|e| NetError::io(format!("listening on {}", config.listen), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| NetError::io("reading the bound address", e))?;
+        tracing::info!(%addr, "leda daemon listening");
+        Ok(Daemon {
+            rt,
+            listener,
+            addr,
+            config,
+            registry: Arc::new(registry),
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits for a deployment, runs it, and returns when the run ends (a `quit`
+    /// anywhere, or the end of the launcher's run).
+    pub fn serve(self) -> Result<DaemonReport, NetError> {
+        let Daemon {
+            rt,
+            listener,
+            config,
+            registry,
+            ..
+        } = self;
+        let config = Arc::new(config);
+        let rt_handle = rt.handle().clone();
+        rt.block_on(async move {
+            let (inc_tx, inc_rx) = mpsc::channel::<Incoming>(64);
+            let acceptor = tokio::spawn(accept_loop(listener, config.clone(), inc_tx));
+            let r = serve_deployments(inc_rx, config, registry, rt_handle).await;
+            acceptor.abort();
+            r
+        })
+    }
+}
+
+async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc::Sender<Incoming>) {
+    loop {
+        let (mut stream, addr) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let config = config.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let peer = addr.to_string();
+            match handshake::server(
+                &mut stream,
+                &peer,
+                config.secret.as_ref(),
+                config.handshake_timeout,
+            )
+            .await
+            {
+                Ok(acc) => {
+                    let _ = tx
+                        .send(Incoming {
+                            stream,
+                            hello: acc.hello,
+                            addr,
+                        })
+                        .await;
+                }
+                Err(e) => tracing::warn!(peer, error = %e, "connection refused"),
+            }
+        });
+    }
+}
+
+async fn serve_deployments(
+    mut inc_rx: mpsc::Receiver<Incoming>,
+    config: Arc<DaemonConfig>,
+    registry: Arc<Registry>,
+    rt: tokio::runtime::Handle,
+) -> Result<DaemonReport, NetError> {
+    let mut parked: Vec<Incoming> = Vec::new();
+    loop {
+        let Some(inc) = inc_rx.recv().await else {
+            return Err(NetError::io(
+                "accepting connections",
+                std::io::Error::other("the listener stopped"),
+            ));
+        };
+        match inc.hello.role {
+            Role::Probe => {}
+            Role::Peer => {
+                parked.push(inc);
+                if parked.len() > 64 {
+                    parked.remove(0);
+                }
+            }
+            Role::Launcher => {
+                let from = inc.addr.to_string();
+                match deploy(inc, &mut inc_rx, &mut parked, &config, &registry, &rt).await {
+                    Ok(report) => return Ok(report),
+                    Err(e) => tracing::warn!(launcher = from, error = %e, "deployment failed"),
+                }
+            }
+        }
+    }
+}
+
+async fn timed<T>(
+    d: Duration,
+    peer: &str,
+    during: &'static str,
+    f: impl std::future::Future<Output = Result<T, NetError>>,
+) -> Result<T, NetError> {
+    tokio::time::timeout(d, f)
+        .await
+        .map_err(|_| NetError::Timeout {
+            peer: peer.into(),
+            during,
+            secs: d.as_secs_f64(),
+        })?
+}
+
+async fn deploy(
+    inc: Incoming,
+    inc_rx: &mut mpsc::Receiver<Incoming>,
+    parked: &mut Vec<Incoming>,
+    config: &DaemonConfig,
+    registry: &Registry,
+    rt: &tokio::runtime::Handle,
+) -> Result<DaemonReport, NetError> {
+    let peer = inc.addr.to_string();
+    let mut s = inc.stream;
+    let ferr = |source| NetError::Frame {
+        peer: peer.clone(),
+        source,
+    };
+    let d = timed(config.deploy_timeout, &peer, "deployment", async {
+        match read_frame(&mut s, MAX_FRAME).await.map_err(ferr)? {
+            Some(Frame::Deploy(d)) => Ok(d),
+            Some(other) => Err(NetError::Protocol {
+                peer: peer.clone(),
+                reason: format!("expected a deployment, got {}", other.name()),
+            }),
+            None => Err(NetError::Protocol {
+                peer: peer.clone(),
+                reason: "closed before the deployment".into(),
+            }),
+        }
+    })
+    .await?;
+    tracing::info!(graph = %d.graph, me = %d.target, launcher = %d.launcher, "deployment received");
+    let graph = match resolve(&d, registry) {
+        Ok(g) => g,
+        Err(reason) => {
+            tracing::warn!(reason, "refusing the deployment");
+            let _ = write_frame(&mut s, &Frame::Refused(reason.clone())).await;
+            return Err(NetError::Refused {
+                daemon: d.target.clone(),
+                reason,
+            });
+        }
+    };
+    let transport = Transport::new(&d.target, d.routes(), rt.clone());
+    let mesh = mesh(&d, &transport, inc_rx, parked, config);
+    if let Err(e) = timed(config.deploy_timeout, &peer, "connecting the peers", mesh).await {
+        let _ = write_frame(&mut s, &Frame::Refused(e.to_string())).await;
+        transport.close(None).await;
+        return Err(e);
+    }
+    write_frame(&mut s, &Frame::Ready).await.map_err(ferr)?;
+    let start = timed(config.deploy_timeout, &peer, "start", async {
+        match read_frame(&mut s, MAX_FRAME).await.map_err(ferr)? {
+            Some(Frame::Start) => Ok(()),
+            other => Err(NetError::Protocol {
+                peer: peer.clone(),
+                reason: format!(
+                    "expected start, got {}",
+                    other.as_ref().map_or("end of stream", Frame::name)
+                ),
+            }),
+        }
+    })
+    .await;
+    if let Err(e) = start {
+        transport.close(None).await;
+        return Err(e);
+    }
+    transport.attach(&d.launcher, s);
+    transport.quit_on_loss(&d.launcher);
+    let mut run = Run::default()
+        .process(d.target.clone())
+        .remote(transport.clone());
+    if let Some(n) = config.threads.or(d.threads) {
+        run = run.threads(n);
+    }
+    let running = match graph.start(run) {
+        Ok(r) => r,
+        Err(e) => {
+            transport.close(Some(Vec::new())).await;
+            return Err(e.into());
+        }
+    };
+    transport.set_handle(running.handle());
+    tracing::info!(graph = %d.graph, me = %d.target, "running");
+    // While running, other deployments are refused; peers of other runs are dropped.
+    let busy = d.target.clone();
+    let mut rx = std::mem::replace(inc_rx, mpsc::channel(1).1);
+    let refuser = tokio::spawn(async move {
+        while let Some(mut inc) = rx.recv().await {
+            if inc.hello.role == Role::Launcher {
+                let _ = write_frame(
+                    &mut inc.stream,
+                    &Frame::Refused(format!("{busy} is running another deployment")),
+                )
+                .await;
+            }
+        }
+    });
+    let report = tokio::task::spawn_blocking(move || running.wait())
+        .await
+        .map_err(|e| NetError::io("waiting for the run", std::io::Error::other(e)))??;
+    refuser.abort();
+    let quit = report
+        .quit
+        .as_ref()
+        .map(|e| e.args().to_vec())
+        .unwrap_or_default();
+    transport.close(Some(quit)).await;
+    tracing::info!(reason = ?report.reason, "run ended");
+    Ok(DaemonReport {
+        run: report,
+        transport: transport.counts(),
+    })
+}
+
+/// Rebuilds and validates the cluster; the error names what could not be resolved.
+fn resolve(d: &Deployment, registry: &Registry) -> Result<leda_core::graph::Graph, String> {
+    let g = d.build_graph(registry)?;
+    g.verify().map_err(|e| e.to_string())?;
+    Ok(g)
+}
+
+/// Opens the links to the other daemons: the lower address dials the higher one.
+async fn mesh(
+    d: &Deployment,
+    transport: &Arc<Transport>,
+    inc_rx: &mut mpsc::Receiver<Incoming>,
+    parked: &mut Vec<Incoming>,
+    config: &DaemonConfig,
+) -> Result<(), NetError> {
+    let me = d.target.as_str();
+    let peers: Vec<String> = d
+        .processes()
+        .filter(|p| *p != me && *p != d.launcher)
+        .map(str::to_owned)
+        .collect();
+    let mut waiting: Vec<String> = Vec::new();
+    for p in &peers {
+        if me < p.as_str() {
+            let s = handshake::connect(
+                p,
+                Role::Peer,
+                me,
+                d.id,
+                config.secret.as_ref(),
+                config.handshake_timeout,
+            )
+            .await?;
+            transport.attach(p, s);
+        } else {
+            waiting.push(p.clone());
+        }
+    }
+    let take = |inc: Incoming, waiting: &mut Vec<String>| -> Option<Incoming> {
+        if inc.hello.role == Role::Peer
+            && inc.hello.deployment == d.id
+            && let Some(i) = waiting.iter().position(|w| *w == inc.hello.from)
+        {
+            let from = waiting.swap_remove(i);
+            transport.attach(&from, inc.stream);
+            None
+        } else {
+            Some(inc)
+        }
+    };
+    let old = std::mem::take(parked);
+    for inc in old {
+        if let Some(back) = take(inc, &mut waiting) {
+            parked.push(back);
+        }
+    }
+    while !waiting.is_empty() {
+        let Some(mut inc) = inc_rx.recv().await else {
+            break;
+        };
+        if inc.hello.role == Role::Launcher {
+            let _ = write_frame(
+                &mut inc.stream,
+                &Frame::Refused(format!("{me} is being deployed")),
+            )
+            .await;
+            continue;
+        }
+        if let Some(back) = take(inc, &mut waiting) {
+            parked.push(back);
+        }
+    }
+    if waiting.is_empty() {
+        Ok(())
+    } else {
+        Err(NetError::Protocol {
+            peer: waiting.join(", "),
+            reason: "peer processes did not connect".into(),
+        })
+    }
+}

@@ -1,0 +1,234 @@
+//! The connection handshake.
+//!
+//! ```text
+//! both sides, at once:  "LEDA" || u16 LE protocol version || u16 LE flags
+//!                       || 32-byte nonce
+//! client -> server:     Hello  frame {role, from, deployment, nonce, mac}
+//! server -> client:     Welcome frame {mac}   or   Error frame {reason}, then close
+//! ```
+//!
+//! Flags bit 0 says "this side requires a shared secret". With a secret, `mac` is the
+//! HMAC-SHA256 proof of [`crate::auth`]; both directions are checked. The preamble is
+//! fixed-size and outside the frame format, so a version mismatch is detected whatever
+//! the other version's framing. The whole handshake runs under a timeout, so a peer
+//! that connects and says nothing is dropped.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::auth::{NONCE_LEN, Secret, nonce};
+use crate::error::NetError;
+use crate::frame::{Frame, HANDSHAKE_MAX_FRAME, Hello, Role, Welcome, read_frame, write_frame};
+
+/// The four magic bytes that open every connection.
+pub const MAGIC: [u8; 4] = *b"LEDA";
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Default time a peer has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const PREAMBLE_LEN: usize = 8 + NONCE_LEN;
+
+fn preamble(secret: bool, nonce: &[u8; NONCE_LEN]) -> [u8; PREAMBLE_LEN] {
+    let mut p = [0u8; PREAMBLE_LEN];
+    p[..4].copy_from_slice(&MAGIC);
+    p[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    p[6..8].copy_from_slice(&u16::from(secret).to_le_bytes());
+    p[8..].copy_from_slice(nonce);
+    p
+}
+
+/// Parsed preamble of the other side: (flags, nonce).
+fn check_preamble(peer: &str, p: &[u8; PREAMBLE_LEN]) -> Result<(u16, Vec<u8>), NetError> {
+    if p[..4] != MAGIC {
+        return Err(NetError::BadMagic { peer: peer.into() });
+    }
+    let theirs = u16::from_le_bytes([p[4], p[5]]);
+    if theirs != PROTOCOL_VERSION {
+        return Err(NetError::VersionMismatch {
+            peer: peer.into(),
+            ours: PROTOCOL_VERSION,
+            theirs,
+        });
+    }
+    Ok((u16::from_le_bytes([p[6], p[7]]), p[8..].to_vec()))
+}
+
+fn frame_err(peer: &str) -> impl Fn(crate::error::FrameError) -> NetError + '_ {
+    move |source| NetError::Frame {
+        peer: peer.into(),
+        source,
+    }
+}
+
+async fn read_preamble(s: &mut TcpStream, peer: &str) -> Result<[u8; PREAMBLE_LEN], NetError> {
+    let mut p = [0u8; PREAMBLE_LEN];
+    s.read_exact(&mut p)
+        .await
+        .map_err(|e| frame_err(peer)(e.into()))?;
+    Ok(p)
+}
+
+/// What the server learnt about an authenticated client.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The client's hello.
+    pub hello: Hello,
+}
+
+/// Runs the server side of the handshake on an accepted connection.
+pub async fn server(
+    s: &mut TcpStream,
+    peer: &str,
+    secret: Option<&Secret>,
+    timeout: Duration,
+) -> Result<Accepted, NetError> {
+    tokio::time::timeout(timeout, server_inner(s, peer, secret))
+        .await
+        .map_err(|_| NetError::Timeout {
+            peer: peer.into(),
+            during: "handshake",
+            secs: timeout.as_secs_f64(),
+        })?
+}
+
+async fn server_inner(
+    s: &mut TcpStream,
+    peer: &str,
+    secret: Option<&Secret>,
+) -> Result<Accepted, NetError> {
+    let my_nonce = nonce().map_err(|e| NetError::io("drawing a nonce", e))?;
+    s.write_all(&preamble(secret.is_some(), &my_nonce))
+        .await
+        .map_err(|e| frame_err(peer)(e.into()))?;
+    let p = read_preamble(s, peer).await?;
+    check_preamble(peer, &p)?;
+    let hello = match read_frame(s, HANDSHAKE_MAX_FRAME)
+        .await
+        .map_err(frame_err(peer))?
+    {
+        Some(Frame::Hello(h)) => h,
+        Some(other) => {
+            return Err(NetError::Protocol {
+                peer: peer.into(),
+                reason: format!("expected hello, got {}", other.name()),
+            });
+        }
+        None => {
+            return Err(NetError::Protocol {
+                peer: peer.into(),
+                reason: "closed before hello".into(),
+            });
+        }
+    };
+    let mac = match secret {
+        None => Vec::new(),
+        Some(sec) => {
+            if !sec.verify_client(&my_nonce, &hello.nonce, &hello.mac) {
+                let _ = write_frame(s, &Frame::Error("authentication failed".into())).await;
+                return Err(NetError::Auth {
+                    peer: peer.into(),
+                    reason: "wrong or missing shared secret".into(),
+                });
+            }
+            sec.server_proof(&hello.nonce, &my_nonce)
+        }
+    };
+    write_frame(s, &Frame::Welcome(Welcome { mac }))
+        .await
+        .map_err(frame_err(peer))?;
+    Ok(Accepted { hello })
+}
+
+/// Connects to `addr` and runs the client side of the handshake.
+pub async fn connect(
+    addr: &str,
+    role: Role,
+    from: &str,
+    deployment: u64,
+    secret: Option<&Secret>,
+    timeout: Duration,
+) -> Result<TcpStream, NetError> {
+    let during = NetError::Timeout {
+        peer: addr.into(),
+        during: "connect and handshake",
+        secs: timeout.as_secs_f64(),
+    };
+    tokio::time::timeout(timeout, async {
+        let mut s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| NetError::io(format!("connecting to {addr}"), e))?;
+        let _ = s.set_nodelay(true);
+        client(&mut s, addr, role, from, deployment, secret).await?;
+        Ok(s)
+    })
+    .await
+    .map_err(|_| during)?
+}
+
+async fn client(
+    s: &mut TcpStream,
+    peer: &str,
+    role: Role,
+    from: &str,
+    deployment: u64,
+    secret: Option<&Secret>,
+) -> Result<(), NetError> {
+    let my_nonce = nonce().map_err(|e| NetError::io("drawing a nonce", e))?;
+    s.write_all(&preamble(secret.is_some(), &my_nonce))
+        .await
+        .map_err(|e| frame_err(peer)(e.into()))?;
+    let p = read_preamble(s, peer).await?;
+    let (flags, server_nonce) = check_preamble(peer, &p)?;
+    if flags & 1 != 0 && secret.is_none() {
+        return Err(NetError::Auth {
+            peer: peer.into(),
+            reason: "the peer requires a shared secret and none is configured".into(),
+        });
+    }
+    let mac = secret
+        .map(|sec| sec.client_proof(&server_nonce, &my_nonce))
+        .unwrap_or_default();
+    let hello = Hello {
+        role,
+        from: from.into(),
+        deployment,
+        nonce: my_nonce.to_vec(),
+        mac,
+    };
+    write_frame(s, &Frame::Hello(hello))
+        .await
+        .map_err(frame_err(peer))?;
+    match read_frame(s, HANDSHAKE_MAX_FRAME)
+        .await
+        .map_err(frame_err(peer))?
+    {
+        Some(Frame::Welcome(w)) => {
+            if let Some(sec) = secret
+                && !sec.verify_server(&my_nonce, &server_nonce, &w.mac)
+            {
+                return Err(NetError::Auth {
+                    peer: peer.into(),
+                    reason: "the peer could not prove it knows the shared secret".into(),
+                });
+            }
+            Ok(())
+        }
+        Some(Frame::Error(reason)) => Err(NetError::Auth {
+            peer: peer.into(),
+            reason,
+        }),
+        Some(other) => Err(NetError::Protocol {
+            peer: peer.into(),
+            reason: format!("expected welcome, got {}", other.name()),
+        }),
+        None => Err(NetError::Protocol {
+            peer: peer.into(),
+            reason: "closed during the handshake".into(),
+        }),
+    }
+}

@@ -1,0 +1,110 @@
+//! Helpers of the multi-process tests: daemons as real child processes on loopback
+//! with ephemeral ports, always reaped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A daemon child process, killed and reaped on drop.
+pub struct Node {
+    child: Child,
+    /// Its address (`127.0.0.1:PORT`).
+    pub addr: String,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Node {
+    /// Starts `leda-net-test-node daemon --listen 127.0.0.1:0 EXTRA...` and waits for
+    /// its `LISTENING` line.
+    pub fn spawn(extra: &[&str]) -> Node {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
+            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env(
+                "LEDA_LOG",
+                std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning the test node");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("reading LISTENING");
+        let addr = line
+            .strip_prefix("LISTENING ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .trim()
+            .to_owned();
+        Node {
+            child,
+            addr,
+            stdout,
+        }
+    }
+
+    /// Kills the process now (a crash, as far as its peers can tell).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the process to exit; returns its status and the rest of
+    /// its stdout.
+    pub fn finish(mut self, limit: Duration) -> (Option<ExitStatus>, String) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => break None,
+            }
+        };
+        let mut rest = String::new();
+        if status.is_some() {
+            let _ = std::io::Read::read_to_string(&mut self.stdout, &mut rest);
+        }
+        (status, rest)
+    }
+
+    /// `true` while the process runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("leda-net-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Polls `cond` until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}

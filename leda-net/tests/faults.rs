@@ -1,0 +1,157 @@
+//! Bad input and bad peers: the daemon logs, closes only that connection, and keeps
+//! serving (each test ends with a good deployment on the same daemon).
+
+mod common;
+#[path = "../src/bin/leda-net-test-node/stages.rs"]
+mod stages;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::Node;
+use leda_core::prelude::*;
+use leda_net::frame::{self, Frame, Role};
+use leda_net::handshake::{MAGIC, PROTOCOL_VERSION};
+use leda_net::{Launcher, NetError, Secret};
+
+const ME: &str = "launcher:1";
+
+/// Reads until the daemon closes the connection; `true` if it did within `limit`.
+fn closed_by_peer(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A small good run on `node`: proves the daemon still serves.
+fn good_run(node: &Node, launcher: Launcher) -> Result<i64, NetError> {
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 10);
+    let mut g = Graph::new("good");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen_.push((10, 0, false));
+    let r = launcher.run(&g, Run::default().threads(1))?;
+    Ok(r.run
+        .quit
+        .and_then(|q| q.arg(0).and_then(Value::as_int))
+        .unwrap_or(-1))
+}
+
+fn preamble(version: u16) -> Vec<u8> {
+    let mut p = MAGIC.to_vec();
+    p.extend_from_slice(&version.to_le_bytes());
+    p.extend_from_slice(&0u16.to_le_bytes());
+    p.extend_from_slice(&[9u8; 32]);
+    p
+}
+
+#[test]
+fn garbage_version_mismatch_silence_and_bad_frames() {
+    let node = Node::spawn(&["--handshake-timeout-ms", "300"]);
+    let limit = Duration::from_secs(5);
+
+    // Not Leda at all.
+    let mut s = TcpStream::connect(&node.addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(&[0xffu8; 64]).unwrap();
+    assert!(closed_by_peer(&mut s, limit), "garbage: closed");
+
+    // The right magic, another protocol version.
+    let mut s = TcpStream::connect(&node.addr).unwrap();
+    s.write_all(&preamble(PROTOCOL_VERSION + 1)).unwrap();
+    assert!(closed_by_peer(&mut s, limit), "version mismatch: closed");
+
+    // Connects and says nothing: dropped after the handshake timeout.
+    let mut s = TcpStream::connect(&node.addr).unwrap();
+    assert!(closed_by_peer(&mut s, limit), "silent peer: closed");
+
+    // A valid preamble, then a hello frame that is truncated, then nothing.
+    let mut s = TcpStream::connect(&node.addr).unwrap();
+    s.write_all(&preamble(PROTOCOL_VERSION)).unwrap();
+    s.write_all(&[200, 0, 0, 0, frame::kind::HELLO, 0x95])
+        .unwrap();
+    assert!(closed_by_peer(&mut s, limit), "truncated hello: closed");
+
+    // A valid preamble, then an oversized length.
+    let mut s = TcpStream::connect(&node.addr).unwrap();
+    s.write_all(&preamble(PROTOCOL_VERSION)).unwrap();
+    s.write_all(&[0xff, 0xff, 0xff, 0x7f, frame::kind::HELLO])
+        .unwrap();
+    assert!(closed_by_peer(&mut s, limit), "oversized hello: closed");
+
+    // After a real handshake: a malformed deployment, then an oversized frame.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for bad in [
+            vec![3, 0, 0, 0, frame::kind::DEPLOY, 0xc1, 0xc1],
+            vec![0xff, 0xff, 0xff, 0xff, frame::kind::DEPLOY],
+            frame::encode(&Frame::Start).unwrap(),
+        ] {
+            let mut s = leda_net::handshake::connect(
+                &node.addr,
+                Role::Launcher,
+                ME,
+                0,
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("handshake");
+            s.write_all(&bad).await.unwrap();
+            // The daemon answers nothing useful and closes (EOF or reset, in time).
+            let mut buf = Vec::new();
+            let _ = tokio::time::timeout(limit, s.read_to_end(&mut buf))
+                .await
+                .expect("the daemon closed the connection");
+        }
+    });
+
+    assert_eq!(
+        good_run(&node, Launcher::new(ME)).expect("daemon still serves"),
+        10
+    );
+    let (status, _) = node.finish(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()));
+}
+
+#[test]
+fn shared_secret_is_checked_both_ways() {
+    let node = Node::spawn(&["--secret", "s3cret"]);
+    let none = good_run(&node, Launcher::new(ME)).expect_err("no secret");
+    assert!(matches!(none, NetError::Auth { .. }), "{none}");
+    let wrong =
+        good_run(&node, Launcher::new(ME).secret(Secret::new("guess"))).expect_err("wrong secret");
+    assert!(matches!(wrong, NetError::Auth { .. }), "{wrong}");
+    let ok =
+        good_run(&node, Launcher::new(ME).secret(Secret::new("s3cret"))).expect("right secret");
+    assert_eq!(ok, 10);
+    let (status, _) = node.finish(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()));
+}
+
+#[test]
+fn non_loopback_listening_requires_a_secret() {
+    let config = leda_net::DaemonConfig {
+        listen: "0.0.0.0:0".into(),
+        secret: None,
+        ..Default::default()
+    };
+    let err = leda_net::Daemon::bind(config, leda_net::Registry::new()).unwrap_err();
+    assert!(matches!(err, NetError::SecretRequired { .. }), "{err}");
+}

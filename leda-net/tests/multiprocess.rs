@@ -1,0 +1,365 @@
+//! Graphs across real processes on loopback: deployment, routing, round-robin, end of
+//! run, and failures.
+
+mod common;
+#[path = "../src/bin/leda-net-test-node/stages.rs"]
+mod stages;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Node, eventually, scratch};
+use leda_core::error::SendError;
+use leda_core::graph::{GraphError, Processes};
+use leda_core::prelude::*;
+use leda_net::{Launcher, NetError};
+
+const ME: &str = "launcher:1";
+const EXIT: Duration = Duration::from_secs(10);
+
+fn quit_ints(r: &leda_net::LaunchReport) -> Vec<Value> {
+    r.run
+        .quit
+        .as_ref()
+        .map(|e| e.args().to_vec())
+        .unwrap_or_default()
+}
+
+/// The thesis' grep (Listings 4.4 and 4.5): the printer alone in one process, lines
+/// and match in the launcher.
+#[test]
+fn grep_across_two_processes() {
+    let dir = scratch("grep");
+    let (a, b) = (dir.join("a.txt"), dir.join("b.txt"));
+    std::fs::write(&a, "a test line\nnothing\nanother test\n").unwrap();
+    std::fs::write(&b, "no\ntest three\n").unwrap();
+    let out = dir.join("out.txt");
+    let node = Node::spawn(&["--threads", "2"]);
+
+    let (lines, matcher, printer) = (stages::lines(), stages::matcher(), stages::printer());
+    printer.set_attr("out", out.to_string_lossy().to_string());
+    let mut g = Graph::new("grep");
+    g.connect(&lines, "line", &matcher).local();
+    g.connect(&matcher, "match", &printer);
+    let cluster1 = Cluster::of([&printer]);
+    let cluster2 = g.all() - &cluster1;
+    g.part([cluster1, cluster2])
+        .unwrap()
+        .map([node.addr.as_str(), ME])
+        .unwrap();
+    matcher.set_attr("pattern", "test");
+    lines.push(a.to_string_lossy().to_string());
+    lines.push(b.to_string_lossy().to_string());
+
+    let report = Launcher::new(ME)
+        .until_idle()
+        .run(&g, Run::default().threads(2))
+        .expect("grep run");
+    assert!(report.idle, "ended by global idleness");
+    assert_eq!(report.transport.sent, 3);
+    assert_eq!(report.transport.delivered, 3);
+    assert_eq!(report.transport.failed, 0);
+    let (status, rest) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()), "daemon exits cleanly");
+    assert!(rest.contains("ENDED"), "{rest}");
+    let mut got: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["a test line", "another test", "test three"]);
+}
+
+/// gen (launcher) -> inc (daemon A) -> collect (daemon B): quit in B ends everyone.
+#[test]
+fn pipeline_across_three_processes() {
+    let (a, b) = (Node::spawn(&[]), Node::spawn(&[]));
+    const N: i64 = 5000;
+    let gen_ = stages::generator("gen");
+    let inc = stages::inc("inc").attr("add", 10);
+    let collect = stages::collect("collect").attr("expect", N);
+    let mut g = Graph::new("pipeline");
+    g.connect(&gen_, 1, &inc);
+    g.connect(&inc, 1, &collect);
+    g.part([
+        Cluster::of([&gen_]),
+        Cluster::of([&inc]),
+        Cluster::of([&collect]),
+    ])
+    .unwrap()
+    .map([ME, a.addr.as_str(), b.addr.as_str()])
+    .unwrap();
+    gen_.push((N, 0, false));
+
+    let report = Launcher::new(ME)
+        .run(&g, Run::default().threads(2))
+        .expect("pipeline run");
+    assert_eq!(report.run.reason, EndReason::Quit);
+    let q = quit_ints(&report);
+    assert_eq!(q[0].as_int(), Some(N));
+    assert_eq!(q[1].as_int(), Some((0..N).map(|i| i + 10).sum::<i64>()));
+    assert_eq!(report.transport.sent, N as u64);
+    assert_eq!(
+        report.transport.delivered + report.transport.failed,
+        N as u64
+    );
+    for n in [a, b] {
+        let (status, _) = n.finish(EXIT);
+        assert!(status.is_some_and(|s| s.success()));
+    }
+}
+
+/// A cluster mapped to two processes receives events round-robin.
+#[test]
+fn round_robin_over_two_processes() {
+    let (a, b) = (Node::spawn(&[]), Node::spawn(&[]));
+    const N: i64 = 1000;
+    let gen_ = stages::generator("gen");
+    let tag = stages::tag("tag");
+    let collect = stages::collect("collect").attr("expect", N);
+    let mut g = Graph::new("rr");
+    g.connect(&gen_, 1, &tag);
+    g.connect(&tag, 1, &collect);
+    g.part([Cluster::of([&gen_, &collect]), Cluster::of([&tag])])
+        .unwrap()
+        .map([
+            Processes::from(ME),
+            Processes::from(vec![a.addr.clone(), b.addr.clone()]),
+        ])
+        .unwrap();
+    gen_.push((N, 0, false));
+    let report = Launcher::new(ME)
+        .run(&g, Run::default().threads(2))
+        .expect("round-robin run");
+    let q = quit_ints(&report);
+    assert_eq!(q[0].as_int(), Some(N));
+    let by: Vec<i64> = q[2]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_int)
+        .collect();
+    // Two distinct processes, alternating (the credit window is never exhausted here).
+    assert_eq!(by, [N / 2, N / 2], "events per replica");
+    for n in [a, b] {
+        let (status, _) = n.finish(EXIT);
+        assert!(status.is_some_and(|s| s.success()));
+    }
+}
+
+/// A cluster holding a serial stage cannot be replicated.
+#[test]
+fn serial_stage_on_two_processes_is_refused() {
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 1);
+    let mut g = Graph::new("serial");
+    g.connect(&gen_, 1, &collect);
+    let err = g
+        .part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([
+            Processes::from(ME),
+            Processes::from(vec!["127.0.0.1:2", "127.0.0.1:3"]),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&err, GraphError::SerialReplicated { stage, .. } if stage == "collect"),
+        "{err}"
+    );
+}
+
+/// A daemon that cannot resolve a stage refuses, naming it; it keeps serving and
+/// accepts a correct deployment afterwards.
+#[test]
+fn unresolved_stage_is_refused_before_anything_runs() {
+    let node = Node::spawn(&[]);
+    let gen_ = stages::generator("gen");
+    let mystery = Stage::new("mystery", |_, _| Ok(())).kind("test.nope");
+    let mut g = Graph::new("bad");
+    g.connect(&gen_, 1, &mystery);
+    g.part([Cluster::of([&gen_]), Cluster::of([&mystery])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen_.push((1, 0));
+    let err = Launcher::new(ME)
+        .run(&g, Run::default().threads(1))
+        .expect_err("refused");
+    match &err {
+        NetError::Refused { daemon, reason } => {
+            assert_eq!(daemon, &node.addr);
+            assert!(
+                reason.contains("mystery") && reason.contains("test.nope"),
+                "{reason}"
+            );
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    // Nothing ran: the initial event is back on the launcher's stage... and the same
+    // daemon now takes a good deployment.
+    let collect = stages::collect("collect").attr("expect", 3);
+    let gen2 = stages::generator("gen2");
+    let mut g = Graph::new("good");
+    g.connect(&gen2, 1, &collect);
+    g.part([Cluster::of([&gen2]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen2.push((3, 0, false));
+    let report = Launcher::new(ME)
+        .run(&g, Run::default().threads(1))
+        .expect("good run");
+    assert_eq!(quit_ints(&report)[0].as_int(), Some(3));
+    let (status, _) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()));
+}
+
+/// A stage that runs remotely needs a registered kind; the launcher says which.
+#[test]
+fn remote_stage_without_kind_is_refused_by_the_launcher() {
+    let gen_ = stages::generator("gen");
+    let anon = Stage::new("anonymous", |_, _| Ok(()));
+    let mut g = Graph::new("nokind");
+    g.connect(&gen_, 1, &anon);
+    g.part([Cluster::of([&gen_]), Cluster::of([&anon])])
+        .unwrap()
+        .map([ME, "127.0.0.1:9"])
+        .unwrap();
+    let err = Launcher::new(ME)
+        .run(&g, Run::default())
+        .expect_err("no kind");
+    assert!(
+        matches!(&err, NetError::Deploy(m) if m.contains("anonymous")),
+        "{err}"
+    );
+}
+
+/// Killing the receiving daemon mid-run: every event the sender handed to the
+/// transport is either acknowledged or reported failed (on the sender's error port).
+#[test]
+fn killed_daemon_events_are_reported_failed() {
+    let mut node = Node::spawn(&[]);
+    let gen_ = stages::generator("gen");
+    let slow = stages::slow("slow").attr("ms", 1).capacity(32);
+    let errors = Arc::new(AtomicU64::new(0));
+    let err_sink = stages::counter("errors", errors.clone());
+    let mut g = Graph::new("kill");
+    g.connect(&gen_, 1, &slow);
+    g.connect(&gen_, "error", &err_sink);
+    g.part([Cluster::of([&gen_, &err_sink]), Cluster::of([&slow])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen_.push((1_000_000, 0, false));
+    let launched = Launcher::new(ME)
+        .until_idle()
+        .start(&g, Run::default().threads(2))
+        .expect("start");
+    assert!(
+        eventually(Duration::from_secs(20), || launched.transport().delivered
+            >= 100),
+        "some events delivered before the kill"
+    );
+    node.kill();
+    let handle = launched.handle();
+    let report = launched.wait().expect("run ends after the peer died");
+    let t = report.transport;
+    assert!(t.failed > 0, "events were in flight at the kill: {t:?}");
+    assert_eq!(t.sent, t.delivered + t.failed, "{t:?}");
+    let snap = handle.snapshot();
+    let gen_stats = snap.stages.iter().find(|s| s.name == "gen").unwrap();
+    assert_eq!(gen_stats.failed_sends, t.failed);
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        t.failed,
+        "each failure reached the error port"
+    );
+}
+
+/// Credits: a slow receiver with a small queue limits a sender that does not wait
+/// (it sees `QueueFull` at once, without a round trip), and nothing is lost.
+#[test]
+fn slow_receiver_limits_sender_with_credits() {
+    let node = Node::spawn(&[]);
+    const N: i64 = 400;
+    let full = Arc::new(AtomicU64::new(0));
+    let seen_full = full.clone();
+    let burst = Stage::asynchronous("burst", move |ev: Event, mut ctx: Ctx| {
+        let full = seen_full.clone();
+        async move {
+            let n: i64 = ev.get(0)?;
+            for i in 0..n {
+                let mut e = Event::from(i);
+                loop {
+                    match ctx.try_send(1, e) {
+                        Ok(()) => break,
+                        Err(r) => {
+                            assert!(
+                                matches!(r.error, SendError::QueueFull { .. }),
+                                "{}",
+                                r.error
+                            );
+                            full.fetch_add(1, Ordering::Relaxed);
+                            e = r.event;
+                            ctx.sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    });
+    let slow = stages::collect("collect").attr("expect", N).capacity(4);
+    let mut g = Graph::new("credits");
+    g.connect(&burst, 1, &slow);
+    g.part([Cluster::of([&burst]), Cluster::of([&slow])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    burst.push(N);
+    let report = Launcher::new(ME)
+        .run(&g, Run::default().threads(2))
+        .expect("credits run");
+    let q = quit_ints(&report);
+    assert_eq!(q[0].as_int(), Some(N));
+    assert_eq!(q[1].as_int(), Some((0..N).sum::<i64>()));
+    assert!(
+        full.load(Ordering::Relaxed) > 0,
+        "the sender ran out of credit"
+    );
+    assert_eq!(report.transport.failed, 0);
+    assert_eq!(report.transport.sent, N as u64);
+    let (status, _) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()));
+}
+
+/// A daemon does not outlive its launcher: when the launcher vanishes without
+/// ending the run, the daemon ends its run and exits.
+#[test]
+fn daemon_ends_when_the_launcher_vanishes() {
+    let node = Node::spawn(&[]);
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 1_000_000_000i64);
+    let mut g = Graph::new("orphan");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen_.push((100, 0, false));
+    let launched = Launcher::new(ME)
+        .start(&g, Run::default().threads(1))
+        .expect("start");
+    assert!(eventually(Duration::from_secs(10), || launched
+        .transport()
+        .delivered
+        == 100));
+    // Stop locally and drop everything without telling the daemon.
+    launched.handle().quit(());
+    drop(launched);
+    let (status, rest) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()), "daemon exited: {rest}");
+    assert!(rest.contains("ENDED Quit"), "{rest}");
+}
