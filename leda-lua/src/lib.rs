@@ -34,10 +34,13 @@
 pub mod api;
 pub mod error;
 pub mod instance;
+pub mod library;
 pub mod registry;
 pub mod script;
 pub mod source;
 pub mod value;
 
 pub use error::{LuaStageError, ScriptError};
+/// The Lua binding this crate is built on, for crates that need a Lua state of their own.
+pub use mlua;
 pub use script::{Mode, Script, ScriptOptions};

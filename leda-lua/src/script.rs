@@ -850,6 +850,7 @@ impl Script {
             lua.create_function(|_, _: MultiValue| Ok(LuaController::Fixed(1)))?,
         )?;
         // Rust stages of the stage library, looked up when required.
+        crate::library::register_bundled();
         let searchers: Table = package.get("searchers")?;
         let searcher = lua.create_function(|lua, name: String| {
             if !crate::registry::is_registered(&name) {

@@ -1,1 +1,8 @@
-//! Placeholder: the reusable stage library is filled by a later issue.
+//! The reusable stage library (placeholder until its issue lands).
+
+use leda_core::stage::Stage;
+
+/// The stages this crate registers with the `leda` command, by `require` name.
+pub fn catalogue() -> Vec<(&'static str, fn() -> Stage)> {
+    Vec::new()
+}

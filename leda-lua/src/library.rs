@@ -1,0 +1,19 @@
+//! The Rust stages the `leda` command and every [`Script`](crate::Script) can
+//! `require`: the stage library and the bundled applications' stages.
+
+use std::sync::Once;
+
+/// Registers every bundled Rust stage under its `require` name (once per process).
+pub fn register_bundled() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let groups = [
+            leda_stages::catalogue(),
+            leda_http::catalogue(),
+            leda_image::catalogue(),
+        ];
+        for (module, make) in groups.into_iter().flatten() {
+            crate::registry::register_stage(module, make);
+        }
+    });
+}
