@@ -227,6 +227,9 @@ impl Simulation {
             net: self.net.clone(),
             overrides: self.overrides.clone(),
         });
+        // The simulated processes and the core refer to each other (executor, links, handles,
+        // queued tasks and wakers); break the cycle however the run ends, or every run leaks.
+        let _teardown = Teardown(core.clone());
         let mapped = plan.processes.is_some();
         let mut running: Vec<(String, Running)> = Vec::new();
         for (pid, addr) in addrs.iter().enumerate() {
@@ -279,6 +282,25 @@ impl Simulation {
             processes,
             lost: s.lost,
         })
+    }
+}
+
+/// Drops what the core holds of the simulated processes (see [`Simulation::run`]).
+struct Teardown(Arc<Core>);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let (handles, ready, actions) = {
+            let mut s = self.0.lock();
+            s.timers.clear();
+            (
+                std::mem::take(&mut s.handles),
+                std::mem::take(&mut s.ready),
+                std::mem::take(&mut s.actions),
+            )
+        };
+        // Dropped outside the lock: a task or waker may lock the core as it goes.
+        drop((handles, ready, actions));
     }
 }
 

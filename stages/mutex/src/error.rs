@@ -59,4 +59,10 @@ pub enum MutexError {
         /// The algorithm's name.
         algorithm: &'static str,
     },
+    /// A message could not be turned into a dynamic value (or back).
+    #[error("message encoding failed: {0}")]
+    Encoding(String),
+    /// A request named a resource the group was not configured with.
+    #[error("unknown resource {0:?}")]
+    UnknownResource(String),
 }

@@ -1,7 +1,8 @@
 //! # leda-mutex
 //!
 //! Classic distributed mutual-exclusion algorithms (spec `specs/mutex-classic.md`) as **pure
-//! state machines**, plus a deterministic simulator and a property checker.
+//! state machines**, wrapped as Leda stages, plus deterministic simulation (of the state machines
+//! alone, and of the stage graph under leda-core's simulated executor) and a property checker.
 //!
 //! - [`node`]: the [`MutexNode`] trait every algorithm implements. Inputs: start, local request,
 //!   local release, message, timer, failure notice; outputs: messages and grants, written to an
@@ -10,10 +11,19 @@
 //!   ring, Lamport, Ricart–Agrawala, Roucairol–Carvalho, Suzuki–Kasami, Raymond, Naimi–Tréhel
 //!   (Li–Hudak `next` form), Maekawa/Sanders voting over grid quorums (and naive voting as a broken
 //!   variant).
+//! - [`algorithm`]: the [`Algorithm`] chosen by name at run time, its analytic costs (spec §15),
+//!   and [`DynNode`], a type-erased node whose messages are dynamic values.
+//! - [`stage`]: the algorithms as Leda stages: one serial node stage per node (request, release
+//!   and message inputs; `peer<j>` and `grant` ports), a workload client stage, node stages
+//!   joined pairwise by decoupled connectors, one cluster per node.
+//! - [`stage_sim`]: that stage graph under leda-core's deterministic simulated executor (seeded
+//!   network model, crashes, byte-identical traces) with the [`Checker`] watching.
 //! - [`sim`]: seeded discrete-event simulator (virtual time, latency distributions, FIFO or
 //!   non-FIFO links, client workloads, message-loss injection, trace).
 //! - [`checker`]: mutual exclusion at every instant, fencing tokens strictly increasing, token
 //!   uniqueness, liveness (deadlock/stall reports naming the stuck nodes).
+//! - [`experiment`], [`chart`]: the `mutex-exp` experiments (CSV rows, the sweep over N and
+//!   load) and their PNG charts with the analytic values beside the measurements.
 //! - [`metrics`]: messages per CS and per type, response time, synchronisation delay.
 //!
 //! **Fencing tokens.** Every grant carries a `u64` fence, strictly increasing per resource:
@@ -27,15 +37,21 @@
 #![warn(missing_docs)]
 
 pub mod algo;
+pub mod algorithm;
+pub mod chart;
 pub mod checker;
 pub mod clock;
 pub mod error;
+pub mod experiment;
 pub mod metrics;
 pub mod node;
 pub mod quorum;
 pub mod rng;
 pub mod sim;
+pub mod stage;
+pub mod stage_sim;
 
+pub use algorithm::{Algorithm, DynNode, Effect, Load};
 pub use checker::{Checker, Verdict, Violation};
 pub use error::MutexError;
 pub use metrics::Metrics;
@@ -43,3 +59,4 @@ pub use node::{Fence, Message, MutexNode, NodeId, Outbox, Output};
 pub use sim::{
     Channels, DropRule, Latency, Report, Schedule, SimConfig, Simulation, Workload, simulate,
 };
+pub use stage_sim::{StageReport, StageSim};

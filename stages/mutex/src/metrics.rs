@@ -9,10 +9,16 @@ use crate::node::Fence;
 /// Counters and samples collected by the simulator.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Metrics {
-    /// Network messages sent, per message kind (self-deliveries handled inside a node excluded).
+    /// Messages sent, per message kind: network messages (dropped ones included) and the
+    /// messages a node sends to itself ([`crate::Output::Local`]).
     pub messages_by_kind: BTreeMap<&'static str, u64>,
-    /// All network messages sent (including dropped ones).
+    /// All messages sent (network and self-addressed, dropped ones included).
     pub messages_total: u64,
+    /// Of [`Metrics::messages_total`], those a node sent to itself (never on a link).
+    pub self_messages: u64,
+    /// [`Metrics::messages_total`] at each grant, in grant order: the differences give the
+    /// messages sent between consecutive grants (per-CS cost under concurrent load).
+    pub messages_at_grant: Vec<u64>,
     /// Messages dropped by fault injection.
     pub messages_dropped: u64,
     /// Critical-section entries.
@@ -49,6 +55,37 @@ impl Metrics {
     pub fn msgs_per_cs_of(&self, kind: &str) -> Option<f64> {
         let count = self.messages_by_kind.get(kind).copied().unwrap_or(0);
         (self.cs_entries > 0).then(|| count as f64 / self.cs_entries as f64)
+    }
+
+    /// Mean and standard deviation of the messages per CS. With the serial workload each CS's
+    /// exact cost (request to release) is a sample. Otherwise the mean is all messages over all
+    /// entries, and the deviation is that of the messages sent between consecutive grants (the
+    /// first window starts at time 0).
+    pub fn msgs_per_cs_mean_std(&self) -> Option<(f64, f64)> {
+        let std_of = |samples: &[u64], mean: f64| {
+            (samples
+                .iter()
+                .map(|&x| (x as f64 - mean).powi(2))
+                .sum::<f64>()
+                / samples.len().max(1) as f64)
+                .sqrt()
+        };
+        if !self.per_cs_messages.is_empty() {
+            let mean = mean(&self.per_cs_messages)?;
+            return Some((mean, std_of(&self.per_cs_messages, mean)));
+        }
+        let mean = self.msgs_per_cs()?;
+        let mut prev = 0;
+        let windows: Vec<u64> = self
+            .messages_at_grant
+            .iter()
+            .map(|&m| {
+                let d = m.saturating_sub(prev);
+                prev = m;
+                d
+            })
+            .collect();
+        Some((mean, std_of(&windows, mean)))
     }
 
     /// Mean response time.

@@ -45,6 +45,13 @@ pub enum Output<M> {
         /// The message.
         msg: M,
     },
+    /// A message of kind `kind` the node sent to **itself** and handled internally, right
+    /// after the handler that produced it (Maekawa's own REQ/YES/REL: `P_i ∈ S_i`). It never
+    /// crosses a link, but the algorithm sends it, so messages-per-CS figures count it.
+    Local {
+        /// The message kind, as [`Message::kind`] names it.
+        kind: &'static str,
+    },
     /// The local application may enter the critical section, with this fencing token.
     Grant {
         /// The fencing token of this grant.
@@ -74,6 +81,12 @@ impl<M> Outbox<M> {
     /// Queues a message to `to`.
     pub fn send(&mut self, to: NodeId, msg: M) {
         self.items.push(Output::Send { to, msg });
+    }
+
+    /// Records a message of kind `kind` sent to self and handled inside the node (see
+    /// [`Output::Local`]).
+    pub fn local(&mut self, kind: &'static str) {
+        self.items.push(Output::Local { kind });
     }
 
     /// Queues a grant of the critical section to the local application.

@@ -204,6 +204,13 @@ pub enum TraceKind {
         /// Message kind.
         kind: &'static str,
     },
+    /// A node handled a message it sent to itself (see [`crate::Output::Local`]).
+    Local {
+        /// The node.
+        node: NodeId,
+        /// Message kind.
+        kind: &'static str,
+    },
     /// A message was dropped by fault injection.
     Drop {
         /// Sender.
@@ -531,10 +538,31 @@ impl<A: MutexNode> Simulation<A> {
             }
             match o {
                 Output::Send { to, msg } => self.send(i, to, msg),
+                Output::Local { kind } => self.count_local(i, kind),
                 Output::Grant { fence } => self.grant(i, fence),
             }
         }
         self.outbox = out;
+    }
+
+    fn count_message(&mut self, kind: &'static str) -> u64 {
+        let count = {
+            let c = self.metrics.messages_by_kind.entry(kind).or_insert(0);
+            *c += 1;
+            *c
+        };
+        self.metrics.messages_total += 1;
+        match self.metrics.per_cs_messages.last_mut() {
+            Some(w) => *w += 1,
+            None => self.metrics.messages_before_first_request += 1,
+        }
+        count
+    }
+
+    fn count_local(&mut self, node: NodeId, kind: &'static str) {
+        self.count_message(kind);
+        self.metrics.self_messages += 1;
+        self.record(TraceKind::Local { node, kind });
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: A::Msg) {
@@ -548,16 +576,7 @@ impl<A: MutexNode> Simulation<A> {
             return;
         }
         let kind = msg.kind();
-        let count = {
-            let c = self.metrics.messages_by_kind.entry(kind).or_insert(0);
-            *c += 1;
-            *c
-        };
-        self.metrics.messages_total += 1;
-        match self.metrics.per_cs_messages.last_mut() {
-            Some(w) => *w += 1,
-            None => self.metrics.messages_before_first_request += 1,
-        }
+        let count = self.count_message(kind);
         self.record(TraceKind::Send { from, to, kind });
         if self
             .cfg
@@ -597,6 +616,9 @@ impl<A: MutexNode> Simulation<A> {
         self.clients[i].phase = Phase::InCs;
         self.metrics.cs_entries += 1;
         self.metrics.fences.push(fence);
+        self.metrics
+            .messages_at_grant
+            .push(self.metrics.messages_total);
         if let Some(since) = since {
             self.metrics.wait_times.push(self.now - since);
         }

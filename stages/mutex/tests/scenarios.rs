@@ -34,6 +34,7 @@ impl<A: MutexNode> Pool<A> {
             match o {
                 Output::Send { to, msg } => self.inflight.push((i, to, msg)),
                 Output::Grant { fence } => self.grants.push((i, fence)),
+                Output::Local { .. } => {}
             }
         }
     }

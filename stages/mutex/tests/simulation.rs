@@ -417,15 +417,21 @@ fn suzuki_kasami_costs_0_or_n() {
 }
 
 #[test]
-fn maekawa_costs_3_times_quorum_minus_1_at_light_load() {
+fn maekawa_costs_3_times_quorum_at_light_load() {
     let quorums = |n| leda_mutex::quorum::grid_quorums(n);
     for seed in 0..50 {
         for n in [1, 2, 3, 4, 5, 8, 9, 16] {
             let r = run_serial::<Maekawa>(&MaekawaConfig::default(), n, seed, Channels::Fifo);
             let q = quorums(n);
             for (who, msgs) in per_cs(&r) {
-                assert_eq!(msgs, 3 * (q[who].len() as u64 - 1), "n {n} node {who}");
+                assert_eq!(msgs, 3 * q[who].len() as u64, "n {n} node {who}");
             }
+            let cs = r.metrics.cs_entries;
+            assert_eq!(
+                r.metrics.self_messages,
+                3 * cs,
+                "REQ, YES, REL to self per CS"
+            );
             assert_eq!(r.metrics.messages_by_kind.get("inquire"), None);
         }
     }

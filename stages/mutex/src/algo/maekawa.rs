@@ -23,8 +23,9 @@
 //!   `clock := max(clock, ts) + 1`.
 //! - **Self votes / counting convention:** `P_i ∈ S_i`, and the messages a node sends to itself
 //!   (its own REQ, YES, INQ, RELINQUISH, REL) are handled locally, in FIFO order, right after the
-//!   handler that produced them, and are not network messages. So a CS at light load costs
-//!   `3(|S_i| − 1)` network messages.
+//!   handler that produced them, and never cross a link. They are still messages the algorithm
+//!   sends, so the node reports each one as an [`crate::Output::Local`] and the metrics count
+//!   them: a CS at light load costs `3|S_i|` messages, `3(|S_i| − 1)` of them on the network.
 //! - **INQ handling:** an INQ is honoured only while waiting and only if it names the current
 //!   request's timestamp; INQs reaching a node in the CS or after it stopped requesting are
 //!   ignored (Situation A). Channels must be FIFO, so a voter's YES always precedes its INQ.
@@ -130,6 +131,7 @@ impl Maekawa {
 
     fn dispatch(&mut self, to: NodeId, msg: MaekawaMsg, out: &mut Outbox<MaekawaMsg>) {
         if to == self.id {
+            out.local(msg.kind());
             self.local.push_back(msg);
         } else {
             out.send(to, msg);

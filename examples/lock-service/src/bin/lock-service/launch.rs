@@ -1,0 +1,121 @@
+//! Starting a group: node 0 (API side and the `done` collector) in this process, nodes 1..
+//! on daemons, and spawning daemons as child processes for the benchmark.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail};
+use leda_core::prelude::*;
+use leda_core::runtime::ProcessHandle;
+use leda_lock_service::client::{ApiShared, LockClient};
+use leda_lock_service::group::{ServiceConfig, Side, build_group};
+use leda_net::{LaunchReport, Launched, Launcher};
+
+/// The launcher's identity in the mapping.
+const ME: &str = "launcher:1";
+
+/// A running group seen from node 0.
+pub struct Group {
+    launched: Launched,
+    /// A client of node 0.
+    pub client: LockClient,
+    /// The `done` stage's index in this process.
+    pub done: usize,
+}
+
+impl Group {
+    /// Deploys `daemon_sides[i]` as node `i + 1` on `daemons[i]`, node 0 here; the run ends
+    /// after `reports` reports to `done`.
+    pub fn start(
+        cfg: &ServiceConfig,
+        daemon_sides: Vec<Side>,
+        reports: usize,
+        daemons: &[String],
+    ) -> anyhow::Result<Group> {
+        if daemons.len() + 1 != cfg.nodes || daemon_sides.len() != daemons.len() {
+            bail!("{} daemons for {} nodes", daemons.len(), cfg.nodes);
+        }
+        let shared = ApiShared::new();
+        let mut sides = vec![Side::Api(shared.clone())];
+        sides.extend(daemon_sides);
+        let mut built = build_group(cfg, &sides, Some(reports))?;
+        let mut addrs: Vec<&str> = vec![ME];
+        addrs.extend(daemons.iter().map(String::as_str));
+        built.graph.part(built.clusters.clone())?.map(addrs)?;
+        let launched = Launcher::new(ME)
+            .start(&built.graph, Run::default().threads(2))
+            .context("deploying the group")?;
+        let handle = launched.handle();
+        let client = LockClient::new(handle.clone(), "front0", shared)?;
+        let done = handle
+            .stage_index("done")
+            .context("no done stage in the launcher")?;
+        Ok(Group {
+            launched,
+            client,
+            done,
+        })
+    }
+
+    /// A handle into node 0's process.
+    pub fn handle(&self) -> ProcessHandle {
+        self.launched.handle()
+    }
+
+    /// Waits for the end of the run.
+    pub fn wait(self) -> anyhow::Result<LaunchReport> {
+        self.launched.wait().context("running the group")
+    }
+}
+
+/// A daemon child process (this same binary), killed and reaped on drop.
+pub struct DaemonProc {
+    child: Child,
+    /// Its address.
+    pub addr: String,
+}
+
+impl DaemonProc {
+    /// Spawns `<this binary> daemon --listen 127.0.0.1:0` and reads its address.
+    pub fn spawn() -> anyhow::Result<DaemonProc> {
+        let exe = std::env::current_exe().context("locating this binary")?;
+        let mut child = Command::new(exe)
+            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .env(
+                "LEDA_LOG",
+                std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("spawning a daemon")?;
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            BufReader::new(out).read_line(&mut line)?;
+        }
+        let Some(addr) = line.strip_prefix("LISTENING ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("daemon said {line:?} instead of LISTENING");
+        };
+        Ok(DaemonProc {
+            addr: addr.trim().to_owned(),
+            child,
+        })
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        // The daemon ends with the run; give it a moment, then make sure.
+        for _ in 0..100 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

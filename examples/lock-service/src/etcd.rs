@@ -1,0 +1,187 @@
+//! A minimal client of etcd's v3 lock API through its gRPC gateway (JSON over HTTP/1.1, one
+//! keep-alive connection), for the benchmark against etcd. Only what the benchmark needs:
+//! lease grant, lock, unlock.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// What went wrong talking to etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// The connection failed.
+    #[error("etcd connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// The response could not be understood.
+    #[error("etcd response: {0}")]
+    Protocol(String),
+    /// etcd answered with an error status.
+    #[error("etcd returned HTTP {status}: {body}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The body.
+        body: String,
+    },
+}
+
+/// One keep-alive HTTP connection to an etcd member.
+#[derive(Debug)]
+pub struct EtcdClient {
+    host: String,
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+/// Standard base64 (etcd's JSON gateway carries keys and names as base64).
+pub fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+impl EtcdClient {
+    /// Connects to `addr` (`host:port` of the client URL).
+    pub fn connect(addr: &str) -> Result<Self, EtcdError> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Ok(EtcdClient {
+            host: addr.to_owned(),
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    /// POSTs `body` (JSON) to `path` and returns the JSON response.
+    pub fn post(&mut self, path: &str, body: &str) -> Result<serde_json::Value, EtcdError> {
+        write!(
+            self.writer,
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.host,
+            body.len()
+        )?;
+        self.writer.flush()?;
+        let (status, body) = self.read_response()?;
+        if status != 200 {
+            return Err(EtcdError::Status {
+                status,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| EtcdError::Protocol(e.to_string()))
+    }
+
+    fn read_response(&mut self) -> Result<(u16, Vec<u8>), EtcdError> {
+        let mut head = Vec::new();
+        loop {
+            let n = self.reader.read_until(b'\n', &mut head)?;
+            if n == 0 {
+                return Err(EtcdError::Protocol("connection closed".into()));
+            }
+            if head.ends_with(b"\r\n\r\n") {
+                break;
+            }
+            if head.len() > 64 * 1024 {
+                return Err(EtcdError::Protocol("response head too large".into()));
+            }
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut headers);
+        resp.parse(&head)
+            .map_err(|e| EtcdError::Protocol(e.to_string()))?;
+        let status = resp.code.unwrap_or(0);
+        let header = |name: &str| {
+            resp.headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+        };
+        let body = if let Some(len) = header("content-length") {
+            let len: usize = len
+                .parse()
+                .map_err(|_| EtcdError::Protocol(format!("bad content-length {len:?}")))?;
+            let mut body = vec![0; len];
+            self.reader.read_exact(&mut body)?;
+            body
+        } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+            let mut body = Vec::new();
+            loop {
+                let mut line = String::new();
+                self.reader.read_line(&mut line)?;
+                let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                    .map_err(|_| EtcdError::Protocol(format!("bad chunk size {line:?}")))?;
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+            body
+        } else {
+            return Err(EtcdError::Protocol("response without a length".into()));
+        };
+        Ok((status, body))
+    }
+
+    /// Grants a lease of `ttl` seconds and returns its id.
+    pub fn lease_grant(&mut self, ttl: u64) -> Result<String, EtcdError> {
+        let v = self.post("/v3/lease/grant", &format!(r#"{{"TTL":{ttl}}}"#))?;
+        v.get("ID")
+            .and_then(|id| {
+                id.as_str()
+                    .map(str::to_owned)
+                    .or_else(|| id.as_i64().map(|i| i.to_string()))
+            })
+            .ok_or_else(|| EtcdError::Protocol(format!("lease grant without an ID: {v}")))
+    }
+
+    /// Acquires lock `name` under `lease`; returns the lock's key (base64) for unlock.
+    pub fn lock(&mut self, name: &str, lease: &str) -> Result<String, EtcdError> {
+        let body = format!(
+            r#"{{"name":"{}","lease":"{lease}"}}"#,
+            base64(name.as_bytes())
+        );
+        let v = self.post("/v3/lock/lock", &body)?;
+        v.get("key")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| EtcdError::Protocol(format!("lock without a key: {v}")))
+    }
+
+    /// Releases the lock whose key `lock` returned.
+    pub fn unlock(&mut self, key: &str) -> Result<(), EtcdError> {
+        self.post("/v3/lock/unlock", &format!(r#"{{"key":"{key}"}}"#))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_the_standard() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+}
