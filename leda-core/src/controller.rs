@@ -8,7 +8,8 @@
 //!
 //! Every tick (100 ms) [`Auto`] computes, per stage, the offered load λ (events
 //! accepted plus events refused for a full queue, per second) and the worker time per
-//! event S (time workers spent running the stage divided by events handled). By
+//! event S (time workers spent running the stage divided by events handled, averaged
+//! with the previous tick's S, since worker time is sampled). By
 //! Little's law the stage keeps λ·S workers busy; a queue backlog B adds B·S / 1 s so
 //! that it drains within about a second. The target pool is `ceil(1.1 · Σ λ·S + Σ B·S)`,
 //! clamped to `[min, max]`. The pool grows to the target at once when the target is
@@ -170,7 +171,11 @@ impl Auto {
             let handled = s.handled.saturating_sub(p.handled);
             let busy = (s.busy_s - p.busy_s).max(0.0);
             if handled > 0 {
-                self.service[i] = busy / handled as f64;
+                // Smoothed: worker time is sampled, and one slow sample (a preempted
+                // worker, an oversleeping handler) must not double the pool.
+                let now = busy / handled as f64;
+                let old = self.service[i];
+                self.service[i] = if old > 0.0 { 0.5 * (old + now) } else { now };
             }
             let offered = (s.events_in.saturating_sub(p.events_in)
                 + s.rejected.saturating_sub(p.rejected)) as f64

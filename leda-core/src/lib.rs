@@ -16,6 +16,7 @@
 //! * [`stats`], [`controller`]: the statistics collector and pool controllers;
 //! * [`sim`]: deterministic simulation of a mapped graph in virtual time;
 //! * [`dashboard`]: the per-process HTTP endpoint (page, JSON, Prometheus, controls);
+//! * `chart` (feature `plot`): PNG charts of a run's statistics file;
 //! * [`error`]: send and run errors.
 //!
 //! ```
@@ -43,6 +44,8 @@
 //! assert_eq!(report.quit.unwrap().get::<i64>(0).unwrap(), 14);
 //! ```
 
+#[cfg(feature = "plot")]
+pub mod chart;
 pub mod cluster;
 pub mod connector;
 pub mod controller;

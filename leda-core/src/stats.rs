@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// One handler call in this many is timed.
 pub const LATENCY_SAMPLE: u64 = 16;
 /// One sent event in this many carries a timestamp for connector latency.
-pub const STAMP_SAMPLE: u32 = 64;
+pub const STAMP_SAMPLE: u32 = 256;
 
 /// A send timestamp riding on a sampled event.
 #[derive(Debug)]

@@ -1,10 +1,11 @@
 //! Prometheus text exposition of a snapshot. Names are stable: `leda_stage_*`,
 //! `leda_connector_*`, `leda_process_*`; labels `process`, `stage`, and for connectors
-//! `from`, `port`, `to`, `kind`.
+//! `from`, `port`, `to`, `kind`. Every process of the sample (this one and the peers
+//! the transport reported) contributes its samples to each family.
 
 use std::fmt::Write as _;
 
-use crate::stats::Snapshot;
+use super::Sample;
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\")
@@ -25,10 +26,11 @@ impl Family<'_> {
     }
 }
 
-/// The snapshot as Prometheus text, labelled with this process' address.
-pub(crate) fn prometheus(snap: &Snapshot, process: &str) -> String {
+/// The sample as Prometheus text, each process' samples labelled with its address.
+pub(crate) fn prometheus(sample: &Sample) -> String {
     let mut out = String::new();
-    let p = esc(process);
+    let procs: Vec<(String, &crate::stats::Snapshot)> =
+        sample.processes().map(|(n, s)| (esc(n), s)).collect();
     let mut f = Family { out: &mut out };
     type StageField = fn(&crate::stats::StageSnapshot) -> f64;
     let stage_metrics: [(&str, &str, &str, StageField); 16] = [
@@ -131,12 +133,14 @@ pub(crate) fn prometheus(snap: &Snapshot, process: &str) -> String {
     ];
     for (name, kind, help, get) in stage_metrics {
         f.header(name, kind, help);
-        for s in &snap.stages {
-            f.sample(
-                name,
-                &format!("process=\"{p}\",stage=\"{}\"", esc(&s.name)),
-                get(s),
-            );
+        for (p, snap) in &procs {
+            for s in &snap.stages {
+                f.sample(
+                    name,
+                    &format!("process=\"{p}\",stage=\"{}\"", esc(&s.name)),
+                    get(s),
+                );
+            }
         }
     }
     type ConnectorField = fn(&crate::stats::ConnectorSnapshot) -> f64;
@@ -156,38 +160,45 @@ pub(crate) fn prometheus(snap: &Snapshot, process: &str) -> String {
     ];
     for (name, kind, help, get) in connector_metrics {
         f.header(name, kind, help);
-        for c in &snap.connectors {
-            let labels = format!(
-                "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
-                esc(&c.from),
-                esc(&c.port),
-                esc(&c.to),
-                esc(&c.kind)
-            );
-            f.sample(name, &labels, get(c));
+        for (p, snap) in &procs {
+            for c in &snap.connectors {
+                let labels = format!(
+                    "process=\"{p}\",from=\"{}\",port=\"{}\",to=\"{}\",kind=\"{}\"",
+                    esc(&c.from),
+                    esc(&c.port),
+                    esc(&c.to),
+                    esc(&c.kind)
+                );
+                f.sample(name, &labels, get(c));
+            }
         }
     }
-    let pr = &snap.process;
-    for (name, help, v) in [
-        ("leda_process_threads", "Worker threads.", pr.threads as f64),
+    type ProcessField = fn(&crate::stats::ProcessSnapshot) -> f64;
+    let process_metrics: [(&str, &str, ProcessField); 4] = [
+        ("leda_process_threads", "Worker threads.", |p| {
+            p.threads as f64
+        }),
         (
             "leda_process_busy_threads",
             "Worker threads running an instance.",
-            pr.busy_threads as f64,
+            |p| p.busy_threads as f64,
         ),
         (
             "leda_process_ready_queue",
             "Tasks waiting for a worker.",
-            pr.ready_queue as f64,
+            |p| p.ready_queue as f64,
         ),
         (
             "leda_process_resident_memory_bytes",
             "Resident memory.",
-            pr.rss_bytes as f64,
+            |p| p.rss_bytes as f64,
         ),
-    ] {
+    ];
+    for (name, help, get) in process_metrics {
         f.header(name, "gauge", help);
-        f.sample(name, &format!("process=\"{p}\""), v);
+        for (p, snap) in &procs {
+            f.sample(name, &format!("process=\"{p}\""), get(&snap.process));
+        }
     }
     out
 }

@@ -3,41 +3,65 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | the dashboard page (self-contained: no external asset) |
-//! | `GET /stats` | the latest statistics snapshot, JSON |
-//! | `GET /history` | the last five minutes of snapshots, one per second, JSON |
-//! | `GET /metrics` | Prometheus text exposition |
-//! | `GET /graph` | stages, ports, connectors, clusters and processes, JSON |
+//! | `GET /stats` | a [`Sample`]: this process now (rates over the last second), its peers as last sampled |
+//! | `GET /history` | the last five minutes of samples, one per second, JSON |
+//! | `GET /metrics` | Prometheus text exposition (every process of the sample) |
+//! | `GET /graph` | stages, ports, connectors, clusters and processes, JSON ([`GraphInfo`]); DOT with `?format=dot` or `Accept: text/vnd.graphviz` |
 //! | `GET /graph.dot` | the graph in Graphviz DOT |
 //! | `POST /control/threads?n=N` | resize the worker pool |
 //! | `POST /control/maxpar?stage=S&n=N` | set a stage's instance limit |
 //! | `POST /control/capacity?stage=S&n=N` | set a stage's queue capacity |
 //!
+//! Control routes take `process=ADDR` to act on another process of a multi-process
+//! run (forwarded by the transport, see
+//! [`RemoteLinks::peer_control`]).
+//!
+//! # Metrics
+//!
+//! Stable names: `leda_stage_*` (labels `process`, `stage`), `leda_connector_*`
+//! (labels `process`, `from`, `port`, `to`, `kind`), `leda_process_*` (label
+//! `process`). `process` is the process' address, or `local` for an unmapped graph.
+//!
+//! # Access
+//!
 //! It listens on 127.0.0.1 unless told otherwise; any other address requires a token.
 //! With a token, every request must carry it (`Authorization: Bearer TOKEN` or
-//! `?token=TOKEN`); without one, control actions are still refused to non-loopback
-//! peers.
+//! `?token=TOKEN`; the page passes on the token it was opened with); without one,
+//! control actions are still refused to non-loopback peers.
+//!
+//! # Multi-process runs
+//!
+//! When the run has a transport ([`Run::remote`](crate::runtime::Run::remote)), the
+//! sampler asks it once a second for the other processes' snapshots
+//! ([`RemoteLinks::peer_stats`]): the
+//! launcher's dashboard then shows and exports every process of the graph.
 
+mod http;
 mod metrics;
+mod model;
 
-use std::collections::VecDeque;
-use std::io::{Read, Write};
+pub use model::{
+    ClusterInfo, ConnectorInfo, Control, GraphInfo, PeerStats, ProcessInfo, Sample, StageInfo,
+};
+
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use crate::controller::Knobs;
 use crate::error::RunError;
 use crate::runtime::ProcessHandle;
+use crate::runtime::executor::RemoteLinks;
 use crate::stats::Snapshot;
+use http::{Request, json, respond};
 
 const PAGE: &str = include_str!("index.html");
-/// Snapshots kept for `/history` (one per second).
+/// Samples kept for `/history` (one per second).
 const HISTORY: usize = 300;
-/// Largest request head accepted.
-const MAX_HEAD: usize = 16 * 1024;
+/// Sampling period.
+const PERIOD: Duration = Duration::from_secs(1);
 
 /// Where and how to serve the dashboard.
 #[derive(Clone, Debug)]
@@ -48,65 +72,17 @@ pub struct DashboardConfig {
     pub token: Option<String>,
 }
 
-/// Stages, connectors, clusters and processes of a graph, as the dashboard shows them.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct GraphInfo {
-    /// Graph name.
-    pub name: String,
-    /// This process' address, when the graph is mapped.
-    pub process: Option<String>,
-    /// Stages, in graph order.
-    pub stages: Vec<StageInfo>,
-    /// Connectors.
-    pub connectors: Vec<ConnectorInfo>,
-    /// Clusters, in partition order.
-    pub clusters: Vec<ClusterInfo>,
-}
-
-/// One stage of [`GraphInfo`].
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct StageInfo {
-    /// Name.
-    pub name: String,
-    /// Serial (one persistent instance).
-    pub serial: bool,
-    /// Index of its cluster.
-    pub cluster: usize,
-    /// Runs in this process.
-    pub local: bool,
-}
-
-/// One connector of [`GraphInfo`].
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ConnectorInfo {
-    /// Emitting stage.
-    pub from: String,
-    /// Port.
-    pub port: String,
-    /// Receiving stage.
-    pub to: String,
-    /// `local`, `decoupled` or `cohort`.
-    pub kind: String,
-}
-
-/// One cluster of [`GraphInfo`].
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ClusterInfo {
-    /// Its stages.
-    pub stages: Vec<String>,
-    /// The processes it is mapped to (empty when unmapped).
-    pub processes: Vec<String>,
-}
-
-/// A running dashboard; it stops when the run ends.
+/// A running dashboard; it stops when the run ends, or when dropped.
 pub(crate) struct Dashboard {
     pub(crate) addr: SocketAddr,
-    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Drop for Dashboard {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -117,15 +93,48 @@ struct Shared {
     graph: GraphInfo,
     dot: String,
     token: Option<String>,
-    history: Mutex<VecDeque<Snapshot>>,
+    links: Option<Arc<dyn RemoteLinks>>,
+    history: Mutex<VecDeque<Sample>>,
+    stop: Arc<AtomicBool>,
 }
 
-/// Binds the listener and starts serving on a thread of its own.
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.handle.is_stopping()
+    }
+
+    /// This process now (rates from the latest sample) and the peers as last sampled.
+    fn latest(&self) -> Sample {
+        let mut local = self.handle.snapshot();
+        let last = self
+            .history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .back()
+            .map(|s| {
+                for (now, then) in local.stages.iter_mut().zip(&s.local.stages) {
+                    now.throughput = then.throughput;
+                }
+                for (now, then) in local.connectors.iter_mut().zip(&s.local.connectors) {
+                    now.throughput = then.throughput;
+                }
+                s.peers.clone()
+            });
+        Sample {
+            local,
+            name: self.graph.this_process().to_owned(),
+            peers: last.unwrap_or_default(),
+        }
+    }
+}
+
+/// Binds the listener and starts serving (and sampling) on threads of its own.
 pub(crate) fn serve(
     cfg: &DashboardConfig,
     handle: ProcessHandle,
-    graph: GraphInfo,
+    mut graph: GraphInfo,
     dot: String,
+    links: Option<Arc<dyn RemoteLinks>>,
 ) -> Result<Dashboard, RunError> {
     let io = |context: String| move |source| RunError::Io { context, source };
     let listener =
@@ -145,39 +154,96 @@ pub(crate) fn serve(
     listener
         .set_nonblocking(true)
         .map_err(io("dashboard listener".into()))?;
+    graph.complete();
+    let stop = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(Shared {
         handle,
         graph,
         dot,
         token: cfg.token.clone(),
+        links,
         history: Mutex::new(VecDeque::new()),
+        stop: stop.clone(),
     });
-    let thread = std::thread::Builder::new()
+    let s = shared.clone();
+    let sampling = std::thread::Builder::new()
+        .name("leda-dashboard-sampler".into())
+        .spawn(move || {
+            let mut sampler = Sampler::default();
+            sampler.sample(&s);
+            let mut next = Instant::now() + PERIOD;
+            while !s.stopping() {
+                let now = Instant::now();
+                if now >= next {
+                    next += PERIOD;
+                    sampler.sample(&s);
+                } else {
+                    std::thread::sleep((next - now).min(Duration::from_millis(50)));
+                }
+            }
+        })
+        .map_err(io("starting the dashboard sampler".into()))?;
+    let serving = std::thread::Builder::new()
         .name("leda-dashboard".into())
-        .spawn(move || run(listener, shared))
+        .spawn(move || accept_loop(listener, shared))
         .map_err(io("starting the dashboard thread".into()))?;
+    tracing::info!(%addr, "dashboard listening");
     Ok(Dashboard {
         addr,
-        thread: Some(thread),
+        stop,
+        threads: vec![sampling, serving],
     })
 }
 
-/// Accepts connections and samples statistics once a second until the run stops.
-fn run(listener: TcpListener, shared: Arc<Shared>) {
-    let mut prev = shared.handle.snapshot();
-    let mut next_sample = Instant::now() + Duration::from_secs(1);
-    shared
-        .history
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push_back(prev.clone());
-    while !shared.handle.is_stopping() {
+/// Takes one sample a second: this process, and the peers the transport reports,
+/// each with rates computed from its own previous snapshot.
+#[derive(Default)]
+struct Sampler {
+    prev_local: Option<Snapshot>,
+    prev_peers: HashMap<String, Snapshot>,
+}
+
+impl Sampler {
+    fn sample(&mut self, shared: &Shared) {
+        let mut local = shared.handle.snapshot();
+        if let Some(p) = &self.prev_local {
+            local.rates_from(p);
+        }
+        self.prev_local = Some(local.clone());
+        let mut peers = shared
+            .links
+            .as_ref()
+            .map(|l| l.peer_stats())
+            .unwrap_or_default();
+        for p in &mut peers {
+            if let Some(prev) = self.prev_peers.get(&p.name) {
+                p.snapshot.rates_from(prev);
+            }
+            self.prev_peers.insert(p.name.clone(), p.snapshot.clone());
+        }
+        peers.sort_by(|a, b| a.name.cmp(&b.name));
+        let sample = Sample {
+            local,
+            name: shared.graph.this_process().to_owned(),
+            peers,
+        };
+        let mut h = shared.history.lock().unwrap_or_else(|e| e.into_inner());
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(sample);
+    }
+}
+
+/// Accepts connections until the run stops.
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    while !shared.stopping() {
         match listener.accept() {
             Ok((stream, peer)) => {
                 let shared = shared.clone();
                 let _ = stream.set_nonblocking(false);
                 // One short-lived thread per request: the dashboard sees little traffic,
-                // and a slow client must not stall sampling.
+                // and a slow client must not stall the others.
                 let _ = std::thread::Builder::new()
                     .name("leda-dashboard-conn".into())
                     .spawn(move || {
@@ -194,91 +260,7 @@ fn run(listener: TcpListener, shared: Arc<Shared>) {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        if Instant::now() >= next_sample {
-            next_sample += Duration::from_secs(1);
-            let mut snap = shared.handle.snapshot();
-            snap.rates_from(&prev);
-            let mut h = shared.history.lock().unwrap_or_else(|e| e.into_inner());
-            if h.len() == HISTORY {
-                h.pop_front();
-            }
-            h.push_back(snap.clone());
-            prev = snap;
-        }
     }
-}
-
-struct Request {
-    method: String,
-    path: String,
-    query: Vec<(String, String)>,
-    bearer: Option<String>,
-}
-
-fn read_request(stream: &mut TcpStream) -> Result<Option<Request>, std::io::Error> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(_)) => {
-                let target = req.path.unwrap_or("/");
-                let (path, query) = target.split_once('?').unwrap_or((target, ""));
-                let bearer = req
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("authorization"))
-                    .and_then(|h| std::str::from_utf8(h.value).ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .map(str::to_owned);
-                return Ok(Some(Request {
-                    method: req.method.unwrap_or("GET").to_owned(),
-                    path: path.to_owned(),
-                    query: parse_query(query),
-                    bearer,
-                }));
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
-            _ => return Ok(None),
-        }
-    }
-}
-
-fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let hex = |c: u8| (c as char).to_digit(16);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn handle_connection(
@@ -286,17 +268,14 @@ fn handle_connection(
     peer: SocketAddr,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let Some(req) = read_request(&mut stream)? else {
+    let Some(req) = http::read_request(&mut stream)? else {
         return respond(&mut stream, 400, "text/plain", b"bad request\n");
     };
-    let q = |k: &str| {
-        req.query
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    };
     let token_ok = match &shared.token {
-        Some(t) => req.bearer.as_deref() == Some(t.as_str()) || q("token") == Some(t.as_str()),
+        Some(t) => [req.bearer.as_deref(), req.q("token")]
+            .into_iter()
+            .flatten()
+            .any(|given| same_secret(given, t)),
         None => true,
     };
     if !token_ok {
@@ -314,18 +293,9 @@ fn handle_connection(
             "text/html; charset=utf-8",
             PAGE.as_bytes(),
         ),
-        ("GET", "/stats") => {
-            let latest = shared
-                .history
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .back()
-                .cloned();
-            let snap = latest.unwrap_or_else(|| shared.handle.snapshot());
-            json(&mut stream, &snap)
-        }
+        ("GET", "/stats") => json(&mut stream, &shared.latest()),
         ("GET", "/history") => {
-            let h: Vec<Snapshot> = shared
+            let h: Vec<Sample> = shared
                 .history
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -335,21 +305,16 @@ fn handle_connection(
             json(&mut stream, &h)
         }
         ("GET", "/metrics") => {
-            let latest = shared
-                .history
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .back()
-                .cloned();
-            let snap = latest.unwrap_or_else(|| shared.handle.snapshot());
-            let text =
-                metrics::prometheus(&snap, shared.graph.process.as_deref().unwrap_or("local"));
+            let text = metrics::prometheus(&shared.latest());
             respond(
                 &mut stream,
                 200,
-                "text/plain; version=0.0.4",
+                "text/plain; version=0.0.4; charset=utf-8",
                 text.as_bytes(),
             )
+        }
+        ("GET", "/graph") if req.wants_dot || req.q("format") == Some("dot") => {
+            respond(&mut stream, 200, "text/vnd.graphviz", shared.dot.as_bytes())
         }
         ("GET", "/graph") => json(&mut stream, &shared.graph),
         ("GET", "/graph.dot") => {
@@ -359,24 +324,11 @@ fn handle_connection(
             if shared.token.is_none() && !peer.ip().is_loopback() {
                 return respond(&mut stream, 403, "text/plain", b"control needs a token\n");
             }
-            let n = q("n").and_then(|n| n.parse::<usize>().ok());
-            let mut knobs: Knobs<'_> = shared.handle.knobs();
-            let result = match (path, n, q("stage")) {
-                ("/control/threads", Some(n), _) => {
-                    knobs.set_threads(n);
-                    Ok(())
-                }
-                ("/control/maxpar", Some(n), Some(stage)) => {
-                    knobs.set_maxpar(stage, n).map_err(|e| e.to_string())
-                }
-                ("/control/capacity", Some(n), Some(stage)) => {
-                    knobs.set_capacity(stage, n).map_err(|e| e.to_string())
-                }
-                _ => Err("expected n=N (and stage=S for maxpar and capacity)".to_owned()),
-            };
-            match result {
+            match control(shared, path, &req) {
                 Ok(()) => respond(&mut stream, 200, "text/plain", b"ok\n"),
-                Err(e) => respond(&mut stream, 400, "text/plain", format!("{e}\n").as_bytes()),
+                Err((code, e)) => {
+                    respond(&mut stream, code, "text/plain", format!("{e}\n").as_bytes())
+                }
             }
         }
         ("GET" | "POST", _) => respond(&mut stream, 404, "text/plain", b"not found\n"),
@@ -384,25 +336,46 @@ fn handle_connection(
     }
 }
 
-fn json<T: Serialize>(stream: &mut TcpStream, v: &T) -> std::io::Result<()> {
-    let body = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    respond(stream, 200, "application/json", &body)
+/// Compares a presented token with the expected one in time independent of where
+/// they differ.
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (given.as_bytes(), expected.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn respond(stream: &mut TcpStream, status: u16, ctype: &str, body: &[u8]) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        _ => "Method Not Allowed",
+/// Parses and applies a control request, here or in the named process.
+fn control(shared: &Shared, path: &str, req: &Request) -> Result<(), (u16, String)> {
+    let n = req.q("n").and_then(|n| n.parse::<usize>().ok());
+    let action = match (path, n, req.q("stage")) {
+        ("/control/threads", Some(n), _) => Control::Threads(n),
+        ("/control/maxpar", Some(n), Some(stage)) => Control::Maxpar {
+            stage: stage.to_owned(),
+            n,
+        },
+        ("/control/capacity", Some(n), Some(stage)) => Control::Capacity {
+            stage: stage.to_owned(),
+            n,
+        },
+        ("/control/threads" | "/control/maxpar" | "/control/capacity", _, _) => {
+            return Err((
+                400,
+                "expected n=N (and stage=S for maxpar and capacity)".to_owned(),
+            ));
+        }
+        _ => return Err((404, format!("no control action {path}"))),
     };
-    write!(
-        stream,
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    stream.flush()
+    match req.q("process") {
+        Some(p) if p != shared.graph.this_process() => {
+            let links = shared
+                .links
+                .as_ref()
+                .ok_or_else(|| (400, format!("no process {p} in this run")))?;
+            tracing::info!(process = p, ?action, "dashboard control (forwarded)");
+            links.peer_control(p, &action).map_err(|e| (502, e))
+        }
+        _ => {
+            tracing::info!(?action, "dashboard control");
+            action.apply(&shared.handle).map_err(|e| (400, e))
+        }
+    }
 }

@@ -1,10 +1,11 @@
 //! `Ctx`: the instance API a handler sees (`leda.send`, `sleep`, `nice`, `quit`,
 //! `gettime`, and `wait` to park the instance on a future).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,15 @@ pub struct Ctx {
     pub(crate) wait: Option<BoxFuture<HandlerResult>>,
     sent: SmallVec<[u64; 4]>,
     stamp_tick: u32,
+    /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]).
+    backlog: Option<Backlog>,
+}
+
+/// Sends held by [`Ctx::send_or_wait`], delivered in order by one future.
+type Backlog = Arc<Mutex<VecDeque<(Port, Event)>>>;
+
+fn lock_backlog(b: &Backlog) -> std::sync::MutexGuard<'_, VecDeque<(Port, Event)>> {
+    b.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Clone for Ctx {
@@ -101,6 +111,7 @@ impl Ctx {
             wait: None,
             sent: SmallVec::new(),
             stamp_tick: 0,
+            backlog: None,
         }
     }
 
@@ -166,7 +177,10 @@ impl Ctx {
         let result = match &route.target {
             Target::Local(dest) => match route.kind {
                 ConnectorKind::Cohort => process.cohort(*dest, event),
-                _ => process.enqueue(*dest, event),
+                _ => match super::outbox::send(process, *dest, event) {
+                    Ok(r) => r,
+                    Err(event) => process.enqueue(*dest, event),
+                },
             },
             Target::Remote(sink) => {
                 if process.stopping.load(Relaxed) {
@@ -229,29 +243,47 @@ impl Ctx {
         port: impl PortKey,
         event: impl Into<Event>,
     ) -> Result<(), SendError> {
-        if self.wait.is_none() {
+        if let Some(backlog) = &self.backlog {
+            // Behind events already held: queue after them (one future drains all).
+            lock_backlog(backlog).push_back((port.to_port(), event.into()));
+            return Ok(());
+        }
+        let event = if self.wait.is_none() {
             match self.try_send(&port, event) {
                 Ok(()) => return Ok(()),
                 Err(Rejected {
                     error: SendError::QueueFull { .. },
                     event,
-                }) => {
-                    let (mut ctx, port) = (self.clone(), port.to_port());
-                    self.wait = Some(Box::pin(
-                        async move { Ok(ctx.send_wait(port, event).await?) },
-                    ));
-                }
+                }) => event,
                 Err(r) => return Err(r.error),
             }
         } else {
-            let before = self.wait.take().expect("checked above");
-            let (mut ctx, port, event) = (self.clone(), port.to_port(), event.into());
-            self.wait = Some(Box::pin(async move {
+            event.into()
+        };
+        let backlog = Arc::new(Mutex::new(VecDeque::from([(port.to_port(), event)])));
+        self.backlog = Some(backlog.clone());
+        let before = self.wait.take();
+        let mut ctx = self.clone();
+        self.wait = Some(Box::pin(async move {
+            if let Some(before) = before {
                 before.await?;
-                Ok(ctx.send_wait(port, event).await?)
-            }));
-        }
+            }
+            loop {
+                let next = lock_backlog(&backlog).pop_front();
+                let Some((port, event)) = next else {
+                    return Ok(());
+                };
+                ctx.send_wait(port, event).await?;
+            }
+        }));
         Ok(())
+    }
+
+    /// Takes the future the handler call asked to wait on (and ends the call's
+    /// backlog of held sends: the future owns it now).
+    pub(crate) fn take_wait(&mut self) -> Option<BoxFuture<HandlerResult>> {
+        self.backlog = None;
+        self.wait.take()
     }
 
     /// Completes when the destination of `port` has room (or after a short back-off for
@@ -296,8 +328,18 @@ impl Ctx {
     /// Parks this instance on `fut` once the handler returns: the instance is Waiting
     /// and the worker thread is free until `fut` completes; its result counts as the
     /// handler's. The next event is handled only after that (serial order holds).
+    /// Waits asked for earlier in the same call (or sends held by
+    /// [`Ctx::send_or_wait`]) complete first.
     pub fn wait(&mut self, fut: impl Future<Output = HandlerResult> + Send + 'static) {
-        self.wait = Some(Box::pin(fut));
+        self.backlog = None;
+        // Sends held by `send_or_wait` earlier in this call go first.
+        self.wait = Some(match self.wait.take() {
+            None => Box::pin(fut),
+            Some(before) => Box::pin(async move {
+                before.await?;
+                fut.await
+            }),
+        });
     }
 
     pub(crate) fn flush_counts(&mut self, process: &Process) {

@@ -37,6 +37,18 @@ pub trait Executor: Send + Sync + 'static {
     fn may_spin(&self) -> bool {
         false
     }
+    /// Makes `task` ready after it yielded with work left: it should run after the
+    /// tasks already ready (round robin), so its queue fills meanwhile. By default,
+    /// the same as [`Executor::schedule`].
+    fn schedule_yielded(&self, task: super::Task) {
+        self.schedule(task);
+    }
+    /// `true` when other tasks are ready to run on the calling worker, so an instance
+    /// that got only a short batch should rather yield than wait for its queue to
+    /// fill. Single-threaded executors may say no.
+    fn others_ready(&self) -> bool {
+        false
+    }
 }
 
 /// Where events for a stage of another process go (implemented by leda-net and by the
@@ -63,4 +75,21 @@ pub trait RemoteLinks: Send + Sync + 'static {
         cluster: usize,
         processes: &[String],
     ) -> Result<Arc<dyn RemoteSink>, String>;
+
+    /// Statistics of the other processes of the run, for an aggregating dashboard
+    /// ([`crate::dashboard`]); none by default.
+    fn peer_stats(&self) -> Vec<crate::dashboard::PeerStats> {
+        Vec::new()
+    }
+
+    /// Applies a dashboard control action in the process `process`; unsupported by
+    /// default.
+    fn peer_control(
+        &self,
+        process: &str,
+        action: &crate::dashboard::Control,
+    ) -> Result<(), String> {
+        let _ = action;
+        Err(format!("process {process} cannot be controlled from here"))
+    }
 }

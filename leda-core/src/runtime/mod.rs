@@ -2,6 +2,9 @@
 //! pool steered by a controller.
 //!
 //! * [`process`]: stages, queues, instance pools, routes and the send path;
+//! * `queue`: a stage's event queue (batches taken under one short lock) and its
+//!   count of active instances;
+//! * `outbox`: a worker's per-destination batches of sent events;
 //! * [`task`]: one activation of an instance and the instance life cycle;
 //! * [`ctx`]: the instance API handlers use;
 //! * [`executor`]: the seam between the runtime and what runs its tasks;
@@ -9,6 +12,7 @@
 
 mod ctx;
 pub mod executor;
+mod outbox;
 mod pool;
 pub(crate) mod process;
 mod queue;
@@ -330,6 +334,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
                 handle.clone(),
                 info,
                 graph.to_dot(),
+                opts.remote.clone(),
             )?)
         }
         None => None,
@@ -390,6 +395,7 @@ fn graph_info(
                     serial: s.is_serial(),
                     cluster,
                     local: local_cluster.is_none_or(|c| c == cluster),
+                    ports: Vec::new(), // filled by the dashboard
                 }
             })
             .collect(),
@@ -416,6 +422,7 @@ fn graph_info(
                     .unwrap_or_default(),
             })
             .collect(),
+        processes: Vec::new(), // filled by the dashboard
     }
 }
 

@@ -351,6 +351,20 @@ impl Executor for Pool {
             && LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| l.deque.is_empty()))
     }
 
+    fn schedule_yielded(&self, task: Task) {
+        let shared = &*self.shared;
+        if shared.shutdown.load(Relaxed) {
+            return;
+        }
+        shared.injector.push(task);
+        shared.notify_one();
+    }
+
+    fn others_ready(&self) -> bool {
+        !self.shared.injector.is_empty()
+            || LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| !l.deque.is_empty()))
+    }
+
     fn busy_threads(&self) -> usize {
         self.shared.busy.load(Relaxed)
     }

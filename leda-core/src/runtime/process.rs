@@ -4,12 +4,13 @@
 //! # Scheduling protocol
 //!
 //! Each stage counts its *active* instances (Ready, Running or Waiting). A send pushes
-//! the event, then, if fewer than `maxpar` instances are active, claims one more and
-//! schedules it; an active instance drains the queue and, when it finds it empty,
-//! releases itself and re-checks the queue. Both sides use sequentially consistent
-//! operations on the queue length and the active count, so an event is never left in
-//! a queue with no instance on its way (no lost wake-up) and no lock is taken.
+//! the event and, if fewer than `maxpar` instances are active, claims one more and
+//! schedules it; an active instance takes batches of events from the queue and, when
+//! it finds it empty, releases itself. The push, the claim, the take and the release
+//! happen under the queue's lock ([`super::queue`]), so an event is never left in a
+//! queue with no instance on its way (no lost wake-up).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
@@ -17,8 +18,7 @@ use std::time::Instant;
 
 use crossbeam_queue::SegQueue;
 
-use super::queue::EventQueue;
-use crossbeam_utils::CachePadded;
+use super::queue::{EventQueue, Taken};
 
 use crate::connector::ConnectorKind;
 use crate::error::SendError;
@@ -54,25 +54,14 @@ struct SpaceWaiters {
     wakers: Mutex<Vec<Waker>>,
 }
 
-/// The producers' side of a stage queue's counters.
-#[derive(Default)]
-struct ProducerSide {
-    pushed: AtomicU64,
-    popped_seen: AtomicU64,
-}
-
 /// The runtime side of one stage.
 pub(crate) struct StageRt {
     pub(crate) name: Arc<str>,
     pub(crate) serial: bool,
     pub(crate) attrs: Attrs,
     factory: Arc<dyn InstanceFactory>,
+    /// The event queue and the count of active instances.
     queue: EventQueue,
-    /// Written by producers only: events pushed, and their cached view of `popped`.
-    producers: CachePadded<ProducerSide>,
-    /// Written by consumers only: events popped.
-    popped: CachePadded<AtomicU64>,
-    active: CachePadded<AtomicUsize>,
     pub(crate) capacity: AtomicUsize,
     pub(crate) maxpar: AtomicUsize,
     /// `maxpar` follows the thread count (not set explicitly).
@@ -109,9 +98,6 @@ impl StageRt {
             attrs: s.attrs,
             factory: s.factory,
             queue: EventQueue::new(),
-            producers: CachePadded::new(ProducerSide::default()),
-            popped: CachePadded::new(AtomicU64::new(0)),
-            active: CachePadded::new(AtomicUsize::new(0)),
             capacity: AtomicUsize::new(s.capacity),
             maxpar: AtomicUsize::new(maxpar),
             maxpar_auto: !s.serial && s.maxpar.is_none(),
@@ -135,47 +121,95 @@ impl StageRt {
         let _ = self.routes.set(routes.into_boxed_slice());
     }
 
-    /// Pushes an event if the queue has room. The capacity is a soft bound: producers
-    /// racing for the last slot may overshoot it by one event each.
-    fn push(&self, ev: Event) -> Result<(), Event> {
-        let cap = self.capacity.load(Relaxed) as u64;
-        let p = &self.producers;
-        let pushed = p.pushed.load(Relaxed);
-        // Producers check against a cached count of popped events and read the
-        // consumers' counter only when that looks full: no shared write per event.
-        if pushed.saturating_sub(p.popped_seen.load(Relaxed)) >= cap {
-            let popped = self.popped.load(SeqCst);
-            p.popped_seen.store(popped, Relaxed);
-            if pushed.saturating_sub(popped) >= cap {
+    #[inline]
+    fn maxpar_now(&self) -> usize {
+        self.maxpar.load(Relaxed)
+    }
+
+    /// Pushes an event if the queue has room; `Ok(true)` if an activation was claimed
+    /// for it (the caller schedules it).
+    #[inline]
+    fn push(&self, ev: Event) -> Result<bool, Event> {
+        let cap = self.capacity.load(Relaxed);
+        self.queue
+            .push(ev, Some(cap), self.maxpar_now())
+            .inspect_err(|_| {
                 self.counters.rejected.fetch_add(1, Relaxed);
-                return Err(ev);
-            }
-        }
-        self.queue.push(ev);
-        p.pushed.fetch_add(1, SeqCst);
-        Ok(())
+            })
+    }
+
+    /// Events queued or held, from lock-free copies (may be slightly stale).
+    #[inline]
+    pub(crate) fn load(&self) -> usize {
+        self.queue.load()
+    }
+
+    fn queue_push_batch(&self, evs: &mut Vec<Event>) -> bool {
+        self.queue.push_batch(evs, self.maxpar_now())
     }
 
     /// Pushes an initial event, ignoring the capacity.
     pub(crate) fn push_initial(&self, ev: Event) {
-        self.queue.push(ev);
-        self.producers.pushed.fetch_add(1, SeqCst);
+        self.queue.push_unbounded(ev);
         self.counters.received.fetch_add(1, Relaxed);
     }
 
+    /// For a running instance: settles `started` held events, then takes the next
+    /// batch (see [`EventQueue::take`]). With `release`, an empty queue ends the
+    /// activation: `instance` goes to the idle pool and the claim is given back.
     #[inline]
-    pub(crate) fn pop(&self) -> Option<Event> {
-        let ev = self.queue.pop()?;
-        if self.serial {
-            // One consumer: a plain store, no locked instruction.
-            self.popped.store(self.popped.load(Relaxed) + 1, Release);
-        } else {
-            self.popped.fetch_add(1, Release);
+    pub(crate) fn take(
+        &self,
+        buf: &mut VecDeque<Event>,
+        started: usize,
+        release: Option<&mut Option<Box<dyn Handler>>>,
+    ) -> Taken {
+        let t = match release {
+            Some(instance) => {
+                let mut park = || {
+                    if let Some(i) = instance.take() {
+                        self.idle.push(i);
+                    }
+                };
+                self.queue.take(
+                    buf,
+                    started,
+                    self.maxpar_now(),
+                    self.serial,
+                    Some(&mut park),
+                )
+            }
+            None => self
+                .queue
+                .take(buf, started, self.maxpar_now(), self.serial, None),
+        };
+        if t.freed {
+            self.room_made();
         }
+        t
+    }
+
+    /// Settles `started` held events (their handling began).
+    pub(crate) fn settle(&self, started: usize) {
+        if started > 0 {
+            self.queue.settle(started);
+            self.room_made();
+        }
+    }
+
+    /// Gives unhandled buffered events back to the queue's front.
+    pub(crate) fn give_back(&self, buf: &mut VecDeque<Event>, started: usize) {
+        self.queue.give_back(buf, started);
+        if started > 0 {
+            self.room_made();
+        }
+    }
+
+    #[inline]
+    fn room_made(&self) {
         if self.space.flag.load(SeqCst) {
             self.wake_producers();
         }
-        Some(ev)
     }
 
     #[cold]
@@ -190,8 +224,8 @@ impl StageRt {
         }
     }
 
-    /// Registers a producer to be woken when an event leaves the queue. Returns `false`
-    /// (and registers nothing) if there is room already.
+    /// Registers a producer to be woken when room is made in the queue. Returns
+    /// `false` (and registers nothing) if there is room already.
     pub(crate) fn wait_for_space(&self, waker: &Waker) -> bool {
         let mut w = self.space.wakers.lock().unwrap_or_else(|e| e.into_inner());
         self.space.flag.store(true, SeqCst);
@@ -208,44 +242,37 @@ impl StageRt {
         self.len() < self.capacity.load(Relaxed)
     }
 
-    /// Events queued (pushed and not yet popped).
-    #[inline]
+    /// Events queued, or taken by an instance and not started yet.
     pub(crate) fn len(&self) -> usize {
-        let popped = self.popped.load(SeqCst);
-        let pushed = self.producers.pushed.load(SeqCst);
-        pushed.saturating_sub(popped) as usize
+        self.queue.len()
+    }
+
+    /// `true` if events are waiting in the queue (a cheap, lock-free peek).
+    #[inline]
+    pub(crate) fn has_work(&self) -> bool {
+        self.queue.has_work()
+    }
+
+    /// Events waiting in the queue (a cheap, lock-free peek).
+    #[inline]
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.queued()
     }
 
     pub(crate) fn active(&self) -> usize {
-        self.active.load(SeqCst)
+        self.queue.active()
     }
 
     /// Claims one more active instance if fewer than `maxpar` are active.
     #[inline]
     pub(crate) fn try_claim(&self) -> bool {
-        let max = self.maxpar.load(Relaxed);
-        let mut cur = self.active.load(SeqCst);
-        while cur < max {
-            match self
-                .active
-                .compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst)
-            {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
-        false
+        self.queue.claim(self.maxpar_now(), false)
     }
 
-    /// Gives back an active claim (the instance, if any, goes back to the idle pool).
-    /// Returns `true` if the caller must keep going because work arrived meanwhile and
-    /// it re-claimed.
-    pub(crate) fn release(&self, instance: Option<Box<dyn Handler>>) -> bool {
-        if let Some(i) = instance {
-            self.idle.push(i);
-        }
-        self.active.fetch_sub(1, SeqCst);
-        self.len() > 0 && self.try_claim()
+    /// Claims one more active instance if events are queued and fewer than `maxpar`
+    /// instances are active.
+    pub(crate) fn claim_for_work(&self) -> bool {
+        self.queue.claim(self.maxpar_now(), true)
     }
 
     /// An idle instance, or a new one built by `init`.
@@ -321,19 +348,18 @@ impl Process {
     }
 
     /// Schedules a new activation of `stage` if it has work and room for one.
-    #[inline]
     pub(crate) fn activate(self: &Arc<Self>, stage: usize) {
-        let st = &self.stages[stage];
-        if st.active() < st.maxpar.load(Relaxed) && st.try_claim() {
-            self.activations.fetch_add(1, SeqCst);
-            self.exec
-                .schedule(Task::new(self.clone(), stage, None, false));
+        if self.stages[stage].claim_for_work() {
+            self.schedule_claimed(stage);
         }
     }
 
-    /// Records that a released instance re-claimed its stage.
-    pub(crate) fn reactivated(&self) {
+    /// Schedules an activation of `stage` whose claim was made.
+    #[inline]
+    pub(crate) fn schedule_claimed(self: &Arc<Self>, stage: usize) {
         self.activations.fetch_add(1, SeqCst);
+        self.exec
+            .schedule(Task::new(self.clone(), stage, None, false));
     }
 
     /// Enqueues `ev` on a local stage.
@@ -348,8 +374,10 @@ impl Process {
         }
         let st = &self.stages[stage];
         match st.push(ev) {
-            Ok(()) => {
-                self.activate(stage);
+            Ok(claimed) => {
+                if claimed {
+                    self.schedule_claimed(stage);
+                }
                 Ok(())
             }
             Err(ev) => Err((
@@ -358,6 +386,19 @@ impl Process {
                 },
                 ev,
             )),
+        }
+    }
+
+    /// Enqueues a producer's batch on a local stage (accepted against the capacity
+    /// when each was sent). Fails only if the run is ending.
+    pub(crate) fn enqueue_batch(self: &Arc<Self>, stage: usize, evs: &mut Vec<Event>) {
+        if self.stopping.load(Relaxed) {
+            evs.clear();
+            return;
+        }
+        let st = &self.stages[stage];
+        if st.queue_push_batch(evs) {
+            self.schedule_claimed(stage);
         }
     }
 
@@ -410,7 +451,7 @@ impl Process {
     pub(crate) fn is_quiescent(&self) -> bool {
         let before = self.activations.load(SeqCst);
         for st in self.stages.iter() {
-            if st.len() > 0 || st.active() > 0 {
+            if st.active() > 0 || st.len() > 0 {
                 return false;
             }
             for r in st.routes() {

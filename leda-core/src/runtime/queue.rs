@@ -1,46 +1,239 @@
-//! A stage's event queue: a small preallocated ring for the common case, and an
-//! unbounded segmented overflow for bursts (the stage's capacity is enforced by its
-//! counters, not here).
+//! A stage's event queue and activation state: a deque behind one short lock.
 //!
-//! Order: a producer pushes to the ring only while the overflow is empty, and consumers
-//! take from the ring before the overflow, so the events of one producer leave in the
-//! order it sent them. Events of different producers have no defined order.
+//! Producers push one event at a time; a running instance takes a *batch* of events
+//! per lock (up to [`TAKE`]), so consumers pay one synchronisation per batch instead of
+//! one per event, and the lock's cache line moves between cores once per batch.
+//!
+//! The lock also guards the count of active instances, so the decisions "this push
+//! needs a new activation" and "the queue is empty, this instance may go idle" are
+//! made under one lock: an event is never left in a queue with no instance on its way.
+//!
+//! Events taken by an instance but whose handling has not started yet are *held*: they
+//! still count against the stage's capacity. An instance that starts waiting gives its
+//! held events back to the front of the queue, so order is kept and other instances
+//! of a parallel stage can take them.
 
-use crossbeam_queue::{ArrayQueue, SegQueue};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Mutex, MutexGuard};
+
+use crossbeam_utils::CachePadded;
 
 use crate::event::Event;
 
-/// Slots of the preallocated ring (64 bytes each).
-const RING: usize = 256;
+/// Most events an instance takes from its queue at once.
+pub(crate) const TAKE: usize = 32;
+
+/// Above this many slots, an emptied deque gives its memory back.
+const SHRINK_ABOVE: usize = 1 << 14;
+
+pub(crate) struct State {
+    events: VecDeque<Event>,
+    /// Events taken by instances whose handling has not started.
+    held: usize,
+    /// Active instances (Ready, Running or Waiting).
+    active: usize,
+}
 
 pub(crate) struct EventQueue {
-    ring: ArrayQueue<Event>,
-    overflow: SegQueue<Event>,
+    state: CachePadded<Mutex<State>>,
+    /// Copies of `events.len()` and `active`, written under the lock, for lock-free
+    /// peeks (statistics, "is more work coming" checks).
+    queued: CachePadded<AtomicUsize>,
+    /// Copy of `held` (written under the lock).
+    held: AtomicUsize,
+    active: AtomicUsize,
+}
+
+/// What a running instance got from [`EventQueue::take`].
+pub(crate) struct Taken {
+    /// The next event to handle (more may have gone to the instance's buffer).
+    pub(crate) event: Option<Event>,
+    /// Work remains and another activation was claimed: schedule it.
+    pub(crate) another: bool,
+    /// Room was made in the queue (wake producers waiting for space).
+    pub(crate) freed: bool,
 }
 
 impl EventQueue {
     pub(crate) fn new() -> Self {
         EventQueue {
-            ring: ArrayQueue::new(RING),
-            overflow: SegQueue::new(),
+            state: CachePadded::new(Mutex::new(State {
+                events: VecDeque::new(),
+                held: 0,
+                active: 0,
+            })),
+            queued: CachePadded::new(AtomicUsize::new(0)),
+            held: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
         }
     }
 
     #[inline]
-    pub(crate) fn push(&self, ev: Event) {
-        if self.overflow.is_empty() {
-            match self.ring.push(ev) {
-                Ok(()) => {}
-                Err(ev) => self.overflow.push(ev),
-            }
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A handler never runs under this lock, so it is never poisoned by one; recover
+        // anyway rather than spread a panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[inline]
+    fn claim_locked(&self, s: &mut State, maxpar: usize) -> bool {
+        if s.active < maxpar {
+            s.active += 1;
+            self.active.store(s.active, Release);
+            true
         } else {
-            self.overflow.push(ev);
+            false
         }
     }
 
+    /// Pushes `ev` unless the queue holds `cap` events already (`None`: no bound).
+    /// On success, returns `true` if an activation was claimed for it (fewer than
+    /// `maxpar` were active): the caller schedules it.
     #[inline]
-    pub(crate) fn pop(&self) -> Option<Event> {
-        self.ring.pop().or_else(|| self.overflow.pop())
+    pub(crate) fn push(&self, ev: Event, cap: Option<usize>, maxpar: usize) -> Result<bool, Event> {
+        let mut s = self.lock();
+        if let Some(cap) = cap
+            && s.events.len() + s.held >= cap
+        {
+            return Err(ev);
+        }
+        s.events.push_back(ev);
+        self.queued.store(s.events.len(), Release);
+        Ok(self.claim_locked(&mut s, maxpar))
+    }
+
+    /// Claims an activation if fewer than `maxpar` are active (and, if `need_work`,
+    /// only when events are queued).
+    pub(crate) fn claim(&self, maxpar: usize, need_work: bool) -> bool {
+        let mut s = self.lock();
+        if need_work && s.events.is_empty() {
+            return false;
+        }
+        self.claim_locked(&mut s, maxpar)
+    }
+
+    /// For a running instance: first marks `started` held events as no longer held,
+    /// then takes up to `batch(len)` events (the first is returned, the rest appended
+    /// to `buf`). If the queue is empty and `release` is set, the instance's claim is
+    /// given back, after `on_release` ran under the lock (it parks the instance in the
+    /// idle pool, so a new activation finds it).
+    pub(crate) fn take(
+        &self,
+        buf: &mut VecDeque<Event>,
+        started: usize,
+        maxpar: usize,
+        serial: bool,
+        release: Option<&mut dyn FnMut()>,
+    ) -> Taken {
+        let mut s = self.lock();
+        s.held -= started.min(s.held);
+        self.held.store(s.held, Release);
+        let freed = started > 0;
+        let len = s.events.len();
+        if len == 0 {
+            if let Some(on_release) = release {
+                on_release();
+                s.active -= 1;
+                self.active.store(s.active, Release);
+                if s.events.capacity() > SHRINK_ABOVE {
+                    s.events.shrink_to(TAKE);
+                }
+            }
+            return Taken {
+                event: None,
+                another: false,
+                freed,
+            };
+        }
+        // A serial stage takes what there is; a parallel one leaves a share for the
+        // other instances.
+        let n = if serial {
+            len.min(TAKE)
+        } else {
+            (len / maxpar.max(1)).clamp(1, TAKE)
+        };
+        let event = s.events.pop_front();
+        buf.extend(s.events.drain(..n - 1));
+        s.held += n - 1;
+        self.held.store(s.held, Release);
+        self.queued.store(s.events.len(), Release);
+        let another = !s.events.is_empty() && self.claim_locked(&mut s, maxpar);
+        Taken {
+            event,
+            another,
+            freed,
+        }
+    }
+
+    /// Marks `started` held events as no longer held.
+    pub(crate) fn settle(&self, started: usize) {
+        if started > 0 {
+            let mut s = self.lock();
+            s.held -= started.min(s.held);
+            self.held.store(s.held, Release);
+        }
+    }
+
+    /// Gives the events of `buf` back to the front of the queue (order kept), after
+    /// marking `started` held events as no longer held.
+    pub(crate) fn give_back(&self, buf: &mut VecDeque<Event>, started: usize) {
+        if started == 0 && buf.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        s.held -= (started + buf.len()).min(s.held);
+        self.held.store(s.held, Release);
+        while let Some(ev) = buf.pop_back() {
+            s.events.push_front(ev);
+        }
+        self.queued.store(s.events.len(), Release);
+    }
+
+    /// Pushes all of `evs` (a producer's batch; the producer checked the capacity
+    /// when it accepted them). Returns `true` if an activation was claimed.
+    pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> bool {
+        let mut s = self.lock();
+        s.events.extend(evs.drain(..));
+        self.queued.store(s.events.len(), Release);
+        self.claim_locked(&mut s, maxpar)
+    }
+
+    /// Events queued or held, from the lock-free copies (may be slightly stale).
+    #[inline]
+    pub(crate) fn load(&self) -> usize {
+        self.queued.load(Acquire) + self.held.load(Acquire)
+    }
+
+    /// Pushes an event ignoring the capacity and claiming nothing.
+    pub(crate) fn push_unbounded(&self, ev: Event) {
+        let mut s = self.lock();
+        s.events.push_back(ev);
+        self.queued.store(s.events.len(), Release);
+    }
+
+    /// Events queued or held (what counts against the capacity).
+    pub(crate) fn len(&self) -> usize {
+        let s = self.lock();
+        s.events.len() + s.held
+    }
+
+    /// `true` if events are queued (a lock-free peek).
+    #[inline]
+    pub(crate) fn has_work(&self) -> bool {
+        self.queued.load(Acquire) > 0
+    }
+
+    /// Events in the queue (a lock-free peek).
+    #[inline]
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Acquire)
+    }
+
+    /// Active instances (a lock-free peek).
+    #[inline]
+    pub(crate) fn active(&self) -> usize {
+        self.active.load(Acquire)
     }
 }
 
@@ -48,28 +241,79 @@ impl EventQueue {
 mod tests {
     use super::*;
 
+    fn take_all(q: &EventQueue, out: &mut Vec<i64>, maxpar: usize, serial: bool) {
+        let mut buf = VecDeque::new();
+        let mut started = 0;
+        loop {
+            let t = q.take(&mut buf, started, maxpar, serial, None);
+            let Some(ev) = t.event else { break };
+            out.push(ev.get::<i64>(0).unwrap());
+            started = 0;
+            while let Some(ev) = buf.pop_front() {
+                out.push(ev.get::<i64>(0).unwrap());
+                started += 1;
+            }
+        }
+    }
+
     #[test]
-    fn one_producer_keeps_its_order_across_ring_and_overflow() {
+    fn batches_keep_order_and_capacity_counts_held_events() {
         let q = EventQueue::new();
-        let mut next = 0i64;
-        let mut expect = 0i64;
-        // Interleave bursts larger than the ring with partial drains.
-        for burst in [10usize, 300, 5, 700, 256, 1] {
-            for _ in 0..burst {
-                q.push(Event::from(next));
-                next += 1;
-            }
-            for _ in 0..burst / 2 + 1 {
-                if let Some(ev) = q.pop() {
-                    assert_eq!(ev.get::<i64>(0).unwrap(), expect);
-                    expect += 1;
-                }
+        for i in 0..100i64 {
+            assert!(q.push(Event::from(i), Some(100), 1).is_ok());
+        }
+        let full = q.push(Event::from(100i64), Some(100), 1);
+        assert!(full.is_err(), "the 101st event must be refused");
+
+        // Take one batch: its events are held and still count.
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 1, true, None);
+        assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
+        assert_eq!(buf.len(), TAKE - 1);
+        assert_eq!(q.len(), 99, "held events count against the capacity");
+        assert!(q.push(Event::from(100i64), Some(100), 1).is_ok());
+        assert!(q.push(Event::from(101i64), Some(100), 1).is_err());
+
+        // Handle two, give the rest back: they return to the front, in order.
+        buf.pop_front();
+        buf.pop_front();
+        q.give_back(&mut buf, 2);
+        assert_eq!(q.len(), 100 - 3 + 1);
+        let mut out = vec![0, 1, 2];
+        take_all(&q, &mut out, 1, true);
+        assert_eq!(out, (0..=100).collect::<Vec<_>>());
+        assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn parallel_takes_leave_a_share_and_claims_respect_maxpar() {
+        let q = EventQueue::new();
+        let mut claims = 0;
+        for i in 0..40i64 {
+            if q.push(Event::from(i), None, 4).unwrap() {
+                claims += 1;
             }
         }
-        while let Some(ev) = q.pop() {
-            assert_eq!(ev.get::<i64>(0).unwrap(), expect);
-            expect += 1;
-        }
-        assert_eq!(expect, next);
+        assert_eq!(claims, 4);
+        assert_eq!(q.active(), 4);
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 4, false, None);
+        assert!(t.event.is_some());
+        assert_eq!(
+            buf.len() + 1,
+            10,
+            "a quarter of the queue for one of 4 instances"
+        );
+        assert!(!t.another, "maxpar reached: no further claim");
+        // Release with work left is refused: the instance keeps its claim.
+        let mut released = false;
+        let t = q.take(&mut buf, 9, 4, false, Some(&mut || released = true));
+        assert!(t.event.is_some() && !released);
+        // Drain, then release.
+        let mut out = Vec::new();
+        take_all(&q, &mut out, 4, false);
+        let t = q.take(&mut buf, 0, 4, false, Some(&mut || released = true));
+        assert!(t.event.is_none() && released);
+        assert_eq!(q.active(), 3);
     }
 }

@@ -11,9 +11,14 @@
 //! | Dead     | the handler failed or panicked: the instance is dropped, the failure  |
 //! |          | counted, logged and sent to the `error` port; a new one is built lazily |
 //!
-//! A running task handles up to [`BATCH`] events, then goes back to the ready queue if
-//! more are waiting, so one busy stage cannot starve the others.
+//! A running task takes events from its stage's queue a batch at a time (one lock per
+//! batch, see [`super::queue`]) and handles up to [`BATCH`] events, then goes back to
+//! the ready queue if more are waiting, so one busy stage cannot starve the others.
+//! A task whose last batch was short (a producer feeds the queue as it is drained)
+//! yields to other ready tasks rather than take events one at a time; with nothing
+//! else to run, it spins a few microseconds for a batch to fill.
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use crate::stats::LATENCY_SAMPLE;
 
 use super::ctx::Ctx;
 use super::executor::BoxFuture;
+use super::outbox;
 use super::process::Process;
 
 /// Handled-event counts are published to the stage's statistics at least this often
@@ -55,6 +61,12 @@ struct Activation {
     unflushed: u64,
     /// The wake cell of the current wait, set when a poll returns `Pending`.
     cell: Option<Arc<WakeCell>>,
+    /// Events taken from the stage's queue in the last batch, not handled yet.
+    buf: VecDeque<Event>,
+    /// Events of `buf` whose handling started since the queue last heard of it.
+    started: usize,
+    /// The last batch taken was short (the queue held fewer than a full batch).
+    short: bool,
 }
 
 impl Task {
@@ -72,6 +84,9 @@ impl Task {
             cohort,
             unflushed: 0,
             cell: None,
+            buf: VecDeque::new(),
+            started: 0,
+            short: false,
         }))
     }
 
@@ -84,11 +99,15 @@ impl Task {
             return;
         }
         let st = &process.stages[a.ctx.stage];
+        let batching = outbox::enter(&process);
         let outcome = a.drain(&process);
+        if batching {
+            outbox::leave(&process);
+        }
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
-            Outcome::Yield => process.exec.schedule(Task(a)),
+            Outcome::Yield => process.exec.schedule_yielded(Task(a)),
             Outcome::Wait => {
                 st.waiting.fetch_add(1, Relaxed);
                 WakeCell::park(a);
@@ -109,47 +128,89 @@ impl Activation {
         if self.pending.is_some() && self.poll_pending(process).is_pending() {
             return Outcome::Wait;
         }
+        // The event is consumed by the handler: keep a copy only where a failure would
+        // need it (an `error` port, or a log subscriber that records failed events; turn
+        // that off with the filter directive `leda::failed_event=off`).
+        let keep_copy = st.error_route.get().is_some_and(Option::is_some)
+            || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let mut budget = BATCH;
         loop {
-            let ev = match self.first.take() {
-                Some(ev) => ev,
-                None => match st.pop() {
-                    Some(ev) => {
-                        // More work than this instance: wake another, up to maxpar.
-                        if st.active() < st.maxpar.load(Relaxed) && st.len() > 0 {
-                            process.activate(self.ctx.stage);
-                        }
-                        ev
-                    }
-                    None => {
-                        if process.exec.may_spin() && spin_for_work(st) {
-                            continue;
-                        }
-                        if st.release(self.instance.take()) {
-                            process.reactivated();
-                            continue;
-                        }
-                        return Outcome::Released;
-                    }
-                },
+            let ev = if let Some(ev) = self.first.take() {
+                ev
+            } else if let Some(ev) = self.buf.pop_front() {
+                self.started += 1;
+                ev
+            } else if self.short && budget < BATCH && st.has_work() && process.exec.others_ready() {
+                // A producer is feeding this queue as it is drained: rather than take
+                // events one by one (one lock hand-over between cores each), let other
+                // tasks run and come back to a fuller queue.
+                return Outcome::Yield;
+            } else {
+                // This batch is done: its output goes on (one lock per destination).
+                outbox::flush(process);
+                match self.next_batch(process) {
+                    Some(ev) => ev,
+                    None => return Outcome::Released,
+                }
             };
-            self.handle(process, ev);
+            self.handle(process, ev, keep_copy);
             if self.pending.is_some() && self.poll_pending(process).is_pending() {
                 self.cohort = false;
+                // Held events go back to the queue: the order is kept, and a parallel
+                // stage's other instances may take them meanwhile.
+                st.give_back(&mut self.buf, std::mem::take(&mut self.started));
                 return Outcome::Wait;
             }
             budget -= 1;
             if self.cohort || budget == 0 {
                 self.cohort = false;
                 budget = BATCH;
-                if st.len() > 0 {
+                if !self.buf.is_empty() || st.has_work() {
                     return Outcome::Yield;
                 }
             }
         }
     }
 
-    fn handle(&mut self, process: &Arc<Process>, mut ev: Event) {
+    /// Takes the next batch from the stage's queue; `None` once the queue is empty and
+    /// the activation released its claim (the instance is idle).
+    fn next_batch(&mut self, process: &Arc<Process>) -> Option<Event> {
+        let st = &process.stages[self.ctx.stage];
+        // Spin briefly for more work rather than release, when this worker has
+        // nothing else to do (re-activation costs more than a short spin).
+        let mut may_spin = process.exec.may_spin();
+        if may_spin && self.short && st.queued() > 0 {
+            // Nothing else to run, the last batch was short and a producer is feeding
+            // the queue: give it a moment to fill a batch, instead of taking its
+            // events one by one.
+            fill_wait(st);
+        }
+        loop {
+            let started = std::mem::take(&mut self.started);
+            let t = if may_spin {
+                st.take(&mut self.buf, started, None)
+            } else {
+                st.take(&mut self.buf, started, Some(&mut self.instance))
+            };
+            if t.another {
+                // More work than this instance: wake another, up to maxpar.
+                process.schedule_claimed(self.ctx.stage);
+            }
+            if let Some(ev) = t.event {
+                self.short = self.buf.len() + 1 < super::queue::TAKE;
+                return Some(ev);
+            }
+            if !may_spin {
+                return None;
+            }
+            may_spin = false;
+            if spin_for_work(st) {
+                may_spin = true;
+            }
+        }
+    }
+
+    fn handle(&mut self, process: &Arc<Process>, mut ev: Event, keep_copy: bool) {
         let st = &process.stages[self.ctx.stage];
         if let Some(stamp) = ev.take_stamp() {
             process.connectors[stamp.connector]
@@ -157,11 +218,6 @@ impl Activation {
                 .latency
                 .record(stamp.at.elapsed());
         }
-        // The event is consumed by the handler: keep a copy only where a failure would
-        // need it (an `error` port, or a log subscriber that records failed events; turn
-        // that off with the filter directive `leda::failed_event=off`).
-        let keep_copy = st.error_route.get().is_some_and(Option::is_some)
-            || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let copy = keep_copy.then(|| ev.clone_args());
         let mut instance = match self.instance.take() {
             Some(i) => i,
@@ -178,25 +234,28 @@ impl Activation {
         // time, and, once the event is done, its latency goes to the histogram.
         let started = sample_tick(LATENCY_SAMPLE).then(Instant::now);
         let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, &mut self.ctx)));
-        if let Some(t) = started {
-            add_busy(st, t);
+        // One clock read serves both the worker time and, for a call that finished,
+        // the latency.
+        let took = started.map(|t| t.elapsed());
+        if let Some(d) = took {
+            add_busy(st, d);
         }
         match result {
             Ok(Ok(())) => {
                 self.instance = Some(instance);
-                if let Some(fut) = self.ctx.wait.take() {
+                if let Some(fut) = self.ctx.take_wait() {
                     self.pending = Some(Pending { fut, copy, started });
                 } else {
-                    self.done(process, started);
+                    self.done(process, took);
                 }
             }
             Ok(Err(e)) => {
-                self.ctx.wait = None;
+                self.ctx.take_wait();
                 st.destroy(instance);
                 self.fail(process, copy.unwrap_or_default(), &e.to_string());
             }
             Err(panic) => {
-                self.ctx.wait = None;
+                self.ctx.take_wait();
                 st.destroy(instance);
                 self.fail(process, copy.unwrap_or_default(), &panic_message(&panic));
             }
@@ -214,9 +273,11 @@ impl Activation {
         let mut cx = Context::from_waker(&waker);
         let timed = sample_tick(LATENCY_SAMPLE).then(Instant::now);
         let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
+        // What the future sent goes on now (it may wait a long time before more).
+        outbox::flush(process);
         let st = &process.stages[self.ctx.stage];
         if let Some(t) = timed {
-            add_busy(st, t);
+            add_busy(st, t.elapsed());
         }
         match result {
             Ok(Poll::Pending) => {
@@ -226,7 +287,7 @@ impl Activation {
             Ok(Poll::Ready(r)) => {
                 let p = self.pending.take().expect("pending checked above");
                 match r {
-                    Ok(()) => self.done(process, p.started),
+                    Ok(()) => self.done(process, p.started.map(|t| t.elapsed())),
                     Err(e) => {
                         if let Some(i) = self.instance.take() {
                             st.destroy(i);
@@ -247,7 +308,7 @@ impl Activation {
         }
     }
 
-    fn done(&mut self, process: &Process, started: Option<Instant>) {
+    fn done(&mut self, process: &Process, latency: Option<std::time::Duration>) {
         self.unflushed += 1;
         if self.unflushed >= FLUSH_EVERY {
             process.stages[self.ctx.stage]
@@ -256,11 +317,8 @@ impl Activation {
                 .fetch_add(self.unflushed, Relaxed);
             self.unflushed = 0;
         }
-        if let Some(t) = started {
-            process.stages[self.ctx.stage]
-                .counters
-                .latency
-                .record(t.elapsed());
+        if let Some(d) = latency {
+            process.stages[self.ctx.stage].counters.latency.record(d);
         }
     }
 
@@ -282,6 +340,7 @@ impl Activation {
     }
 
     fn flush(&mut self, process: &Process) {
+        process.stages[self.ctx.stage].settle(std::mem::take(&mut self.started));
         self.ctx.flush_counts(process);
         if self.unflushed > 0 {
             process.stages[self.ctx.stage]
@@ -296,23 +355,39 @@ impl Activation {
 /// Spins a few microseconds for an event to arrive; `true` if one did.
 fn spin_for_work(st: &super::process::StageRt) -> bool {
     for i in 0..SPIN_ROUNDS {
-        if st.len() > 0 {
+        if st.has_work() {
             return true;
         }
         for _ in 0..(1 << i.min(4)) {
             std::hint::spin_loop();
         }
     }
-    st.len() > 0
+    st.has_work()
 }
+
+/// Pauses (a few microseconds in all) while the stage's queue holds less than a
+/// full batch.
+fn fill_wait(st: &super::process::StageRt) {
+    for _ in 0..FILL_ROUNDS {
+        if st.queued() >= super::queue::TAKE {
+            return;
+        }
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Rounds of [`fill_wait`].
+const FILL_ROUNDS: u32 = 8;
 
 /// Rounds of [`spin_for_work`]: about 200 pause instructions, a few microseconds.
 const SPIN_ROUNDS: u32 = 16;
 
 /// Adds a sampled handler call (or poll) to the stage's worker time, scaled by the
 /// sampling rate (an unbiased estimate the controller divides by events handled).
-fn add_busy(st: &super::process::StageRt, since: Instant) {
-    let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+fn add_busy(st: &super::process::StageRt, took: std::time::Duration) {
+    let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
     st.counters
         .busy_ns
         .fetch_add(ns.saturating_mul(LATENCY_SAMPLE), Relaxed);
