@@ -3,14 +3,17 @@
 //!
 //! ```text
 //! cargo bench -p leda-net --bench transport
-//! LEDA_BENCH_EVENTS=200000 LEDA_BENCH_ROUNDS=1 cargo bench -p leda-net --bench transport
+//! LEDA_BENCH_EVENTS=200000 LEDA_BENCH_ROUNDS=1 LEDA_BENCH_LATENCY_MS=300 cargo bench -p leda-net --bench transport
 //! ```
+//!
+//! (`LEDA_BENCH_LATENCY_RATE=N` paces the latency runs at N events/s instead.)
 //!
 //! Scenarios (medians over alternating rounds, after a warm-up):
 //! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload from a stage in
 //!   this process to a stage in a daemon; events/s from deployment to the end of the run.
-//! * `remote-latency-p50/p99`: round trips of one event (stage → remote echo stage →
-//!   stage), in microseconds.
+//! * `remote-latency-p50/p99`: round trips (stage → remote echo stage → stage), in
+//!   microseconds, at about 10 % of our peak 16-byte rate (events paced every 100 µs);
+//!   the raw peer paces the same events through its echo server.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -134,44 +137,98 @@ fn raw_throughput(n: u64, size: usize) -> f64 {
 }
 
 fn percentiles(mut v: Vec<u64>) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
     v.sort_unstable();
     let at = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64 / 1e3;
     (at(0.50), at(0.99))
 }
 
-fn ours_latency(samples: usize, warmup: usize) -> (f64, f64) {
+/// Nanoseconds since the first call (one clock for senders and receivers of this
+/// process: round trips are measured where they start).
+fn now_ns() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Pacing period: every `TICK`, `rate * TICK` events leave at once.
+const TICK: Duration = Duration::from_micros(100);
+
+/// Events per tick and the number of ticks for `rate` events/s during `secs`.
+fn pacing(rate: f64, secs: f64) -> (usize, usize) {
+    let per_tick = (rate * TICK.as_secs_f64()).round().max(1.0) as usize;
+    let ticks = (secs / TICK.as_secs_f64()).round().max(1.0) as usize;
+    (per_tick, ticks)
+}
+
+/// Round-trip latency at `rate` events/s: a pacing stage here sends `(seq, t_ns)`
+/// events to an echo stage in a daemon, which sends them back to a recording stage
+/// here. The first tenth of the samples is a warm-up.
+fn ours_latency(rate: f64, secs: f64) -> (f64, f64) {
     let node = Node::spawn(&["--threads", "2"]);
-    let rtts = Arc::new(Mutex::new(Vec::with_capacity(samples)));
-    let total = samples + warmup;
+    let (per_tick, ticks) = pacing(rate, secs);
+    let total = per_tick * ticks;
+    let rtts = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let record = rtts.clone();
-    let pinger = Stage::stateful(
-        "ping",
-        |_: &Attrs| -> Result<(Instant, usize), BoxError> { Ok((Instant::now(), 0)) },
-        move |st: &mut (Instant, usize), _ev: Event, ctx: &mut Ctx| {
-            if st.1 > warmup {
-                let ns = st.0.elapsed().as_nanos() as u64;
-                record.lock().unwrap_or_else(|e| e.into_inner()).push(ns);
+    let pace = Stage::new("pace", move |_ev: Event, ctx: &mut Ctx| {
+        let start = Instant::now();
+        let mut seq = 0i64;
+        for t in 1..=ticks {
+            for _ in 0..per_tick {
+                // The clock starts before the send: time spent waiting for credit
+                // (a backlog at the receiver) counts as latency.
+                let mut ev = Event::from((seq, now_ns() as i64));
+                loop {
+                    match ctx.try_send(1, ev) {
+                        Ok(()) => break,
+                        Err(r) if matches!(r.error, SendError::QueueFull { .. }) => {
+                            ev = r.event;
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                        Err(r) => {
+                            // Do not leave the run waiting for events that never come.
+                            ctx.quit(());
+                            return Err(r.error.into());
+                        }
+                    }
+                }
+                seq += 1;
             }
-            st.1 += 1;
-            if st.1 > total {
+            let next = start + TICK * t as u32;
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+        }
+        Ok(())
+    });
+    let recorder = Stage::stateful(
+        "record",
+        |_: &Attrs| -> Result<usize, BoxError> { Ok(0) },
+        move |got: &mut usize, ev: Event, ctx: &mut Ctx| {
+            let sent: i64 = ev.get(1)?;
+            let rtt = now_ns().saturating_sub(sent as u64);
+            *got += 1;
+            if *got > total / 10 {
+                record.lock().unwrap_or_else(|e| e.into_inner()).push(rtt);
+            }
+            if *got == total {
                 ctx.quit(());
-                return Ok(());
             }
-            st.0 = Instant::now();
-            ctx.send(1, st.1 as i64)?;
             Ok(())
         },
     )
     .serial();
     let echo = stages::echo("echo");
     let mut g = Graph::new("latency");
-    g.connect(&pinger, 1, &echo);
-    g.connect(&echo, 1, &pinger);
-    g.part([Cluster::of([&pinger]), Cluster::of([&echo])])
+    g.connect(&pace, 1, &echo);
+    g.connect(&echo, 1, &recorder);
+    g.part([Cluster::of([&pace, &recorder]), Cluster::of([&echo])])
         .expect("part")
         .map([ME, node.addr.as_str()])
         .expect("map");
-    pinger.push(0);
+    pace.push(0);
     Launcher::new(ME)
         .run(&g, Run::default().threads(2))
         .expect("latency run");
@@ -180,32 +237,61 @@ fn ours_latency(samples: usize, warmup: usize) -> (f64, f64) {
     percentiles(v)
 }
 
-fn raw_latency(samples: usize, warmup: usize) -> (f64, f64) {
+/// The same with the hand-written peer: a pacing thread writes one frame of
+/// `(seq, t_ns)` events per tick, the echo server sends each frame back, a reading
+/// thread records the round trips.
+fn raw_latency(rate: f64, secs: f64) -> (f64, f64) {
+    use std::io::{Read, Write};
     let peer = Raw::spawn(&["raw-echo", "--listen", "127.0.0.1:0"]);
-    let mut rtts = Vec::with_capacity(samples);
-    rt().block_on(async {
-        let mut s = tokio::net::TcpStream::connect(&peer.addr)
-            .await
-            .expect("connect");
-        s.set_nodelay(true).expect("nodelay");
+    let (per_tick, ticks) = pacing(rate, secs);
+    let total = per_tick * ticks;
+    let mut s = std::net::TcpStream::connect(&peer.addr).expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    let mut rd = s.try_clone().expect("clone");
+    let reader = std::thread::spawn(move || {
+        let mut rtts = Vec::with_capacity(total);
+        let mut got = 0usize;
         let mut buf = Vec::new();
-        for i in 0..(samples + warmup) {
-            let t0 = Instant::now();
-            let batch = vec![vec![Value::Int(i as i64)]];
-            let body = rmp_serde::to_vec(&batch).expect("encode");
-            let mut frame = (body.len() as u32).to_le_bytes().to_vec();
-            frame.extend_from_slice(&body);
-            s.write_all(&frame).await.expect("write");
-            let len = s.read_u32_le().await.expect("read") as usize;
-            buf.resize(len, 0);
-            s.read_exact(&mut buf).await.expect("read");
-            let back: Vec<Vec<Value>> = rmp_serde::from_slice(&buf).expect("decode");
-            assert_eq!(back.len(), 1);
-            if i >= warmup {
-                rtts.push(t0.elapsed().as_nanos() as u64);
+        while got < total {
+            let mut len = [0u8; 4];
+            rd.read_exact(&mut len).expect("read");
+            buf.resize(u32::from_le_bytes(len) as usize, 0);
+            rd.read_exact(&mut buf).expect("read");
+            let batch: Vec<Vec<Value>> = rmp_serde::from_slice(&buf).expect("decode");
+            let now = now_ns();
+            for ev in batch {
+                let sent = ev.get(1).and_then(Value::as_int).unwrap_or(0) as u64;
+                got += 1;
+                if got > total / 10 {
+                    rtts.push(now.saturating_sub(sent));
+                }
             }
         }
+        rtts
     });
+    let start = Instant::now();
+    let mut seq = 0i64;
+    let mut frame = Vec::new();
+    for t in 1..=ticks {
+        let batch: Vec<Vec<Value>> = (0..per_tick)
+            .map(|_| {
+                seq += 1;
+                vec![Value::Int(seq), Value::Int(now_ns() as i64)]
+            })
+            .collect();
+        frame.clear();
+        frame.extend_from_slice(&[0; 4]);
+        rmp_serde::encode::write(&mut frame, &batch).expect("encode");
+        let len = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&len.to_le_bytes());
+        s.write_all(&frame).expect("write");
+        let next = start + TICK * t as u32;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+    }
+    let rtts = reader.join().expect("reader");
     percentiles(rtts)
 }
 
@@ -220,7 +306,8 @@ fn main() {
     }
     let n = env_or("LEDA_BENCH_EVENTS", 1_000_000);
     let rounds = env_or("LEDA_BENCH_ROUNDS", 3).max(1) as usize;
-    let samples = env_or("LEDA_BENCH_SAMPLES", 10_000) as usize;
+    let latency_secs = env_or("LEDA_BENCH_LATENCY_MS", 1000) as f64 / 1e3;
+    let mut peak_16b = 0.0;
 
     for (name, size) in [("remote-16B", 16usize), ("remote-1KB", 1024)] {
         // Warm-up (page cache, binaries, sockets).
@@ -231,21 +318,30 @@ fn main() {
             ours.push(ours_throughput(n, size));
             raw.push(raw_throughput(n, size));
         }
+        let ours = median(ours);
+        if size == 16 {
+            peak_16b = ours;
+        }
         println!(
-            "BENCH {name} unit=events/s better=higher ours={:.0} raw={:.0}",
-            median(ours),
+            "BENCH {name} unit=events/s better=higher ours={ours:.0} raw={:.0}",
             median(raw)
         );
     }
 
-    ours_latency(samples / 10 + 1, 100);
-    raw_latency(samples / 10 + 1, 100);
+    // Latency at about a tenth of our peak 16-byte rate (the same rate for both).
+    let rate = match env_or("LEDA_BENCH_LATENCY_RATE", 0) {
+        0 => (peak_16b / 10.0).max(1000.0),
+        r => r as f64,
+    };
+    println!("# remote-latency: round trips at {rate:.0} events/s for {latency_secs} s");
+    ours_latency(rate, 0.2);
+    raw_latency(rate, 0.2);
     let (mut o50, mut o99, mut r50, mut r99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let (a, b) = ours_latency(samples, 1000);
+        let (a, b) = ours_latency(rate, latency_secs);
         o50.push(a);
         o99.push(b);
-        let (a, b) = raw_latency(samples, 1000);
+        let (a, b) = raw_latency(rate, latency_secs);
         r50.push(a);
         r99.push(b);
     }

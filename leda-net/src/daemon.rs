@@ -52,6 +52,11 @@ pub struct DaemonConfig {
     /// Time the deployment steps (reading it, meshing with peers, waiting for start)
     /// may take.
     pub deploy_timeout: Duration,
+    /// Serve the dashboard of each deployed run here (see `leda_core::dashboard`).
+    pub dashboard: Option<leda_core::dashboard::DashboardConfig>,
+    /// Default instance limit of parallel stages (`leda.start{maxpar=...}`; default:
+    /// the thread count).
+    pub maxpar: Option<usize>,
 }
 
 impl Default for DaemonConfig {
@@ -62,14 +67,16 @@ impl Default for DaemonConfig {
             secret: Secret::from_env(),
             handshake_timeout: HANDSHAKE_TIMEOUT,
             deploy_timeout: Duration::from_secs(30),
+            dashboard: None,
+            maxpar: None,
         }
     }
 }
 
 impl DaemonConfig {
     /// Parses `--listen HOST:PORT`, `--threads N`, `--secret S` (the secret may also
-    /// come from `LEDA_SECRET`) and `--handshake-timeout-ms MS`. Unknown arguments are
-    /// refused.
+    /// come from `LEDA_SECRET`), `--handshake-timeout-ms MS`, `--dashboard ADDR` and
+    /// `--dashboard-token T`. Unknown arguments are refused.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
         let mut c = DaemonConfig::default();
         let mut it = args.into_iter();
@@ -85,6 +92,20 @@ impl DaemonConfig {
                     );
                 }
                 "--secret" => c.secret = Some(Secret::new(value("--secret")?)),
+                "--dashboard" | "--dashboard-token" => {
+                    let v = value(&a)?;
+                    let d = c
+                        .dashboard
+                        .get_or_insert(leda_core::dashboard::DashboardConfig {
+                            addr: "127.0.0.1:0".into(),
+                            token: None,
+                        });
+                    if a == "--dashboard" {
+                        d.addr = v;
+                    } else {
+                        d.token = Some(v);
+                    }
+                }
                 "--handshake-timeout-ms" => {
                     let v = value("--handshake-timeout-ms")?;
                     let ms: u64 = v
@@ -353,6 +374,15 @@ async fn deploy(
         .remote(transport.clone());
     if let Some(n) = config.threads.or(d.threads) {
         run = run.threads(n);
+    }
+    if let Some(n) = config.maxpar {
+        run = run.maxpar(n);
+    }
+    if let Some(dash) = &config.dashboard {
+        run = run.dashboard(dash.addr.clone());
+        if let Some(t) = &dash.token {
+            run = run.dashboard_token(t.clone());
+        }
     }
     let running = match graph.start(run) {
         Ok(r) => r,

@@ -10,8 +10,11 @@
 //! The length is checked against a limit *before* anything is allocated, and bodies are
 //! read incrementally, so an announced length costs nothing until its bytes arrive.
 //! [`decode`] is total: any byte string yields a frame or a [`FrameError`], never a
-//! panic (the fuzz target `fuzz/fuzz_targets/frame_decode.rs` checks this).
+//! panic (the fuzz target `fuzz/fuzz_targets/frame_decode.rs` checks this). `events`
+//! bodies, nearly all the traffic, go through the specialised decoder of
+//! [`crate::wire`]; the other frames through `rmp-serde`.
 
+use bytes::Bytes;
 use leda_core::event::Event;
 use leda_core::value::Value;
 use serde::{Deserialize, Serialize};
@@ -121,6 +124,10 @@ pub mod kind {
     pub const STATUS_REQ: u8 = 13;
     /// Status answer.
     pub const STATUS: u8 = 14;
+    /// Dashboard request: snapshot, optionally after a control action.
+    pub const OBSERVE: u8 = 15;
+    /// Dashboard answer.
+    pub const OBSERVED: u8 = 16;
 }
 
 /// A decoded frame.
@@ -150,6 +157,10 @@ pub enum Frame {
     StatusReq(u64),
     /// Status answer.
     Status(Status),
+    /// Dashboard request ([`crate::observe`]).
+    Observe(crate::observe::ObserveReq),
+    /// Dashboard answer ([`crate::observe`]).
+    Observed(Box<crate::observe::ObserveReply>),
 }
 
 impl Frame {
@@ -168,6 +179,8 @@ impl Frame {
             Frame::Quit(_) => kind::QUIT,
             Frame::StatusReq(_) => kind::STATUS_REQ,
             Frame::Status(_) => kind::STATUS,
+            Frame::Observe(_) => kind::OBSERVE,
+            Frame::Observed(_) => kind::OBSERVED,
         }
     }
 
@@ -192,6 +205,8 @@ pub fn kind_name(k: u8) -> &'static str {
         kind::QUIT => "quit",
         kind::STATUS_REQ => "status-request",
         kind::STATUS => "status",
+        kind::OBSERVE => "observe",
+        kind::OBSERVED => "observed",
         _ => "unknown",
     }
 }
@@ -210,32 +225,6 @@ struct GroupsRef<'a>(&'a [(u32, Vec<Event>)]);
 impl Serialize for GroupsRef<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(self.0.iter().map(|(r, evs)| (*r, EventsRef(evs))))
-    }
-}
-
-/// An event decoded straight from its argument array (no intermediate vector).
-struct WireEvent(Event);
-
-impl<'de> Deserialize<'de> for WireEvent {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = WireEvent;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an array of event arguments")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<WireEvent, A::Error> {
-                let mut ev = Event::new();
-                while let Some(v) = seq.next_element::<Value>()? {
-                    ev.push(v);
-                }
-                Ok(WireEvent(ev))
-            }
-        }
-        d.deserialize_seq(V)
     }
 }
 
@@ -285,6 +274,8 @@ pub fn encode_into(buf: &mut Vec<u8>, frame: &Frame) -> Result<(), FrameError> {
         Frame::Quit(v) => body(buf, k, v),
         Frame::StatusReq(r) => body(buf, k, r),
         Frame::Status(s) => body(buf, k, s),
+        Frame::Observe(o) => body(buf, k, o),
+        Frame::Observed(o) => body(buf, k, o),
     }
 }
 
@@ -337,21 +328,34 @@ pub fn decode(buf: &[u8]) -> Result<Frame, FrameError> {
             de::<()>(k, body)?;
             Frame::Start
         }
-        kind::EVENTS => {
-            let groups: Vec<(u32, Vec<WireEvent>)> = de(k, body)?;
-            Frame::Events(
-                groups
-                    .into_iter()
-                    .map(|(r, evs)| (r, evs.into_iter().map(|w| w.0).collect()))
-                    .collect(),
-            )
-        }
+        kind::EVENTS => Frame::Events(events(body, None)?),
         kind::REPLIES => Frame::Replies(de(k, body)?),
         kind::QUIT => Frame::Quit(de(k, body)?),
         kind::STATUS_REQ => Frame::StatusReq(de(k, body)?),
         kind::STATUS => Frame::Status(de(k, body)?),
+        kind::OBSERVE => Frame::Observe(de(k, body)?),
+        kind::OBSERVED => Frame::Observed(Box::new(de(k, body)?)),
         other => return Err(FrameError::UnknownType(other)),
     })
+}
+
+fn events(body: &[u8], owner: Option<&Bytes>) -> Result<Vec<(u32, Vec<Event>)>, FrameError> {
+    crate::wire::decode_events(body, owner).map_err(|reason| FrameError::Malformed {
+        kind: kind_name(kind::EVENTS),
+        reason,
+    })
+}
+
+/// Like [`decode`], for a frame received into a shared buffer: large binaries of an
+/// `events` frame are slices of `buf` rather than copies (see [`crate::wire`]).
+pub fn decode_shared(buf: Bytes) -> Result<Frame, FrameError> {
+    match buf.first() {
+        Some(&kind::EVENTS) => {
+            let body = buf.slice(1..);
+            Ok(Frame::Events(events(&body, Some(&body))?))
+        }
+        _ => decode(&buf),
+    }
 }
 
 /// Splits `buf` into frames: returns the decoded frames and the bytes that were used

@@ -96,6 +96,12 @@ impl Launched {
         self.running.handle()
     }
 
+    /// The address of the local dashboard, if the run asked for one (it shows every
+    /// process of the graph).
+    pub fn dashboard_addr(&self) -> Option<std::net::SocketAddr> {
+        self.running.dashboard_addr()
+    }
+
     /// Transport counters now.
     pub fn transport(&self) -> TransportCounts {
         self.transport.counts()

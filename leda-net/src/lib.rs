@@ -7,9 +7,11 @@
 //! Module map, bottom up:
 //!
 //! * [`frame`]: length-prefixed little-endian frames with msgpack bodies (total decoder);
+//! * [`wire`]: the specialised decoder of `events` frames (zero-copy large binaries);
 //! * [`auth`], [`handshake`]: magic, protocol version, HMAC-SHA256 challenge–response;
 //! * [`deploy`], [`registry`]: the deployment message and how stages are rebuilt by kind;
 //! * [`link`]: one connection per process pair, batching, credits, failure accounting;
+//! * [`observe`]: peers' statistics and control actions for the launcher's dashboard;
 //! * [`daemon`], [`launcher`]: the two ends of a deployment.
 //!
 //! # Wire protocol (version 1)
@@ -43,7 +45,9 @@ pub mod frame;
 pub mod handshake;
 pub mod launcher;
 pub mod link;
+pub mod observe;
 pub mod registry;
+pub mod wire;
 
 pub use auth::Secret;
 pub use daemon::{Daemon, DaemonConfig, DaemonReport};

@@ -105,6 +105,9 @@ pub(crate) struct Link {
     dead_notify: Notify,
     status: Mutex<Option<Status>>,
     status_notify: Notify,
+    /// The latest dashboard answer ([`crate::observe`]).
+    pub(crate) observed: Mutex<Option<crate::observe::ObserveReply>>,
+    pub(crate) observed_notify: Notify,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -118,6 +121,11 @@ impl Link {
             self.dead_notify.notify_one();
             self.status_notify.notify_waiters();
         }
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// Queues a control frame.
@@ -239,6 +247,11 @@ impl Transport {
         self.pending_inbound.load(Relaxed) == 0
     }
 
+    /// The runtime the links run on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
     /// The live links.
     pub(crate) fn links(&self) -> Vec<Arc<Link>> {
         lock(&self.links).values().cloned().collect()
@@ -285,6 +298,8 @@ impl Transport {
             dead_notify: Notify::new(),
             status: Mutex::new(None),
             status_notify: Notify::new(),
+            observed: Mutex::new(None),
+            observed_notify: Notify::new(),
             writer: Mutex::new(None),
         });
         if let Some(old) = lock(&self.links).insert(peer.into(), link.clone()) {
@@ -371,6 +386,18 @@ impl RemoteLinks for Transport {
             peers,
             next: AtomicUsize::new(0),
         }))
+    }
+
+    fn peer_stats(&self) -> Vec<leda_core::dashboard::PeerStats> {
+        self.observe_peers()
+    }
+
+    fn peer_control(
+        &self,
+        process: &str,
+        action: &leda_core::dashboard::Control,
+    ) -> Result<(), String> {
+        self.control_peer(process, action)
     }
 }
 
@@ -568,12 +595,15 @@ async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: tokio::net::tcp::
             }
             let total = 4 + len as usize;
             if buf.len() < total {
-                // Grow only as the bytes arrive.
-                buf.reserve((total - buf.len()).min(READ_CHUNK));
+                // Grow only as the bytes arrive, but geometrically (at most doubling
+                // what has arrived), so a large frame costs a linear number of
+                // copies and an announced length alone allocates little.
+                let want = (total - buf.len()).min(buf.len().max(READ_CHUNK));
+                buf.reserve(want);
                 break;
             }
-            let raw = buf.split_to(total);
-            let f = match frame::decode(&raw[4..]) {
+            let raw = buf.split_to(total).freeze();
+            let f = match frame::decode_shared(raw.slice(4..)) {
                 Ok(f) => f,
                 Err(e) => {
                     tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
@@ -635,7 +665,10 @@ async fn handle_frame(
     ready: &mut Option<(ProcessHandle, Arc<RouteIndexes>)>,
     f: Frame,
 ) -> bool {
-    let need_handle = matches!(f, Frame::Events(_) | Frame::Quit(_) | Frame::StatusReq(_));
+    let need_handle = matches!(
+        f,
+        Frame::Events(_) | Frame::Quit(_) | Frame::StatusReq(_) | Frame::Observe(_)
+    );
     if need_handle && ready.is_none() {
         *ready = t.handle().await;
         if ready.is_none() {
@@ -716,6 +749,12 @@ async fn handle_frame(
             *lock(&link.status) = Some(s);
             link.status_notify.notify_waiters();
         }
+        Frame::Observe(req) => {
+            if let Some((h, _)) = ready.as_ref() {
+                link.send_frame(crate::observe::answer(req, h));
+            }
+        }
+        Frame::Observed(reply) => crate::observe::record(link, *reply),
         Frame::Error(m) => {
             tracing::warn!(peer = %link.peer, error = %m, "peer reported an error");
             return false;
@@ -821,7 +860,9 @@ async fn write_loop(
     if !t.closing.load(Relaxed)
         && lock(&t.quit_on_loss).as_deref() == Some(link.peer.as_str())
         && let Some(h) = t.handle_tx.borrow().clone()
+        && !h.is_stopping()
     {
+        // (A launcher that ended the run sent `Quit` first: the run is stopping.)
         tracing::warn!(peer = %link.peer, "lost the launcher; ending the run");
         h.quit(Event::new());
     }
