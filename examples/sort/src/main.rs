@@ -1,0 +1,278 @@
+//! `leda-sort`: the thesis' distributed sort, one binary for launcher and daemons.
+//!
+//! ```text
+//! # every remote process: a daemon of this same binary
+//! leda-sort daemon --listen 127.0.0.1:9001
+//! # the launcher: scatter and reducer here, sort1..sortP on the daemons
+//! leda-sort run --np 2 --length 48000 --procs 127.0.0.1:9001,127.0.0.1:9002
+//! # or let the launcher start P local daemons itself
+//! leda-sort run --np 4 --length 192000 --spawn
+//! # communication only: one vector to one remote process
+//! leda-sort send --bytes 1536000 --spawn
+//! ```
+//!
+//! `run` prints the thesis' line `leda LENGTH NP PART SECONDS` and exits with 1 if the
+//! result is not the whole input, sorted. `send` prints `send BYTES SECONDS` (the
+//! median round, vector there and a small acknowledgement back).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use leda_core::prelude::*;
+use leda_net::{Daemon, DaemonConfig, Launcher, Secret};
+use leda_sort::daemons::{self, DaemonChild, LISTENING};
+use leda_sort::{Kernel, graph, stages, vector};
+
+#[derive(Parser)]
+#[command(
+    name = "leda-sort",
+    about = "Leda-RS distributed vector sort (launcher and daemon)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve one deployment as a daemon; prints `LISTENING <addr>` once bound.
+    Daemon {
+        /// Address to listen on (a non-loopback one needs a shared secret).
+        #[arg(long, default_value = "127.0.0.1:9999")]
+        listen: String,
+        /// Worker threads (default: one per CPU).
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        secret: SecretArg,
+    },
+    /// Run the distributed sort.
+    Run {
+        /// Number of sort processes (p).
+        #[arg(long)]
+        np: usize,
+        /// Vector length (doubles); a multiple of p.
+        #[arg(long, default_value_t = 192_000)]
+        length: usize,
+        /// Selection sort implementation: `c` (Listing B.2, as the MPI peer) or `rust`.
+        #[arg(long, default_value = "c")]
+        kernel: Kernel,
+        /// Output file for the sorted vector (one number per line).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        procs: Procs,
+    },
+    /// Time sending one vector to one remote process.
+    Send {
+        /// Vector size in bytes.
+        #[arg(long)]
+        bytes: usize,
+        /// Measured rounds (the median is printed).
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Rounds before measuring.
+        #[arg(long, default_value_t = 2)]
+        warmup: usize,
+        #[command(flatten)]
+        procs: Procs,
+    },
+}
+
+#[derive(Args)]
+struct SecretArg {
+    /// Shared secret authenticating the processes (default: $LEDA_SECRET).
+    #[arg(long)]
+    secret: Option<String>,
+}
+
+impl SecretArg {
+    fn get(&self) -> Option<Secret> {
+        self.secret
+            .as_ref()
+            .map(|s| Secret::new(s.as_bytes()))
+            .or_else(Secret::from_env)
+    }
+}
+
+#[derive(Args)]
+struct Procs {
+    /// Daemon addresses, comma-separated (one per sort stage; one for `send`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "spawn")]
+    procs: Vec<String>,
+    /// Start the daemons here, as children on 127.0.0.1 (ephemeral ports).
+    #[arg(long)]
+    spawn: bool,
+    /// This process' name in the mapping.
+    #[arg(long, default_value = "launcher:0")]
+    me: String,
+    /// Worker threads here (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    #[command(flatten)]
+    secret: SecretArg,
+}
+
+impl Procs {
+    /// The daemon addresses, starting `n` local daemons with `--spawn`.
+    fn resolve(&self, n: usize) -> anyhow::Result<(Vec<String>, Vec<DaemonChild>)> {
+        if self.spawn {
+            let exe = std::env::current_exe().context("locating this binary")?;
+            let children = daemons::spawn_many(&exe, n, &[]).context("starting daemons")?;
+            Ok((children.iter().map(|c| c.addr.clone()).collect(), children))
+        } else if self.procs.is_empty() {
+            bail!("give the daemons with --procs ADDR,... or start them here with --spawn")
+        } else {
+            Ok((self.procs.clone(), Vec::new()))
+        }
+    }
+
+    fn launcher(&self) -> Launcher {
+        let l = Launcher::new(self.me.clone());
+        match self.secret.get() {
+            Some(s) => l.secret(s),
+            None => l,
+        }
+    }
+
+    fn run_opts(&self) -> Run {
+        match self.threads {
+            Some(n) => Run::default().threads(n),
+            None => Run::default(),
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Daemon {
+            listen,
+            threads,
+            secret,
+        } => daemon(listen, threads, secret.get()),
+        Cmd::Run {
+            np,
+            length,
+            kernel,
+            out,
+            procs,
+        } => run(np, length, kernel, out, &procs),
+        Cmd::Send {
+            bytes,
+            rounds,
+            warmup,
+            procs,
+        } => send(bytes, rounds, warmup, &procs),
+    }
+}
+
+fn daemon(listen: String, threads: Option<usize>, secret: Option<Secret>) -> anyhow::Result<()> {
+    let config = DaemonConfig {
+        listen,
+        threads,
+        secret,
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::bind(config, stages::registry())?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{LISTENING}{}", daemon.local_addr())?;
+    out.flush()?;
+    drop(out);
+    let report = daemon.serve()?;
+    println!(
+        "ENDED {:?} received={} sent={} failed={}",
+        report.run.reason,
+        report.transport.accepted,
+        report.transport.sent,
+        report.transport.failed
+    );
+    Ok(())
+}
+
+fn run(
+    np: usize,
+    length: usize,
+    kernel: Kernel,
+    out: Option<PathBuf>,
+    procs: &Procs,
+) -> anyhow::Result<()> {
+    let part = vector::part_len(length, np)?;
+    let (addrs, children) = procs.resolve(np)?;
+    let g = graph::sort_graph(np, length, kernel, &procs.me, &addrs)?;
+    let report = procs
+        .launcher()
+        .run(&g, procs.run_opts())
+        .context("running the distributed sort")?;
+    let quit = report
+        .run
+        .quit
+        .context("the run ended without the reducer's result")?;
+    let secs: f64 = quit.get(0)?;
+    let ok: bool = quit.get(1)?;
+    println!("leda {length} {np} {part} {secs:.6}");
+    if let Some(path) = out {
+        let sorted = vector::from_bytes(quit.arg(2).and_then(Value::as_bytes).unwrap_or(&[]))?;
+        let mut w = std::io::BufWriter::new(
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for x in sorted {
+            writeln!(w, "{x}")?;
+        }
+        w.flush()?;
+    }
+    reap(children);
+    if !ok {
+        bail!("the result is not the whole input in order");
+    }
+    Ok(())
+}
+
+fn send(bytes: usize, rounds: usize, warmup: usize, procs: &Procs) -> anyhow::Result<()> {
+    let (addrs, children) = procs.resolve(1)?;
+    let [remote] = addrs.as_slice() else {
+        bail!("send needs exactly one daemon, {} given", addrs.len());
+    };
+    let g = graph::send_graph(bytes, rounds, warmup, &procs.me, remote)?;
+    let report = procs
+        .launcher()
+        .run(&g, procs.run_opts())
+        .context("running the communication test")?;
+    let quit = report
+        .run
+        .quit
+        .context("the run ended without the sender's result")?;
+    let mut times: Vec<f64> = quit
+        .arg(0)
+        .and_then(Value::as_array)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(Value::as_float)
+        .collect();
+    if times.is_empty() {
+        bail!("no round was measured");
+    }
+    times.sort_by(f64::total_cmp);
+    println!("send {bytes} {:.6}", times[times.len() / 2]);
+    reap(children);
+    Ok(())
+}
+
+/// Lets spawned daemons exit on their own (they end with the run), then reaps them.
+fn reap(children: Vec<DaemonChild>) {
+    for c in children {
+        let (ok, _) = c.finish(Duration::from_secs(10));
+        if !ok {
+            tracing::warn!("a daemon did not end cleanly");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The stage kinds of the sort application, and the registry that lets every
+//! process (launcher or daemon: the same binary) rebuild them by name.
+//!
+//! Events:
+//! * scatter → `sortK`: `(part: bytes, t0: float, k: int)`, part `k` (0-based) of the
+//!   input as little-endian doubles, `t0` the start of the timing window;
+//! * `sortK` → reducer: the same, sorted;
+//! * reducer: quits with `(seconds: float, ok: bool, sorted: bytes)`, `ok` when the
+//!   parts put together are exactly `1, 2, …, length`;
+//! * communication test: sender → sink `(vector: bytes)`, sink → sender
+//!   `("ack", bytes received)`; the sender quits with the round times (seconds).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use leda_core::prelude::*;
+use leda_net::Registry;
+
+use crate::kernel::Kernel;
+use crate::vector;
+
+/// Kind (and default name) of the scatter stage.
+pub const SCATTER: &str = "sort.scatter";
+/// Kind of the sort stage (its clones are named `sort1` … `sortp`).
+pub const SORT: &str = "sort.sort";
+/// Kind (and default name) of the reducer.
+pub const REDUCER: &str = "sort.reducer";
+/// Kind of the communication test's sender.
+pub const SEND: &str = "sort.send";
+/// Kind of the communication test's receiver.
+pub const SINK: &str = "sort.sink";
+
+fn usize_attr(a: &Attrs, key: &str) -> Result<usize, BoxError> {
+    let v: u64 = a
+        .get_as(key)
+        .map_err(|e| format!("attribute '{key}': {e}"))?;
+    usize::try_from(v).map_err(|_| format!("attribute '{key}' = {v} is too large").into())
+}
+
+/// Scatter (Listing B.4): on any event, builds the `length`-double input, starts the
+/// clock and sends part `k` on port `k + 1`, for `k` in `0..np` (attributes `np`,
+/// `length`).
+pub fn scatter() -> Stage {
+    Stage::stateful(
+        SCATTER,
+        |a: &Attrs| -> Result<(usize, usize), BoxError> {
+            let (np, length) = (usize_attr(a, "np")?, usize_attr(a, "length")?);
+            vector::part_len(length, np)?;
+            Ok((np, length))
+        },
+        |&mut (np, length): &mut (usize, usize), _ev: Event, ctx: &mut Ctx| {
+            // Initialisation: outside the timing window.
+            let parts = (0..np)
+                .map(|k| vector::input_part(length, np, k).map(|p| vector::to_bytes(&p)))
+                .collect::<Result<Vec<Bytes>, _>>()?;
+            let t0 = ctx.gettime();
+            for (k, part) in parts.into_iter().enumerate() {
+                ctx.send_or_wait(k + 1, (part, t0, k as i64))?;
+            }
+            Ok(())
+        },
+    )
+    .kind(SCATTER)
+}
+
+/// Sort (Listing B.4's "Executa operacao"): sorts the part with Listing B.2 (attribute
+/// `kernel`: `"c"`, the default, or `"rust"`) and sends it on, with its other
+/// arguments, on port 1.
+pub fn sorter() -> Stage {
+    Stage::stateful(
+        SORT,
+        |a: &Attrs| -> Result<Kernel, BoxError> {
+            Ok(match a.get_as::<Option<String>>("kernel")? {
+                Some(k) => k.parse()?,
+                None => Kernel::default(),
+            })
+        },
+        |kernel: &mut Kernel, mut ev: Event, ctx: &mut Ctx| {
+            let part = ev.take(0);
+            let bytes = part
+                .as_bytes()
+                .ok_or_else(|| format!("expected a vector of doubles, got {}", part.type_name()))?;
+            let mut v = vector::from_bytes(bytes)?;
+            kernel.sort(&mut v)?;
+            let mut out = Event::from(vector::to_bytes(&v));
+            for a in ev.args().iter().skip(1) {
+                out.push(a.clone());
+            }
+            ctx.send_or_wait(1, out)?;
+            Ok(())
+        },
+    )
+    .kind(SORT)
+}
+
+struct Reduce {
+    np: usize,
+    length: usize,
+    parts: Vec<Vec<f64>>,
+}
+
+/// Reducer (serial): collects the `np` sorted parts; when the last arrives, stops the
+/// clock, checks the result and quits with `(seconds, ok, sorted vector)`.
+pub fn reducer() -> Stage {
+    Stage::stateful(
+        REDUCER,
+        |a: &Attrs| -> Result<Reduce, BoxError> {
+            Ok(Reduce {
+                np: usize_attr(a, "np")?,
+                length: usize_attr(a, "length")?,
+                parts: Vec::new(),
+            })
+        },
+        |st: &mut Reduce, ev: Event, ctx: &mut Ctx| {
+            let part = ev
+                .arg(0)
+                .and_then(Value::as_bytes)
+                .ok_or("expected a sorted part (bytes)")?;
+            let t0: f64 = ev.get(1)?;
+            st.parts.push(vector::from_bytes(part)?);
+            if st.parts.len() < st.np {
+                return Ok(());
+            }
+            let secs = ctx.gettime() - t0;
+            // Outside the window: put the parts in order and check them.
+            let mut parts = std::mem::take(&mut st.parts);
+            parts.sort_by(|a, b| {
+                a.first()
+                    .unwrap_or(&0.0)
+                    .total_cmp(b.first().unwrap_or(&0.0))
+            });
+            let all: Vec<f64> = parts.into_iter().flatten().collect();
+            let ok = vector::is_sorted_and_complete(&all, st.length);
+            ctx.quit((secs, ok, vector::to_bytes(&all)));
+            Ok(())
+        },
+    )
+    .serial()
+    .kind(REDUCER)
+}
+
+struct Sender {
+    vector: Bytes,
+    rounds: usize,
+    warmup: usize,
+    done: usize,
+    started: Instant,
+    times: Vec<Value>,
+}
+
+impl Sender {
+    fn send(&mut self, ctx: &mut Ctx) -> Result<(), SendError> {
+        self.started = Instant::now();
+        ctx.send_or_wait(1, self.vector.clone())
+    }
+}
+
+/// Communication test, sending side (serial): sends one vector of `bytes` bytes to
+/// the sink and waits for its acknowledgement, `warmup + rounds` times in a row; quits
+/// with the `rounds` measured times (seconds, from the send to the acknowledgement).
+pub fn sender() -> Stage {
+    Stage::stateful(
+        SEND,
+        |a: &Attrs| -> Result<Sender, BoxError> {
+            let bytes = usize_attr(a, "bytes")?;
+            Ok(Sender {
+                vector: Bytes::from(vec![0x5au8; bytes]),
+                rounds: usize_attr(a, "rounds")?.max(1),
+                warmup: usize_attr(a, "warmup")?,
+                done: 0,
+                started: Instant::now(),
+                times: Vec::new(),
+            })
+        },
+        |st: &mut Sender, ev: Event, ctx: &mut Ctx| {
+            if ev.get::<&str>(0)? == "ack" {
+                let secs = st.started.elapsed().as_secs_f64();
+                let got: u64 = ev.get(1)?;
+                if got != st.vector.len() as u64 {
+                    return Err(format!("the sink got {got} bytes of {}", st.vector.len()).into());
+                }
+                st.done += 1;
+                if st.done > st.warmup {
+                    st.times.push(Value::Float(secs));
+                }
+                if st.done == st.warmup + st.rounds {
+                    ctx.quit(Value::Array(std::mem::take(&mut st.times)));
+                    return Ok(());
+                }
+            }
+            st.send(ctx)?;
+            Ok(())
+        },
+    )
+    .serial()
+    .kind(SEND)
+}
+
+/// Communication test, receiving side: acknowledges each vector with its size.
+pub fn sink() -> Stage {
+    Stage::new(SINK, |ev: Event, ctx: &mut Ctx| {
+        let n = ev.arg(0).and_then(Value::as_bytes).map_or(0, <[u8]>::len);
+        ctx.send_or_wait(1, ("ack", n as u64))?;
+        Ok(())
+    })
+    .kind(SINK)
+}
+
+/// Every kind above, for the daemons.
+pub fn registry() -> Registry {
+    Registry::new()
+        .with(SCATTER, |_| Ok(scatter()))
+        .with(SORT, |_| Ok(sorter()))
+        .with(REDUCER, |_| Ok(reducer()))
+        .with(SEND, |_| Ok(sender()))
+        .with(SINK, |_| Ok(sink()))
+}

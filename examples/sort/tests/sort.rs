@@ -1,0 +1,106 @@
+//! The sort across real processes on loopback: a launcher and p daemons of the
+//! `leda-sort` binary, the sorted output checked complete and in order.
+
+use std::process::Command;
+use std::time::Duration;
+
+use leda_sort::daemons::{DaemonChild, spawn_many};
+
+const EXE: &str = env!("CARGO_BIN_EXE_leda-sort");
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("leda-sort-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn read_numbers(path: &std::path::Path) -> Vec<f64> {
+    std::fs::read_to_string(path)
+        .expect("sorted output")
+        .lines()
+        .map(|l| l.parse::<f64>().expect("a number per line"))
+        .collect()
+}
+
+/// Daemons started as in the README (two terminals), then the launcher with
+/// `--procs`: the output is 1..=n in order, and every daemon ends with the run.
+#[test]
+fn sort_over_two_daemon_processes() {
+    let dir = scratch("two");
+    let out = dir.join("sorted.txt");
+    let daemons: Vec<DaemonChild> =
+        spawn_many(EXE.as_ref(), 2, &["--threads", "1"]).expect("daemons");
+    let procs = daemons
+        .iter()
+        .map(|d| d.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let o = Command::new(EXE)
+        .args(["run", "--np", "2", "--length", "3000", "--threads", "2"])
+        .args(["--procs", &procs, "--out"])
+        .arg(&out)
+        .output()
+        .expect("launcher");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(&fields[..4], ["leda", "3000", "2", "1500"], "{stdout}");
+    assert!(fields[4].parse::<f64>().is_ok_and(|s| s > 0.0), "{stdout}");
+    let got = read_numbers(&out);
+    let want: Vec<f64> = (1..=3000).map(f64::from).collect();
+    assert_eq!(got, want, "sorted and complete");
+    for d in daemons {
+        let (ok, rest) = d.finish(Duration::from_secs(10));
+        assert!(ok, "daemon ended cleanly");
+        assert!(rest.contains("ENDED Quit received=1"), "{rest}");
+    }
+}
+
+/// One command: the launcher starts four local daemons itself (p = 4, Rust kernel).
+#[test]
+fn sort_with_spawned_daemons_p4() {
+    let dir = scratch("four");
+    let out = dir.join("sorted.txt");
+    let o = Command::new(EXE)
+        .args(["run", "--np", "4", "--length", "2000", "--kernel", "rust"])
+        .args(["--spawn", "--out"])
+        .arg(&out)
+        .output()
+        .expect("launcher");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got = read_numbers(&out);
+    assert_eq!(got.len(), 2000);
+    assert!(got.windows(2).all(|w| w[0] < w[1]) && got[0] == 1.0 && got[1999] == 2000.0);
+}
+
+/// The communication test with a small vector, and bad arguments refused.
+#[test]
+fn send_one_vector_and_bad_arguments() {
+    let o = Command::new(EXE)
+        .args(["send", "--bytes", "100000", "--rounds", "3", "--spawn"])
+        .output()
+        .expect("send");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}");
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(&fields[..2], ["send", "100000"], "{stdout}");
+    assert!(fields[2].parse::<f64>().is_ok_and(|s| s > 0.0));
+
+    // 1000 doubles do not split into 3 equal parts: refused before anything runs.
+    let o = Command::new(EXE)
+        .args(["run", "--np", "3", "--length", "1000", "--spawn"])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("3 equal parts"));
+}
