@@ -1,8 +1,21 @@
-//! Leda-RS complex event processing application.
+//! # leda-cep: complex event processing (thesis §5.1.2)
+//!
+//! Three sources read Apache access logs; a spatial window groups 1,000 entries; a
+//! copy stage hands each window to `persist` (appends it to a file), `filter` (keeps
+//! server errors and slow responses) and `correlate` (pairwise, O(w²), detects bursts
+//! of errors from one client); both raise alarms. The graph is run in the thesis' two
+//! partitions, sources in processes of their own (leda-net), with instance counts and
+//! threads as parameters; [`seq`] is the single-threaded baseline, and `lua/cep.lua`
+//! the same graph with Lua handlers.
+//!
+//! Module map: [`generate`] writes seeded logs; [`log`] parses a line; [`rules`] says what
+//! is relevant and what correlates; [`stages`] holds the stages and the daemon
+//! registry; [`app`] builds, partitions and runs the graph; [`seq`] is the baseline.
 
-use leda_core::stage::Stage;
-
-/// The stages this crate registers with the `leda` command, by `require` name.
-pub fn catalogue() -> Vec<(&'static str, fn() -> Stage)> {
-    Vec::new()
-}
+pub mod app;
+pub mod generate;
+pub mod log;
+pub mod lua;
+pub mod rules;
+pub mod seq;
+pub mod stages;

@@ -1,0 +1,145 @@
+-- The CEP graph with Lua handlers (leda-cep, thesis §5.1.2): the same rules as the
+-- Rust stages (src/rules.rs). Sources, window and copy are the stage library's.
+-- Usage: cep.lua OUT_DIR WINDOW PERSIST FILTER CORRELATE SCENARIO DAEMONS FILE...
+--   SCENARIO: local (one process), 1 (each source in a daemon) or 2 (also correlate);
+--   DAEMONS: comma-separated daemon addresses (sources first, then correlate), or -.
+local leda = require 'leda'
+local out = assert(arg[1], 'output directory required')
+local size = tonumber(arg[2]) or 1000
+local np, nf, nc = tonumber(arg[3]) or 1, tonumber(arg[4]) or 1, tonumber(arg[5]) or 2
+local scenario, daemons = arg[6] or 'local', arg[7] or '-'
+
+local lines  = require 'leda.stage.io.lines'
+local window = require 'leda.stage.window.spatial'
+local copy   = require 'leda.stage.util.broadcast'
+window.size = size
+
+-- Parsing helpers, defined in every instance by `init`.
+local function helpers()
+  require 'string'
+  require 'math'
+  months = { Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6,
+             Jul = 7, Aug = 8, Sep = 9, Oct = 10, Nov = 11, Dec = 12 }
+  function days_from_civil(y, m, d)
+    if m <= 2 then y = y - 1 end
+    local era = y // 400
+    local yoe = y - era * 400
+    local mp = (m + 9) % 12
+    local doy = (153 * mp + 2) // 5 + d - 1
+    local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+  end
+  -- ip, time (s), status, micros of a combined-format line ending with %D.
+  function parse(line)
+    local ip, t, status, micros =
+      line:match('^(%S+) %S+ %S+ %[([^%]]+)%] "[^"]*" (%d+) %S+ "[^"]*" "[^"]*" (%d+)$')
+    if not ip then return nil end
+    local d, mon, y, h, mi, s, zs, zh, zm = t:match('^(%d+)/(%a+)/(%d+):(%d+):(%d+):(%d+) ([+-])(%d%d)(%d%d)$')
+    if not d or not months[mon] then return nil end
+    local off = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (zs == '-' and -1 or 1)
+    local secs = days_from_civil(tonumber(y), months[mon], tonumber(d)) * 86400
+      + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
+    return ip, secs, tonumber(status), tonumber(micros)
+  end
+end
+
+local persist = leda.stage "persist" {
+  init = function()
+    require 'io'
+    require 'table'
+    require 'string'
+    file = assert(io.open(string.format('%s/persist-lua-%s.log', out, tostring({}):match('0x%x+') or tostring(math)), 'a'))
+  end,
+  handler = function(w)
+    file:write(table.concat(w, '\n'), '\n\n')
+    file:flush()
+  end,
+  maxpar = np,
+}
+
+local filter = leda.stage "filter" {
+  init = helpers,
+  handler = function(w)
+    for i = 1, #w do
+      local ip, t, status, micros = parse(w[i])
+      if ip and (status >= 500 or micros >= 2000000) then
+        assert(leda.send(1, 'filter', w[i]))
+      end
+    end
+  end,
+  maxpar = nf,
+}
+
+local correlate = leda.stage "correlate" {
+  init = helpers,
+  handler = function(w)
+    local ips, ts, sts, n = {}, {}, {}, 0
+    for i = 1, #w do
+      local ip, t, status = parse(w[i])
+      if ip then
+        n = n + 1
+        ips[n], ts[n], sts[n] = ip, t, status
+      end
+    end
+    local hot = {}
+    for i = 1, n do
+      local peers = 0
+      for j = 1, n do
+        if i ~= j and ips[i] == ips[j] and sts[i] >= 400 and sts[j] >= 400
+           and math.abs(ts[i] - ts[j]) <= 30 then
+          peers = peers + 1
+        end
+      end
+      if peers >= 3 then hot[ips[i]] = (hot[ips[i]] or 0) + 1 end
+    end
+    for ip, count in pairs(hot) do
+      assert(leda.send(1, 'correlate', ip, count))
+    end
+  end,
+  maxpar = nc,
+}
+
+local alarm = leda.stage "alarm" {
+  init = function()
+    require 'io'
+    require 'table'
+    file = assert(io.open(out .. '/alarms.log', 'a'))
+  end,
+  handler = function(...)
+    file:write(table.concat({...}, '\t'), '\n')
+    file:flush()
+  end,
+  serial = true,
+}
+
+local g = leda.graph "cep-lua" {
+  window:connect(copy),
+  copy:connect(1, persist),
+  copy:connect(2, filter),
+  copy:connect(3, correlate),
+  filter:connect(alarm),
+  correlate:connect(alarm),
+}
+local sources = {}
+for i = 8, #arg do
+  local src = leda.stage('source' .. (i - 7))(lines)
+  src:push(arg[i])
+  g:add(src:connect('line', window))
+  g:add(src:connect('eof', window))
+  sources[#sources + 1] = src
+end
+if scenario ~= 'local' then
+  local addrs = {}
+  for a in daemons:gmatch('[^,]+') do addrs[#addrs + 1] = a end
+  local clusters, procs, rest = {}, {}, g:all()
+  local function alone(stage, addr)
+    local c = leda.cluster(stage)
+    clusters[#clusters + 1], procs[#procs + 1] = c, assert(addr, 'not enough daemons')
+    rest = rest - c
+  end
+  for i, src in ipairs(sources) do alone(src, addrs[i]) end
+  if scenario == '2' then alone(correlate, addrs[#sources + 1]) end
+  clusters[#clusters + 1], procs[#procs + 1] = rest, '127.0.0.1:1' -- this process
+  g:part(table.unpack(clusters)):map(table.unpack(procs))
+end
+g:run()

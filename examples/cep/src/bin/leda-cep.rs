@@ -1,0 +1,221 @@
+//! `leda-cep`: generate logs, run the CEP graph (scenario 1, 2 or local), run the
+//! sequential baseline or the Lua variant, or serve as a daemon for the launcher.
+//!
+//! ```text
+//! leda-cep gen --out logs --lines 1000000 --seed 42
+//! leda-cep run --logs logs --out out --scenario 2 --threads 4 --persist 2 --filter 2 --correlate 4
+//! leda-cep seq --logs logs --out out-seq
+//! leda-cep lua --logs logs --out out-lua --threads 4 --correlate 4
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use leda_cep::app::{self, Scenario, Setup};
+use leda_net::{Daemon, DaemonConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "leda-cep",
+    about = "Leda-RS complex event processing (thesis §5.1.2)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// Directory holding access-*.log.
+    #[arg(long)]
+    logs: PathBuf,
+    /// Output directory (persisted windows, alarms.log).
+    #[arg(long)]
+    out: PathBuf,
+    /// Window size.
+    #[arg(long, default_value_t = 1000)]
+    window: usize,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write seeded logs: access-1.log .. access-3.log.
+    Gen {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Total lines over the three files.
+        #[arg(long, default_value_t = 1_000_000)]
+        lines: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Run the graph (Rust handlers).
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// 1 (processing in one process), 2 (correlate alone) or local (one process).
+        #[arg(long, default_value = "1")]
+        scenario: Scenario,
+        /// Processing threads in total (split equally in scenario 2).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// persist instances.
+        #[arg(long, default_value_t = 1)]
+        persist: usize,
+        /// filter instances.
+        #[arg(long, default_value_t = 1)]
+        filter: usize,
+        /// correlate instances.
+        #[arg(long, default_value_t = 2)]
+        correlate: usize,
+    },
+    /// The single-threaded baseline.
+    Seq {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The graph with Lua handlers (lua/cep.lua).
+    Lua {
+        #[command(flatten)]
+        common: Common,
+        /// 1, 2 or local, as for `run`.
+        #[arg(long, default_value = "local")]
+        scenario: Scenario,
+        /// Worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// persist instances.
+        #[arg(long, default_value_t = 1)]
+        persist: usize,
+        /// filter instances.
+        #[arg(long, default_value_t = 1)]
+        filter: usize,
+        /// correlate instances.
+        #[arg(long, default_value_t = 2)]
+        correlate: usize,
+    },
+    /// A daemon for the Lua variant (leda-lua deployment; prints `listening ADDR`).
+    LuaDaemon {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Worker threads.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// A daemon for the launcher (prints `listening ADDR`).
+    Daemon {
+        /// Daemon options (--listen, --threads, --secret).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn logs_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("access-") && n.ends_with(".log"))
+        })
+        .collect();
+    files.sort();
+    anyhow::ensure!(!files.is_empty(), "no access-*.log in {}", dir.display());
+    Ok(files)
+}
+
+fn report(what: &str, o: &app::Outcome, secs: f64) {
+    println!(
+        "{what}: {secs:.3} s, {} windows, {} entries, alarms: filter={} correlate={}",
+        o.windows, o.entries, o.filter_alarms, o.correlate_alarms
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Cmd::Gen { out, lines, seed } => {
+            let files = leda_cep::generate::write_logs(&out, lines, 3, seed)?;
+            for f in files {
+                println!("{}", f.display());
+            }
+        }
+        Cmd::Run {
+            common,
+            scenario,
+            threads,
+            persist,
+            filter,
+            correlate,
+        } => {
+            let setup = Setup {
+                files: logs_in(&common.logs)?,
+                out: common.out,
+                window: common.window,
+                threads,
+                persist,
+                filter,
+                correlate,
+                scenario,
+            };
+            let (o, t) = app::run(&setup)?;
+            report(&format!("scenario {scenario:?}"), &o, t.as_secs_f64());
+        }
+        Cmd::Seq { common } => {
+            let (o, t) =
+                leda_cep::seq::sequential(&logs_in(&common.logs)?, common.window, &common.out)?;
+            report("sequential", &o, t.as_secs_f64());
+        }
+        Cmd::Lua {
+            common,
+            scenario,
+            threads,
+            persist,
+            filter,
+            correlate,
+        } => {
+            let (o, t) = leda_cep::lua::run(
+                &logs_in(&common.logs)?,
+                &common.out,
+                common.window,
+                threads,
+                [persist, filter, correlate],
+                scenario,
+            )?;
+            report("lua", &o, t.as_secs_f64());
+        }
+        Cmd::LuaDaemon { listen, threads } => {
+            let options = leda_lua::remote::DaemonOptions {
+                listen,
+                threads,
+                secret: leda_net::Secret::from_env(),
+                ..leda_lua::remote::DaemonOptions::default()
+            };
+            leda_lua::remote::serve(&options, false, |addr| {
+                println!("listening {addr}");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            })?;
+        }
+        Cmd::Daemon { args } => {
+            let config = DaemonConfig::from_args(args).map_err(anyhow::Error::msg)?;
+            let daemon = Daemon::bind(config, leda_cep::stages::registry())?;
+            println!("listening {}", daemon.local_addr());
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            daemon.serve()?;
+        }
+    }
+    Ok(())
+}

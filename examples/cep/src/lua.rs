@@ -1,0 +1,90 @@
+//! The Lua variant: `lua/cep.lua` (the same graph and rules with Lua handlers) run in
+//! this process by the leda-lua script engine.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use leda_lua::script::{Mode, Script, ScriptOptions};
+
+use crate::app::{DaemonChild, Outcome, Scenario, outcome};
+
+/// The script.
+pub const SCRIPT: &str = include_str!("../lua/cep.lua");
+
+/// Runs `lua/cep.lua` on `files` with `threads` processing workers (split equally in
+/// scenario 2) and `[persist, filter, correlate]` instances, in `scenario`: the
+/// daemons are this program's `lua-daemon`s (leda-lua deployment); returns the
+/// outcome and the wall time.
+pub fn run(
+    files: &[PathBuf],
+    out: &Path,
+    window: usize,
+    threads: usize,
+    instances: [usize; 3],
+    scenario: Scenario,
+) -> anyhow::Result<(Outcome, Duration)> {
+    std::fs::create_dir_all(out)?;
+    for f in std::fs::read_dir(out)? {
+        let p = f?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "alarms.log" || name.starts_with("persist-") {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    let script_dir = std::env::temp_dir().join(format!("leda-cep-lua-{}", std::process::id()));
+    std::fs::create_dir_all(&script_dir)?;
+    let path = script_dir.join("cep.lua");
+    std::fs::write(&path, SCRIPT)?;
+    let (mine, theirs) = match scenario {
+        Scenario::Two => (threads.div_ceil(2), Some((threads / 2).max(1))),
+        _ => (threads, None),
+    };
+    let mut daemons = Vec::new();
+    if scenario != Scenario::Local {
+        for _ in files {
+            daemons.push(DaemonChild::spawn("lua-daemon", 1)?);
+        }
+        if let Some(t) = theirs {
+            daemons.push(DaemonChild::spawn("lua-daemon", t)?);
+        }
+    }
+    let s = Script::new(ScriptOptions {
+        mode: Mode::Run,
+        until_idle: true,
+        threads: Some(mine),
+        process: (scenario != Scenario::Local).then(|| "127.0.0.1:1".to_owned()),
+        ..ScriptOptions::default()
+    })
+    .context("creating the Lua state")?;
+    let mut args = vec![
+        out.to_string_lossy().into_owned(),
+        window.to_string(),
+        instances[0].to_string(),
+        instances[1].to_string(),
+        instances[2].to_string(),
+        match scenario {
+            Scenario::Local => "local",
+            Scenario::One => "1",
+            Scenario::Two => "2",
+        }
+        .to_owned(),
+        if daemons.is_empty() {
+            "-".to_owned()
+        } else {
+            daemons
+                .iter()
+                .map(|d| d.addr.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        },
+    ];
+    args.extend(files.iter().map(|f| f.to_string_lossy().into_owned()));
+    let start = Instant::now();
+    let res = s.run_file(&path, &args);
+    let elapsed = start.elapsed();
+    let _ = std::fs::remove_dir_all(&script_dir);
+    drop(daemons);
+    res.context("running lua/cep.lua")?;
+    Ok((outcome(out)?, elapsed))
+}

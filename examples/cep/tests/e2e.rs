@@ -1,0 +1,226 @@
+//! End to end: `leda-cep` on a small seeded log, in every configuration (scenario 1
+//! and 2 across processes, one process, Lua handlers, the sequential baseline). The
+//! expected alarms are computed here, independently of the crate's code: filter
+//! alarms from the input lines, correlate alarms from the windows `persist` wrote
+//! (window composition depends on how the three sources interleave).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_leda-cep");
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("leda-cep-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cep(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().expect("run leda-cep");
+    assert!(
+        out.status.success(),
+        "leda-cep {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// (client, seconds within the month, status, micros), parsed without the crate.
+fn fields(line: &str) -> (String, i64, u32, u64) {
+    let client = line.split(' ').next().unwrap().to_owned();
+    let t = &line[line.find('[').unwrap() + 1..line.find(']').unwrap()];
+    // dd/Mon/yyyy:hh:mm:ss +0000 — the test logs span minutes of one day.
+    let day: i64 = t[0..2].parse().unwrap();
+    let hms: Vec<i64> = t[12..20].split(':').map(|x| x.parse().unwrap()).collect();
+    let secs = day * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2];
+    let after_request = line.split('"').nth(2).unwrap();
+    let status: u32 = after_request
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let micros: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    (client, secs, status, micros)
+}
+
+fn relevant(line: &str) -> bool {
+    let (_, _, status, micros) = fields(line);
+    status >= 500 || micros >= 2_000_000
+}
+
+/// Clients with a burst in `window`: sort each client's erroneous entries by time and
+/// count neighbours within 30 s with a sliding range (not a pairwise scan).
+fn bursts(window: &[String]) -> usize {
+    let mut by_client: HashMap<String, Vec<i64>> = HashMap::new();
+    for l in window {
+        let (c, t, status, _) = fields(l);
+        if status >= 400 {
+            by_client.entry(c).or_default().push(t);
+        }
+    }
+    let mut alarms = 0;
+    for times in by_client.values_mut() {
+        times.sort_unstable();
+        let hot = (0..times.len()).any(|i| {
+            let lo = times.partition_point(|&x| x < times[i] - 30);
+            let hi = times.partition_point(|&x| x <= times[i] + 30);
+            hi - lo > 3 // itself plus at least three peers
+        });
+        alarms += usize::from(hot);
+    }
+    alarms
+}
+
+fn persisted(out: &Path) -> Vec<Vec<String>> {
+    let mut windows = Vec::new();
+    for f in std::fs::read_dir(out).unwrap() {
+        let p = f.unwrap().path();
+        if !p
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("persist-")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for w in text.split("\n\n").filter(|w| !w.trim().is_empty()) {
+            windows.push(w.lines().map(str::to_owned).collect());
+        }
+    }
+    windows
+}
+
+fn check(out: &Path, input: &[String], window: usize, what: &str) {
+    let windows = persisted(out);
+    // Every entry persisted exactly once, windows never larger than the size.
+    let mut got: Vec<&String> = windows.iter().flatten().collect();
+    let mut want: Vec<&String> = input.iter().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{what}: persisted entries differ from the input");
+    assert!(
+        windows.iter().all(|w| !w.is_empty() && w.len() <= window),
+        "{what}"
+    );
+    // At most one partial window per source.
+    assert!(
+        windows.iter().filter(|w| w.len() < window).count() <= 3,
+        "{what}"
+    );
+
+    let alarms = std::fs::read_to_string(out.join("alarms.log")).unwrap_or_default();
+    let mut filter: Vec<&str> = alarms
+        .lines()
+        .filter_map(|l| l.strip_prefix("filter\t"))
+        .collect();
+    let mut want_filter: Vec<&str> = input
+        .iter()
+        .filter(|l| relevant(l))
+        .map(String::as_str)
+        .collect();
+    filter.sort();
+    want_filter.sort();
+    assert!(!want_filter.is_empty());
+    assert_eq!(filter, want_filter, "{what}: filter alarms");
+    let correlate = alarms
+        .lines()
+        .filter(|l| l.starts_with("correlate\t"))
+        .count();
+    let want_correlate: usize = windows.iter().map(|w| bursts(w)).sum();
+    assert!(want_correlate > 0, "{what}: the seeded log has bursts");
+    assert_eq!(correlate, want_correlate, "{what}: correlate alarms");
+}
+
+#[test]
+fn every_configuration_raises_the_expected_alarms() {
+    let logs = tmp("logs");
+    let files = cep(&[
+        "gen",
+        "--out",
+        logs.to_str().unwrap(),
+        "--lines",
+        "12000",
+        "--seed",
+        "7",
+    ]);
+    assert_eq!(files.lines().count(), 3);
+    let mut input = Vec::new();
+    for f in files.lines() {
+        input.extend(
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    assert_eq!(input.len(), 12000);
+    let logs = logs.to_str().unwrap();
+    let window = "250";
+    let runs: Vec<(&str, Vec<&str>)> = vec![
+        ("seq", vec!["seq"]),
+        (
+            "local",
+            vec![
+                "run",
+                "--scenario",
+                "local",
+                "--threads",
+                "2",
+                "--correlate",
+                "3",
+            ],
+        ),
+        (
+            "scenario1",
+            vec!["run", "--scenario", "1", "--threads", "2", "--persist", "2"],
+        ),
+        (
+            "scenario2",
+            vec!["run", "--scenario", "2", "--threads", "2", "--filter", "2"],
+        ),
+        ("lua", vec!["lua", "--threads", "2", "--correlate", "2"]),
+        ("lua1", vec!["lua", "--scenario", "1", "--threads", "2"]),
+        (
+            "lua2",
+            vec!["lua", "--scenario", "2", "--threads", "2", "--persist", "2"],
+        ),
+    ];
+    for (name, args) in runs {
+        let out = tmp(name);
+        let mut a = args.clone();
+        a.extend([
+            "--logs",
+            logs,
+            "--out",
+            out.to_str().unwrap(),
+            "--window",
+            window,
+        ]);
+        let summary = cep(&a);
+        assert!(summary.contains("12000 entries"), "{name}: {summary}");
+        check(&out, &input, 250, name);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let _ = std::fs::remove_dir_all(logs);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error() {
+    let out = Command::new(BIN)
+        .args(["run", "--logs", "/nonexistent/leda", "--out", "/tmp/x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/leda"));
+    let out = Command::new(BIN)
+        .args(["run", "--scenario", "3", "--logs", "a", "--out", "b"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected 1, 2 or local"));
+}

@@ -1,0 +1,5 @@
+//! `leda.stage.io.*`: file input.
+
+mod lines;
+
+pub use lines::lines;

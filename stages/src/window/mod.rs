@@ -1,0 +1,25 @@
+//! `leda.stage.window.*`: count- and time-based windows (all serial: a window is
+//! state kept between events).
+//!
+//! Each event adds one **element**: its only argument, or an array of its arguments
+//! when it has several. An event with **no arguments is a tick**: `spatial` and
+//! `time` emit their partial window on a tick (nothing if it is empty); `sliding`
+//! ignores ticks. Windows are emitted on port 1 as one array argument.
+
+mod sliding;
+mod spatial;
+mod time;
+
+pub use sliding::sliding;
+pub use spatial::spatial;
+pub use time::time;
+
+fn port1_bound(kind: &str, b: &leda_core::stage::BindCtx<'_>) -> Result<(), String> {
+    if !b.has_output(1) {
+        return Err(format!(
+            "window.{kind} '{}': port 1 must be connected",
+            b.name
+        ));
+    }
+    Ok(())
+}

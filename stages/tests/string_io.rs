@@ -1,0 +1,172 @@
+//! `string.match` (Listing 4.3) and `io.lines` (Listing 4.2).
+
+mod common;
+
+use common::*;
+use leda_core::prelude::*;
+use leda_stages::{io, string};
+
+#[test]
+fn match_sends_captures_on_match_or_port_1() {
+    let m = string::string_match().attr("pattern", "(%a+)=(%d+)");
+    let (out, got) = sink("out");
+    let mut g = Graph::new("m");
+    g.connect(&m, "match", &out);
+    m.push("x a=1 y");
+    m.push("no match here");
+    m.push("b=22");
+    run(&g);
+    let mut got = take(&got);
+    got.sort_by_key(|e| e[0].as_str().unwrap_or("").to_owned());
+    assert_eq!(got, vec![vec![s("a"), s("1")], vec![s("b"), s("22")]]);
+
+    // No captures: the whole match; port 1 when 'match' is not connected.
+    let m = string::string_match().attr("pattern", "%d+,%d+");
+    let (out, got) = sink("out");
+    let mut g = Graph::new("m");
+    g.connect(&m, 1, &out);
+    m.push("<td>21,75</td>");
+    run(&g);
+    assert_eq!(take(&got), vec![vec![s("21,75")]]);
+}
+
+#[test]
+fn match_bind_checks_pattern_and_port() {
+    let (out, _) = sink("out");
+    for (m, needle) in [
+        (string::string_match(), "Pattern|must be defined"),
+        (
+            string::string_match().attr("pattern", 5),
+            "must be a string",
+        ),
+        (
+            string::string_match().attr("pattern", "(%d"),
+            "bad Lua pattern",
+        ),
+        (
+            string::string_match().attr("pattern", "x()"),
+            "position captures",
+        ),
+    ] {
+        let mut g = Graph::new("m");
+        g.connect(&m, "match", &out);
+        let msg = refused(&g);
+        assert!(needle.split('|').any(|n| msg.contains(n)), "{msg}");
+    }
+    let m = string::string_match().attr("pattern", "x");
+    let mut g = Graph::new("m");
+    g.connect(&m, "other", &out);
+    assert!(refused(&g).contains("'match' port must be connected"));
+}
+
+#[test]
+fn match_rejects_non_text_events() {
+    let m = string::string_match().attr("pattern", "x");
+    let (out, got) = sink("out");
+    let (errs, egot) = sink("errs");
+    let mut g = Graph::new("m");
+    g.connect(&m, "match", &out);
+    g.connect(&m, "error", &errs);
+    m.push(Value::Array(vec![]));
+    m.push(Event::new());
+    m.push(Value::Bytes(b"xyz".to_vec().into()));
+    run(&g);
+    assert_eq!(take(&got), vec![vec![s("x")]]);
+    assert_eq!(take(&egot).len(), 2);
+}
+
+fn tmp(name: &str, text: &str) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("leda-stages-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn lines_sends_every_line_in_order() {
+    let p = tmp("lines", "one\r\ntwo\n\nlast without newline");
+    let l = io::lines();
+    let (out, got) = sink("out");
+    let mut g = Graph::new("l");
+    g.connect(&l, "line", &out);
+    g.connect(&l, "eof", &out);
+    l.push(p.to_string_lossy().into_owned());
+    run(&g);
+    let _ = std::fs::remove_file(&p);
+    assert_eq!(
+        take(&got),
+        vec![
+            vec![s("one")],
+            vec![s("two")],
+            vec![s("")],
+            vec![s("last without newline")],
+            vec![],
+        ]
+    );
+}
+
+#[test]
+fn lines_backpressure_loses_nothing() {
+    // A tiny destination queue: the reader parks on a full queue and resumes.
+    let text: String = (0..5000).map(|i| format!("{i}\n")).collect();
+    let p = tmp("many", &text);
+    let l = io::lines();
+    let (out, got) = sink("out");
+    let out = out.capacity(4);
+    let mut g = Graph::new("l");
+    g.connect(&l, 1, &out);
+    l.push(p.to_string_lossy().into_owned());
+    run(&g);
+    let _ = std::fs::remove_file(&p);
+    let got: Vec<i64> = take(&got)
+        .iter()
+        .map(|e| e[0].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(got, (0..5000).collect::<Vec<_>>());
+}
+
+#[test]
+fn lines_reports_open_errors_on_io_error_or_as_handler_error() {
+    let l = io::lines();
+    let (out, _) = sink("out");
+    let (ioe, got) = sink("ioe");
+    let mut g = Graph::new("l");
+    g.connect(&l, "line", &out);
+    g.connect(&l, "io_error", &ioe);
+    l.push("/nonexistent/leda/file");
+    run(&g);
+    let got = take(&got);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0][0], s("/nonexistent/leda/file"));
+    assert!(got[0][1].as_str().unwrap().starts_with("Open error: "));
+
+    let l = io::lines();
+    let (errs, egot) = sink("errs");
+    let mut g = Graph::new("l");
+    g.connect(&l, "line", &out);
+    g.connect(&l, "error", &errs);
+    l.push("/nonexistent/leda/file");
+    l.push(42);
+    run(&g);
+    assert_eq!(take(&egot).len(), 2);
+
+    let l = io::lines();
+    let mut g = Graph::new("l");
+    g.connect(&l, "io_error", &out);
+    assert!(refused(&g).contains("'line' port must be connected"));
+}
+
+#[test]
+fn lines_as_bytes() {
+    let p = tmp("bytes", "a\nb\n");
+    let l = io::lines().attr("bytes", true);
+    let (out, got) = sink("out");
+    let mut g = Graph::new("l");
+    g.connect(&l, 1, &out);
+    l.push(p.to_string_lossy().into_owned());
+    run(&g);
+    let _ = std::fs::remove_file(&p);
+    let got = take(&got);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1][0].as_bytes().unwrap(), b"b");
+    assert!(matches!(got[0][0], Value::Bytes(_)));
+}
