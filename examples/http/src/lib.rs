@@ -1,8 +1,51 @@
-//! Leda-RS staged HTTP server.
+//! # leda-http: the staged HTTP server (thesis §5.2.1, Fig. 5.6)
+//!
+//! A web server as a Leda stage graph: `accept` → `handle_request` → static files
+//! through a serial LRU `cache` (misses through `send_file`, zero-copy `sendfile(2)` for
+//! large files) or dynamic `.lua` pages through `cgi` → `send_buffer` → back to
+//! `handle_request` (keep-alive) or `close`. Client sockets travel between stages as
+//! local attachments on local connectors, so the whole server is one cluster.
+//!
+//! Module map:
+//! * [`config`]: limits, timeouts and sizes (stage attributes);
+//! * [`request`], [`response`], [`mime`], [`path`]: HTTP itself (parsing under limits,
+//!   heads and error bodies, content types, safe path resolution);
+//! * [`conn`]: the connection attachment and its timed I/O;
+//! * [`cache`]: the byte-bounded LRU;
+//! * [`stage`]: the seven stages; [`graph`]: wiring them and starting the server;
+//! * [`site`]: the embedded default site; [`error`]: typed errors.
+
+pub mod cache;
+pub mod config;
+pub mod conn;
+pub mod error;
+pub mod graph;
+pub mod mime;
+pub mod path;
+pub mod request;
+pub mod response;
+pub mod site;
+pub mod stage;
 
 use leda_core::stage::Stage;
 
-/// The stages this crate registers with the `leda` command, by `require` name.
-pub fn catalogue() -> Vec<(&'static str, fn() -> Stage)> {
-    Vec::new()
+pub use config::Config;
+pub use error::{HttpError, ServerError};
+pub use graph::{Server, build, start};
+
+/// Builds a fresh stage (what the `leda` command's registry stores).
+pub type StageMaker = fn() -> Stage;
+
+/// The stages this crate registers with the `leda` command, by `require` name
+/// (`require 'leda.stage.http.accept'` ...). `examples/http/server.lua` wires them.
+pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
+    vec![
+        ("leda.stage.http.accept", stage::accept::stage),
+        ("leda.stage.http.handle_request", stage::handle::stage),
+        ("leda.stage.http.cache", stage::cache::stage),
+        ("leda.stage.http.send_file", stage::send_file::stage),
+        ("leda.stage.http.cgi", stage::cgi::stage),
+        ("leda.stage.http.send_buffer", stage::send_buffer::stage),
+        ("leda.stage.http.close", stage::close::stage),
+    ]
 }

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Benchmark of leda-httpd against nginx (static files, Lua page) and Apache mod_lua
+# (Lua page), with wrk on loopback. Not run in CI.
+#
+#   examples/http/bench.sh                 # THREADS=$(nproc) ROUNDS=3 DURATION=5s
+#   THREADS=4 ROUNDS=1 DURATION=10s CONNS="50 200" examples/http/bench.sh
+#
+# Installs wrk, nginx, libnginx-mod-http-lua and apache2 with apt (as root), configures
+# each peer in a temporary directory with as many workers as our threads (nginx:
+# worker_processes, sendfile on; Apache: event MPM, one process per thread), and runs:
+#   static 300 KB and 5 MB files at each connection count: ours vs nginx;
+#   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours vs nginx+lua vs Apache+mod_lua.
+# Servers are measured alternately, ROUNDS times after a warm-up; the median round is
+# printed as
+#   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... nginx=... [apache=...]
+# followed by p99 latency (ms) and error counts (socket errors + non-2xx) per server.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+THREADS=${THREADS:-$(nproc)}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-2s}
+CONNS=${CONNS:-"50 200 1000"}
+DYN_CONNS=${DYN_CONNS:-"50 200"}
+WRK_THREADS=${WRK_THREADS:-2}
+P_OURS=18080 P_NGINX=18081 P_APACHE=18082
+
+need=()
+for p in wrk nginx libnginx-mod-http-lua apache2; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian starts the packaged services on install: stop them, we run our own instances.
+(service nginx stop; service apache2 stop) >/dev/null 2>&1 || true
+
+cargo build --release -q -p leda-http --bin leda-httpd
+OURS_BIN=$PWD/target/release/leda-httpd
+
+WORK=$(mktemp -d /tmp/leda-http-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  [ -f "$WORK/apache.pid" ] && kill "$(cat "$WORK/apache.pid")" 2>/dev/null || true
+  sleep 0.5
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+chmod 755 "$WORK"
+mkdir -p "$WORK/www" "$WORK/logs"
+head -c 307200 /dev/urandom > "$WORK/www/300k.bin"
+head -c 5242880 /dev/urandom > "$WORK/www/5m.bin"
+cp examples/http/site/loop.lua "$WORK/www/loop.lua"
+chmod -R a+rX "$WORK"
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+# --- ours -------------------------------------------------------------------------
+"$OURS_BIN" --root "$WORK/www" --listen 127.0.0.1:$P_OURS --threads "$THREADS" \
+  --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 >"$WORK/logs/ours.out" 2>&1 &
+PIDS+=($!)
+
+# --- nginx (+ lua) ------------------------------------------------------------------
+NGX_MODS=/usr/lib/nginx/modules
+cat > "$WORK/nginx.conf" <<NGX
+load_module $NGX_MODS/ndk_http_module.so;
+load_module $NGX_MODS/ngx_http_lua_module.so;
+user www-data;
+worker_processes $THREADS;
+pid $WORK/nginx.pid;
+error_log $WORK/logs/nginx-error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000;
+  default_type application/octet-stream;
+  client_body_temp_path $WORK/nginx-body;
+  proxy_temp_path $WORK/nginx-proxy;
+  fastcgi_temp_path $WORK/nginx-fastcgi;
+  uwsgi_temp_path $WORK/nginx-uwsgi;
+  scgi_temp_path $WORK/nginx-scgi;
+  lua_code_cache on;
+  init_by_lua_block { loop_page = assert(loadfile("$WORK/www/loop.lua")) }
+  server {
+    listen 127.0.0.1:$P_NGINX;
+    root $WORK/www;
+    location = /loop.lua {
+      default_type text/html;
+      content_by_lua_block { ngx.print(loop_page()) }
+    }
+  }
+}
+NGX
+nginx -c "$WORK/nginx.conf" -g 'daemon on;'
+
+# --- Apache (event MPM + mod_lua), dynamic page only --------------------------------
+AMODS=/usr/lib/apache2/modules
+cat > "$WORK/apache_loop.lua" <<ALUA
+local page = assert(loadfile("$WORK/www/loop.lua"))
+function handle(r)
+  r.content_type = "text/html"
+  r:puts(page())
+  return apache2.OK
+end
+ALUA
+chmod a+r "$WORK/apache_loop.lua"
+cat > "$WORK/apache.conf" <<APC
+ServerRoot $WORK
+ServerName localhost
+Listen 127.0.0.1:$P_APACHE
+PidFile $WORK/apache.pid
+DefaultRuntimeDir $WORK
+Mutex file:$WORK default
+ErrorLog $WORK/logs/apache-error.log
+LogLevel warn
+LoadModule mpm_event_module $AMODS/mod_mpm_event.so
+LoadModule authz_core_module $AMODS/mod_authz_core.so
+LoadModule mime_module $AMODS/mod_mime.so
+TypesConfig /etc/mime.types
+LoadModule lua_module $AMODS/mod_lua.so
+User www-data
+Group www-data
+StartServers $THREADS
+ServerLimit $THREADS
+ThreadsPerChild 64
+ThreadLimit 64
+MaxRequestWorkers $((THREADS * 64))
+MinSpareThreads 1
+MaxSpareThreads $((THREADS * 64))
+MaxConnectionsPerChild 0
+KeepAlive On
+MaxKeepAliveRequests 0
+DocumentRoot $WORK/www
+<Directory $WORK/www>
+  Require all granted
+</Directory>
+LuaScope thread
+LuaCodeCache stat
+LuaMapHandler "^/loop\.lua$" $WORK/apache_loop.lua handle
+APC
+apache2 -f "$WORK/apache.conf" -k start
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "bench: nothing listens on port $1" >&2
+  exit 1
+}
+wait_port $P_OURS; wait_port $P_NGINX; wait_port $P_APACHE
+for p in $P_OURS $P_NGINX $P_APACHE; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/loop.lua")
+  [ "$code" = 200 ] || { echo "bench: port $p answers $code for /loop.lua" >&2; exit 1; }
+done
+
+# run_wrk PORT PATH CONNS DURATION -> "req/s p99_ms errors"
+run_wrk() {
+  local out
+  out=$(wrk -t "$WRK_THREADS" -c "$3" -d "$4" --timeout 10s --latency "http://127.0.0.1:$1$2" 2>&1)
+  awk '
+    /Requests\/sec:/ { rps = $2 }
+    /^ *99%/ { v = $2; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms$/, "", v) } else if (v ~ /s$/) { sub(/s$/, "", v); v *= 1000 } p99 = v }
+    /Socket errors:/ { gsub(/,/, ""); err += $4 + $6 + $8 + $10 }
+    /Non-2xx or 3xx responses:/ { err += $5 }
+    END { printf "%s %s %d\n", rps, p99, err }' <<<"$out"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# bench CASE PATH CONNS SERVERS...   (SERVERS: name:port)
+bench() {
+  local case=$1 path=$2 conns=$3; shift 3
+  declare -A rps p99 err
+  for s in "$@"; do run_wrk "${s#*:}" "$path" "$conns" "$WARMUP" >/dev/null; done
+  for _ in $(seq 1 "$ROUNDS"); do
+    for s in "$@"; do
+      read -r r p e < <(run_wrk "${s#*:}" "$path" "$conns" "$DURATION")
+      rps[${s%%:*}]+="$r "; p99[${s%%:*}]+="$p "; err[${s%%:*}]+="$e "
+    done
+  done
+  local line="BENCH http-$case-c$conns unit=req/s better=higher" extra=""
+  for s in "$@"; do
+    local n=${s%%:*}
+    line+=" $n=$(tr ' ' '\n' <<<"${rps[$n]}" | grep . | median)"
+    extra+=" ${n}_p99_ms=$(tr ' ' '\n' <<<"${p99[$n]}" | grep . | median)"
+    extra+=" ${n}_errors=$(tr ' ' '\n' <<<"${err[$n]}" | grep . | awk '{ s += $1 } END { print s }')"
+  done
+  echo "$line"
+  echo "  latency/errors http-$case-c$conns:$extra"
+}
+
+echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads=$THREADS rounds=$ROUNDS duration=$DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+for c in $CONNS; do
+  bench static300k /300k.bin "$c" ours:$P_OURS nginx:$P_NGINX
+done
+for c in $CONNS; do
+  bench static5m /5m.bin "$c" ours:$P_OURS nginx:$P_NGINX
+done
+for c in $DYN_CONNS; do
+  bench dynamic /loop.lua "$c" ours:$P_OURS nginx:$P_NGINX apache:$P_APACHE
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,114 @@
+//! `leda-httpd`: the staged HTTP server.
+//!
+//! Without `--root` it serves a small embedded site and prints the URL to open.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use leda_http::Config;
+
+/// The staged HTTP server of Leda-RS (thesis Fig. 5.6).
+#[derive(Parser, Debug)]
+#[command(name = "leda-httpd", version)]
+struct Args {
+    /// Document root; without it, an embedded demo site is served.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Worker threads (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Total bytes of file data the cache may hold.
+    #[arg(long, default_value_t = Config::default().cache_bytes)]
+    cache_bytes: usize,
+    /// Largest file the cache keeps; larger files are sent with sendfile(2).
+    #[arg(long, default_value_t = Config::default().cache_max_file)]
+    cache_max_file: usize,
+    /// Most connections open at once; more get 503.
+    #[arg(long, default_value_t = Config::default().max_connections)]
+    max_connections: usize,
+    /// Seconds a kept-alive connection may stay idle.
+    #[arg(long, default_value_t = Config::default().idle_timeout.as_secs_f64())]
+    idle_timeout: f64,
+    /// Seconds a client has to send a whole request head.
+    #[arg(long, default_value_t = Config::default().header_timeout.as_secs_f64())]
+    header_timeout: f64,
+}
+
+fn secs(name: &str, s: f64) -> anyhow::Result<Duration> {
+    anyhow::ensure!(
+        s.is_finite() && s > 0.0,
+        "--{name} must be a positive number of seconds"
+    );
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,leda_http::cgi=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    raise_fd_limit();
+    let (root, embedded) = match &args.root {
+        Some(r) => (r.clone(), false),
+        None => (
+            leda_http::site::write_to(&leda_http::site::default_dir())?,
+            true,
+        ),
+    };
+    let cfg = Config {
+        root,
+        cache_bytes: args.cache_bytes,
+        cache_max_file: args.cache_max_file,
+        max_connections: args.max_connections,
+        idle_timeout: secs("idle-timeout", args.idle_timeout)?,
+        header_timeout: secs("header-timeout", args.header_timeout)?,
+        ..Config::default()
+    };
+    let listener =
+        TcpListener::bind(&args.listen).with_context(|| format!("listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let threads = args.threads.unwrap_or_else(num_threads).max(1);
+    let running = leda_http::start(&cfg, listener, threads)?;
+    if embedded {
+        println!(
+            "leda-httpd: serving the embedded demo site on http://{addr}/ ({threads} threads)"
+        );
+        println!("leda-httpd: open http://{addr}/ (static) and http://{addr}/hello.lua (dynamic)");
+    } else {
+        println!(
+            "leda-httpd: serving {} on http://{addr}/ ({threads} threads)",
+            cfg.root.display()
+        );
+    }
+    running.wait()?;
+    Ok(())
+}
+
+fn num_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Lifts the soft open-files limit to the hard one: each connection is a descriptor.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Server settings: limits, timeouts and sizes, read from stage attributes so that the
+//! same stages work from the Rust graph and from `server.lua`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leda_core::stage::{Attrs, BoxError};
+
+/// Everything a stage of the server may need to know. Every field has a default; a
+/// stage attribute of the same name overrides it (sizes in bytes, times in seconds).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The document root (canonicalized by the stages that serve files).
+    pub root: PathBuf,
+    /// Longest request line (method, target, version) before `414`.
+    pub max_request_line: usize,
+    /// Largest request head (request line and headers) before `431`.
+    pub max_header_bytes: usize,
+    /// Most header fields before `431`.
+    pub max_headers: usize,
+    /// Largest request body a GET or HEAD may carry (read and discarded) before `413`.
+    pub max_body: usize,
+    /// How long a kept-alive connection may stay silent before it is closed.
+    pub idle_timeout: Duration,
+    /// How long a client has to send a whole request head once it started (slowloris).
+    pub header_timeout: Duration,
+    /// How long a write to the client may make no progress (slow readers).
+    pub send_timeout: Duration,
+    /// Most connections open at once; more are answered `503` and closed.
+    pub max_connections: usize,
+    /// Most requests served on one connection before it is closed.
+    pub max_requests_per_connection: u64,
+    /// Total bytes of file data the cache may hold.
+    pub cache_bytes: usize,
+    /// Largest file the cache keeps (larger files are always streamed zero-copy).
+    pub cache_max_file: usize,
+    /// Longest a CGI script may run before it is stopped with `500`.
+    pub cgi_timeout: Duration,
+    /// Most memory one CGI Lua state may use.
+    pub cgi_memory: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: PathBuf::from("."),
+            max_request_line: 8 * 1024,
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            max_body: 64 * 1024,
+            idle_timeout: Duration::from_secs(15),
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            max_requests_per_connection: 100_000,
+            cache_bytes: 64 * 1024 * 1024,
+            cache_max_file: 1024 * 1024,
+            cgi_timeout: Duration::from_secs(10),
+            cgi_memory: 256 * 1024 * 1024,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the settings from stage attributes; missing ones keep their defaults.
+    pub fn from_attrs(attrs: &Attrs) -> Result<Config, BoxError> {
+        let mut c = Config::default();
+        if let Some(root) = attrs.get_as::<Option<String>>("root")? {
+            c.root = PathBuf::from(root);
+        }
+        let size = |key: &str, v: &mut usize| -> Result<(), BoxError> {
+            if let Some(n) = attrs.get_as::<Option<u64>>(key)? {
+                *v = usize::try_from(n).map_err(|_| format!("attribute '{key}' too large"))?;
+            }
+            Ok(())
+        };
+        size("max_request_line", &mut c.max_request_line)?;
+        size("max_header_bytes", &mut c.max_header_bytes)?;
+        size("max_headers", &mut c.max_headers)?;
+        size("max_body", &mut c.max_body)?;
+        size("max_connections", &mut c.max_connections)?;
+        size("cache_bytes", &mut c.cache_bytes)?;
+        size("cache_max_file", &mut c.cache_max_file)?;
+        size("cgi_memory", &mut c.cgi_memory)?;
+        if let Some(n) = attrs.get_as::<Option<u64>>("max_requests_per_connection")? {
+            c.max_requests_per_connection = n;
+        }
+        let secs = |key: &str, v: &mut Duration| -> Result<(), BoxError> {
+            if let Some(s) = attrs.get_as::<Option<f64>>(key)? {
+                if !(s.is_finite() && s > 0.0) {
+                    return Err(
+                        format!("attribute '{key}' must be a positive number of seconds").into(),
+                    );
+                }
+                *v = Duration::from_secs_f64(s);
+            }
+            Ok(())
+        };
+        secs("idle_timeout", &mut c.idle_timeout)?;
+        secs("header_timeout", &mut c.header_timeout)?;
+        secs("send_timeout", &mut c.send_timeout)?;
+        secs("cgi_timeout", &mut c.cgi_timeout)?;
+        Ok(c)
+    }
+
+    /// Writes the settings as attributes (the inverse of [`Config::from_attrs`]).
+    pub fn to_attrs(&self) -> Vec<(&'static str, leda_core::value::Value)> {
+        vec![
+            ("root", self.root.to_string_lossy().into_owned().into()),
+            ("max_request_line", self.max_request_line.into()),
+            ("max_header_bytes", self.max_header_bytes.into()),
+            ("max_headers", self.max_headers.into()),
+            ("max_body", self.max_body.into()),
+            ("max_connections", self.max_connections.into()),
+            (
+                "max_requests_per_connection",
+                self.max_requests_per_connection.into(),
+            ),
+            ("cache_bytes", self.cache_bytes.into()),
+            ("cache_max_file", self.cache_max_file.into()),
+            ("cgi_memory", self.cgi_memory.into()),
+            ("idle_timeout", self.idle_timeout.as_secs_f64().into()),
+            ("header_timeout", self.header_timeout.as_secs_f64().into()),
+            ("send_timeout", self.send_timeout.as_secs_f64().into()),
+            ("cgi_timeout", self.cgi_timeout.as_secs_f64().into()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attrs_round_trip_and_validate() {
+        let c = Config {
+            cache_bytes: 1234,
+            idle_timeout: Duration::from_millis(500),
+            ..Config::default()
+        };
+        let mut attrs = Attrs::default();
+        for (k, v) in c.to_attrs() {
+            attrs.set(k, v);
+        }
+        let back = Config::from_attrs(&attrs).unwrap();
+        assert_eq!(back.cache_bytes, 1234);
+        assert_eq!(back.idle_timeout, Duration::from_millis(500));
+        attrs.set("idle_timeout", -1.0);
+        assert!(Config::from_attrs(&attrs).is_err());
+    }
+}

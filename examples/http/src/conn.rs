@@ -1,0 +1,268 @@
+//! The client connection: the local attachment that travels between stages (socket,
+//! bytes read ahead, a slot under the connection limit), and its I/O with timeouts.
+
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout, timeout_at};
+
+use crate::config::Config;
+use crate::error::HttpError;
+use crate::request::{self, Parsed, Request};
+
+/// Counts open connections against a limit.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    open: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl Gate {
+    /// A gate admitting at most `max` connections at once.
+    pub fn new(max: usize) -> Gate {
+        Gate {
+            open: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// A slot if one is free; it is given back when dropped.
+    pub fn admit(&self) -> Option<Slot> {
+        let mut n = self.open.load(Ordering::Relaxed);
+        loop {
+            if n >= self.max {
+                return None;
+            }
+            match self
+                .open
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(Slot(self.open.clone())),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+}
+
+/// One admitted connection's place under the limit.
+#[derive(Debug)]
+pub struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What reading the next request gave.
+#[derive(Debug)]
+pub enum Next {
+    /// A request head (its body, if any, already read and discarded).
+    Request(Request),
+    /// A request to refuse with this error (then close).
+    Refuse(HttpError),
+    /// The client closed, went idle too long, or the socket failed: close silently.
+    Gone,
+}
+
+/// A client connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket.
+    pub stream: TcpStream,
+    /// Bytes received and not yet consumed (pipelined requests).
+    pub buf: BytesMut,
+    /// Requests served on this connection so far.
+    pub served: u64,
+    _slot: Option<Slot>,
+}
+
+impl Conn {
+    /// Wraps an accepted socket; `slot` is `None` for connections refused at the limit.
+    pub fn new(stream: TcpStream, slot: Option<Slot>) -> Conn {
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            served: 0,
+            _slot: slot,
+        }
+    }
+
+    /// Reads the next request head: waits up to the idle timeout for its first byte,
+    /// then up to the header timeout for the rest (slow clients get `408`).
+    pub async fn next_request(&mut self, cfg: &Config) -> Next {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            if !self.buf.is_empty() {
+                deadline.get_or_insert_with(|| Instant::now() + cfg.header_timeout);
+                match request::parse(&self.buf, cfg) {
+                    Ok(Parsed::Complete(req)) => {
+                        let _ = self.buf.split_to(req.head_len);
+                        return match self.discard_body(req.content_length, deadline).await {
+                            Ok(()) => Next::Request(req),
+                            Err(e) => e,
+                        };
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => return Next::Refuse(e),
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(4096);
+            }
+            let read = self.stream.read_buf(&mut self.buf);
+            let r = match deadline {
+                None => timeout(cfg.idle_timeout, read).await,
+                Some(d) => timeout_at(d, read).await,
+            };
+            match r {
+                Ok(Ok(0)) | Ok(Err(_)) => return Next::Gone,
+                Ok(Ok(_)) => {}
+                Err(_) if deadline.is_some() => return Next::Refuse(HttpError::Timeout),
+                Err(_) => return Next::Gone,
+            }
+        }
+    }
+
+    async fn discard_body(&mut self, mut n: usize, deadline: Option<Instant>) -> Result<(), Next> {
+        let deadline = deadline.unwrap_or_else(Instant::now);
+        loop {
+            let have = n.min(self.buf.len());
+            let _ = self.buf.split_to(have);
+            n -= have;
+            if n == 0 {
+                return Ok(());
+            }
+            match timeout_at(deadline, self.stream.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(Next::Gone),
+                Ok(Ok(_)) => {}
+                Err(_) => return Err(Next::Refuse(HttpError::Timeout)),
+            }
+        }
+    }
+
+    /// Writes `head` then `body` (gathered), each write bounded by `limit` without
+    /// progress.
+    pub async fn write_all(&mut self, head: &[u8], body: &[u8], limit: Duration) -> io::Result<()> {
+        let (mut h, mut b) = (head, body);
+        while !h.is_empty() || !b.is_empty() {
+            let bufs = [IoSlice::new(h), IoSlice::new(b)];
+            let n = timeout(limit, self.stream.write_vectored(&bufs))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let from_h = n.min(h.len());
+            h = &h[from_h..];
+            b = &b[n - from_h..];
+        }
+        Ok(())
+    }
+
+    /// Writes a response head that a file body follows at once: `MSG_MORE` lets the
+    /// kernel put the head and the first file bytes in the same segment.
+    pub async fn write_head_more(&mut self, head: &[u8], limit: Duration) -> io::Result<()> {
+        let sock = self.stream.as_raw_fd();
+        let mut rest = head;
+        while !rest.is_empty() {
+            timeout(limit, self.stream.writable())
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            let r = self.stream.try_io(Interest::WRITABLE, || {
+                // SAFETY: `rest` is a valid readable buffer of `rest.len()` bytes and the
+                // socket is owned by `self.stream` for the whole call.
+                let n = unsafe {
+                    libc::send(
+                        sock,
+                        rest.as_ptr().cast(),
+                        rest.len(),
+                        libc::MSG_MORE | libc::MSG_NOSIGNAL,
+                    )
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match r {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `len` bytes of `file` from offset 0 with `sendfile(2)`: the kernel copies
+    /// from the page cache to the socket, no user-space buffer.
+    pub async fn send_file(
+        &mut self,
+        file: &std::fs::File,
+        len: u64,
+        limit: Duration,
+    ) -> io::Result<()> {
+        let mut offset: libc::off_t = 0;
+        let end = libc::off_t::try_from(len).map_err(|_| io::Error::other("file too large"))?;
+        let (sock, fd) = (self.stream.as_raw_fd(), file.as_raw_fd());
+        while offset < end {
+            timeout(limit, self.stream.writable())
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            let chunk = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(1 << 30);
+            let r = self.stream.try_io(Interest::WRITABLE, || {
+                // SAFETY: both descriptors are open for the whole call (the socket is
+                // owned by `self.stream`, the file by the caller's borrow) and `offset`
+                // is a valid, exclusively borrowed off_t.
+                let n = unsafe { libc::sendfile(sock, fd, &mut offset, chunk) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match r {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file shrank while sending",
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes gracefully: shuts the write side, then drains what the client still sends
+    /// (briefly), so that a reset does not destroy the response in flight.
+    pub async fn linger_close(mut self) {
+        let _ = self.stream.shutdown().await;
+        let mut scratch = [0u8; 4096];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut drained = 0usize;
+        while drained < 1 << 20 {
+            match timeout_at(deadline, self.stream.read(&mut scratch)).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The server's stage graph (thesis Fig. 5.6), built in Rust; `server.lua` builds the
+//! same graph from Lua.
+//!
+//! ```text
+//! accept ─client→ handle_request ─static→ cache ─hit→ send_buffer ─next→ handle_request
+//!    │                 │  │  │              └miss→ send_file ─insert→ cache
+//!    └reject→ send_buffer  │  └dynamic→ cgi ─reply→ send_buffer      ├next→ handle_request
+//!                          └reply→ send_buffer                      └close→ close
+//! ```
+//! Every connector is local: client sockets travel on the events.
+
+use std::net::TcpListener;
+
+use leda_core::prelude::*;
+use leda_core::runtime::Running;
+
+use crate::config::Config;
+use crate::error::ServerError;
+use crate::stage;
+
+/// The server's graph and its entry stage.
+pub struct Server {
+    /// The stage graph.
+    pub graph: Graph,
+    /// The accept stage (push a start event, optionally with a listener, to run it).
+    pub accept: Stage,
+}
+
+/// Builds the graph with `cfg` set as attributes on every stage.
+pub fn build(cfg: &Config) -> Server {
+    let accept = stage::accept::stage();
+    let handle = stage::handle::stage();
+    let cache = stage::cache::stage();
+    let send_file = stage::send_file::stage();
+    let cgi = stage::cgi::stage();
+    let send_buffer = stage::send_buffer::stage();
+    let close = stage::close::stage();
+    let maxpar = cfg.max_connections.saturating_add(64);
+    for s in [
+        &accept,
+        &handle,
+        &cache,
+        &send_file,
+        &cgi,
+        &send_buffer,
+        &close,
+    ] {
+        for (k, v) in cfg.to_attrs() {
+            s.set_attr(k, v);
+        }
+    }
+    let (handle, send_file, send_buffer, close) = (
+        handle.maxpar(maxpar),
+        send_file.maxpar(maxpar),
+        send_buffer.maxpar(maxpar),
+        close.maxpar(maxpar),
+    );
+    let mut g = Graph::new("leda-httpd");
+    g.connect(&accept, "client", &handle).local();
+    g.connect(&accept, "reject", &send_buffer).local();
+    g.connect(&handle, "static", &cache).local();
+    g.connect(&handle, "dynamic", &cgi).local();
+    g.connect(&handle, "reply", &send_buffer).local();
+    g.connect(&handle, "close", &close).local();
+    g.connect(&cache, "hit", &send_buffer).local();
+    g.connect(&cache, "miss", &send_file).local();
+    g.connect(&send_file, "insert", &cache).local();
+    g.connect(&send_file, "next", &handle).local();
+    g.connect(&send_file, "close", &close).local();
+    g.connect(&cgi, "reply", &send_buffer).local();
+    g.connect(&send_buffer, "next", &handle).local();
+    g.connect(&send_buffer, "close", &close).local();
+    Server { graph: g, accept }
+}
+
+/// Checks the root, builds the graph and starts it on `listener` with `threads`
+/// workers. Stop it with `running.handle().quit(())`.
+pub fn start(cfg: &Config, listener: TcpListener, threads: usize) -> Result<Running, ServerError> {
+    let root = std::fs::canonicalize(&cfg.root).map_err(|source| ServerError::Root {
+        path: cfg.root.display().to_string(),
+        source,
+    })?;
+    if !root.is_dir() {
+        return Err(ServerError::Root {
+            path: cfg.root.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+        });
+    }
+    let cfg = Config {
+        root,
+        ..cfg.clone()
+    };
+    let server = build(&cfg);
+    server.accept.push(Event::new().attach(listener));
+    Ok(server.graph.start(Run::default().threads(threads))?)
+}

@@ -1,0 +1,49 @@
+//! Content-Type by file extension.
+
+use std::path::Path;
+
+/// The media type served for `path`, by its extension (case-insensitive).
+pub fn content_type(path: &Path) -> &'static str {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("html" | "htm") => "text/html; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("json") => "application/json",
+        Some("txt" | "md" | "lua") => "text/plain; charset=utf-8",
+        Some("xml") => "application/xml",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        Some("ico") => "image/x-icon",
+        Some("wasm") => "application/wasm",
+        Some("pdf") => "application/pdf",
+        Some("zip") => "application/zip",
+        Some("gz") => "application/gzip",
+        Some("woff") => "font/woff",
+        Some("woff2") => "font/woff2",
+        Some("mp4") => "video/mp4",
+        Some("mp3") => "audio/mpeg",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_extension() {
+        assert_eq!(
+            content_type(Path::new("/a/b.HTML")),
+            "text/html; charset=utf-8"
+        );
+        assert_eq!(content_type(Path::new("x.png")), "image/png");
+        assert_eq!(content_type(Path::new("noext")), "application/octet-stream");
+    }
+}

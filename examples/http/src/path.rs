@@ -1,0 +1,170 @@
+//! From a request target to a file under the root: percent-decoding, refusal of `..`,
+//! and a canonical-path check that catches symlinks leading out of the root.
+
+use std::ffi::OsStr;
+use std::fs::Metadata;
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::HttpError;
+
+/// Decodes `%XX` escapes. Malformed escapes and NUL bytes are refused.
+pub fn percent_decode(s: &[u8]) -> Result<Vec<u8>, HttpError> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                let hex = |b: u8| match b {
+                    b'0'..=b'9' => Some(b - b'0'),
+                    b'a'..=b'f' => Some(b - b'a' + 10),
+                    b'A'..=b'F' => Some(b - b'A' + 10),
+                    _ => None,
+                };
+                let (Some(h), Some(l)) = (
+                    s.get(i + 1).copied().and_then(hex),
+                    s.get(i + 2).copied().and_then(hex),
+                ) else {
+                    return Err(HttpError::BadRequest("malformed percent-escape"));
+                };
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    if out.contains(&0) {
+        return Err(HttpError::BadRequest("NUL in path"));
+    }
+    Ok(out)
+}
+
+/// What a request path resolved to.
+#[derive(Debug)]
+pub enum Resolved {
+    /// A regular file under the root.
+    File {
+        /// Its canonical path.
+        path: PathBuf,
+        /// Its metadata.
+        meta: Metadata,
+    },
+    /// A directory named without its trailing slash: redirect to `location`.
+    Redirect {
+        /// The path with a trailing slash.
+        location: String,
+    },
+}
+
+/// Resolves the decoded path `decoded` (it must start with `/`) under `root` (which
+/// must be canonical). Directories are served through their `index.html`; there is no
+/// directory listing.
+pub fn resolve(root: &Path, decoded: &[u8]) -> Result<Resolved, HttpError> {
+    if decoded.first() != Some(&b'/') {
+        return Err(HttpError::BadRequest("path must start with '/'"));
+    }
+    let mut full = root.to_path_buf();
+    for seg in decoded.split(|&b| b == b'/') {
+        match seg {
+            b"" | b"." => {}
+            b".." => return Err(HttpError::Forbidden),
+            s => full.push(OsStr::from_bytes(s)),
+        }
+    }
+    let (path, meta) = canonical_under(root, &full)?;
+    if meta.is_dir() {
+        if !decoded.ends_with(b"/") {
+            let mut location = String::from_utf8_lossy(decoded).into_owned();
+            location.push('/');
+            return Ok(Resolved::Redirect {
+                location: encode_location(&location),
+            });
+        }
+        let (path, meta) = match canonical_under(root, &path.join("index.html")) {
+            Err(HttpError::NotFound) => return Err(HttpError::Forbidden),
+            other => other?,
+        };
+        if !meta.is_file() {
+            return Err(HttpError::Forbidden);
+        }
+        return Ok(Resolved::File { path, meta });
+    }
+    if !meta.is_file() {
+        return Err(HttpError::Forbidden);
+    }
+    Ok(Resolved::File { path, meta })
+}
+
+/// Canonicalizes `p` (following every symlink) and checks that it stays under `root`.
+fn canonical_under(root: &Path, p: &Path) -> Result<(PathBuf, Metadata), HttpError> {
+    let real = std::fs::canonicalize(p).map_err(|e| match e.kind() {
+        ErrorKind::PermissionDenied => HttpError::Forbidden,
+        _ => HttpError::NotFound,
+    })?;
+    if !real.starts_with(root) {
+        return Err(HttpError::Forbidden);
+    }
+    let meta = std::fs::metadata(&real).map_err(|e| match e.kind() {
+        ErrorKind::PermissionDenied => HttpError::Forbidden,
+        _ => HttpError::NotFound,
+    })?;
+    Ok((real, meta))
+}
+
+/// Escapes what may not appear raw in a `Location` header.
+fn encode_location(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding() {
+        assert_eq!(percent_decode(b"/a%20b").unwrap(), b"/a b");
+        assert_eq!(percent_decode(b"/%2e%2E/").unwrap(), b"/../");
+        assert!(percent_decode(b"/%zz").is_err());
+        assert!(percent_decode(b"/%2").is_err());
+        assert!(percent_decode(b"/a%00").is_err());
+    }
+
+    #[test]
+    fn traversal_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        std::fs::write(dir.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        assert!(matches!(
+            resolve(&root, b"/a.txt"),
+            Ok(Resolved::File { .. })
+        ));
+        assert_eq!(
+            resolve(&root, b"/../secret").unwrap_err(),
+            HttpError::Forbidden
+        );
+        assert_eq!(resolve(&root, b"/out").unwrap_err(), HttpError::Forbidden);
+        assert_eq!(resolve(&root, b"/sub/").unwrap_err(), HttpError::Forbidden);
+        assert_eq!(resolve(&root, b"/nope").unwrap_err(), HttpError::NotFound);
+        assert!(matches!(
+            resolve(&root, b"/sub"),
+            Ok(Resolved::Redirect { .. })
+        ));
+        assert!(resolve(&root, b"a.txt").is_err());
+    }
+}

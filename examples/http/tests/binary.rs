@@ -1,0 +1,70 @@
+//! The `leda-httpd` binary: with no `--root` it serves the embedded site and prints the
+//! URL to open.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn fetch(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn serves_the_embedded_site_and_prints_the_url() {
+    let mut child = Reap(
+        Command::new(env!("CARGO_BIN_EXE_leda-httpd"))
+            .args(["--listen", "127.0.0.1:0", "--threads", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"));
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let page = fetch(addr, "/");
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    assert!(page.contains("leda-httpd is running"));
+    let dynamic = fetch(addr, "/hello.lua?x=1");
+    assert!(dynamic.starts_with("HTTP/1.1 200 OK\r\n"), "{dynamic}");
+    assert!(dynamic.contains("Hello from Lua") && dynamic.contains("with query"));
+}
+
+#[test]
+fn bad_root_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leda-httpd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "/nonexistent/leda-root",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/leda-root"), "{err}");
+}

@@ -1,0 +1,338 @@
+//! The server over real TCP: methods, keep-alive, caching headers, errors, path safety,
+//! limits and timeouts, CGI pages, the connection limit.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{Client, get, server};
+
+#[test]
+fn get_and_head_with_type_and_length() {
+    let s = server(|_| {});
+    let r = get(s.addr, "/index.html");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "<h1>home</h1>");
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.header("content-length"), Some("13"));
+    assert!(r.header("last-modified").is_some() && r.header("date").is_some());
+    for (path, ty) in [
+        ("/style.css", "text/css; charset=utf-8"),
+        ("/data.json", "application/json"),
+    ] {
+        assert_eq!(get(s.addr, path).header("content-type"), Some(ty));
+    }
+    // "/" serves the index; HEAD has the same head and no body.
+    assert_eq!(get(s.addr, "/").text(), "<h1>home</h1>");
+    let mut c = Client::connect(s.addr);
+    c.send_raw(b"HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    let h = c.read_response(true).unwrap();
+    assert_eq!((h.status, h.header("content-length")), (200, Some("13")));
+    // The next response on the same connection starts right after the head.
+    let r = c.get("/style.css", "");
+    assert_eq!(r.text(), "body{}");
+}
+
+#[test]
+fn keep_alive_close_and_http10() {
+    let s = server(|_| {});
+    // HTTP/1.1 keeps the connection, pipelined requests included.
+    let mut c = Client::connect(s.addr);
+    for _ in 0..3 {
+        assert_eq!(c.get("/index.html", "").status, 200);
+    }
+    c.send_raw(
+        b"GET /style.css HTTP/1.1\r\nHost: t\r\n\r\nGET /data.json HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(c.read_response(false).unwrap().text(), "body{}");
+    assert_eq!(c.read_response(false).unwrap().text(), "{}");
+    // Connection: close is honoured.
+    let r = c.get("/index.html", "Connection: close\r\n");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(c.closed());
+    // HTTP/1.0 closes by default, and keeps alive when asked.
+    let mut c = Client::connect(s.addr);
+    c.send_raw(b"GET /index.html HTTP/1.0\r\n\r\n");
+    let r = c.read_response(false).unwrap();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert!(c.closed());
+    let mut c = Client::connect(s.addr);
+    for _ in 0..2 {
+        c.send_raw(b"GET /index.html HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        let r = c.read_response(false).unwrap();
+        assert_eq!(
+            (r.status, r.header("connection")),
+            (200, Some("keep-alive"))
+        );
+    }
+}
+
+#[test]
+fn if_modified_since_gives_304() {
+    let s = server(|_| {});
+    let r = get(s.addr, "/index.html");
+    let lm = r.header("last-modified").unwrap().to_owned();
+    let mut c = Client::connect(s.addr);
+    let r = c.get("/index.html", &format!("If-Modified-Since: {lm}\r\n"));
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("last-modified"), Some(lm.as_str()));
+    let old = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
+    let r = c.get("/index.html", &format!("If-Modified-Since: {old}\r\n"));
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>home</h1>"));
+    // A malformed date is ignored.
+    assert_eq!(
+        c.get("/index.html", "If-Modified-Since: yesterday\r\n")
+            .status,
+        200
+    );
+}
+
+#[test]
+fn paths_are_decoded_and_confined_to_the_root() {
+    let s = server(|_| {});
+    assert_eq!(get(s.addr, "/a%20b.txt").text(), "spaced");
+    assert_eq!(get(s.addr, "/sub/file.txt?x=1").text(), "in sub");
+    for (path, status) in [
+        ("/../secret.txt", 403),
+        ("/sub/../../secret.txt", 403),
+        ("/%2e%2e/secret.txt", 403),
+        ("/%2E%2E%2Fsecret.txt", 403),
+        ("/sub/..%2f..%2fsecret.txt", 403),
+        ("/leak.txt", 403),
+        ("/up/secret.txt", 403),
+        ("/etc/passwd", 404),
+        ("//etc/passwd", 404),
+        ("/missing.html", 404),
+        ("/sub/", 403),
+        ("/%zz", 400),
+        ("/a%00b", 400),
+    ] {
+        let r = get(s.addr, path);
+        assert_eq!(r.status, status, "{path}");
+        assert!(!r.text().contains("top secret"), "{path}");
+    }
+    // A directory without its slash redirects; with it, its index is served.
+    let r = get(s.addr, "/docs");
+    assert_eq!((r.status, r.header("location")), (301, Some("/docs/")));
+    assert_eq!(get(s.addr, "/docs/").text(), "<p>docs</p>");
+    // Absolute-form targets are reduced to their path.
+    let mut c = Client::connect(s.addr);
+    c.send_raw(b"GET http://evil/../secret.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read_response(false).unwrap().status, 403);
+}
+
+#[test]
+fn malformed_and_oversized_requests() {
+    let s = server(|_| {});
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (b"garbage\r\n\r\n".to_vec(), 400),
+        (b"GET / HTTP/1.1\r\n\r\n".to_vec(), 400),
+        (b"GET / HTTP/9.9\r\nHost: t\r\n\r\n".to_vec(), 400),
+        (
+            b"POST /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi".to_vec(),
+            405,
+        ),
+        (
+            b"DELETE /index.html HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(),
+            405,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n".to_vec(),
+            413,
+        ),
+        (
+            format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(10_000)).into_bytes(),
+            414,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+                "v".repeat(20_000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\n{}\r\n",
+                (0..100)
+                    .map(|i| format!("X-{i}: v\r\n"))
+                    .collect::<String>()
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
+            501,
+        ),
+    ];
+    for (req, status) in cases {
+        let mut c = Client::connect(s.addr);
+        c.send_raw(&req);
+        let r = c.read_response(false).expect("an error response");
+        assert_eq!(
+            r.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&req[..req.len().min(60)])
+        );
+        assert!(r.body.len() < 200 && r.text().contains(&status.to_string()));
+        if status == 405 {
+            assert_eq!(r.header("allow"), Some("GET, HEAD"));
+        }
+        // Errors that leave the stream in doubt close the connection.
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.closed());
+    }
+    // A GET with a small body: the body is skipped and the connection stays usable.
+    let mut c = Client::connect(s.addr);
+    c.send_raw(b"GET /style.css HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(c.read_response(false).unwrap().text(), "body{}");
+    assert_eq!(c.get("/data.json", "").text(), "{}");
+    // 404 keeps the connection.
+    assert_eq!(c.get("/nope", "").status, 404);
+    assert_eq!(c.get("/data.json", "").status, 200);
+}
+
+#[test]
+fn files_large_and_cached_and_changed() {
+    let s = server(|c| c.cache_max_file = 64 * 1024);
+    let expect: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut c = Client::connect(s.addr);
+    for _ in 0..2 {
+        // Above cache_max_file: sent with sendfile every time.
+        let r = c.get("/big.bin", "");
+        assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        assert!(r.body == expect, "large body differs");
+    }
+    // Served, cached, then changed on disk: the new content is served.
+    assert_eq!(c.get("/sub/file.txt", "").text(), "in sub");
+    assert_eq!(c.get("/sub/file.txt", "").text(), "in sub");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(s.root.join("sub/file.txt"), "changed content").unwrap();
+    assert_eq!(c.get("/sub/file.txt", "").text(), "changed content");
+    c.send_raw(b"HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    let h = c.read_response(true).unwrap();
+    assert_eq!(h.header("content-length"), Some("3000000"));
+    assert_eq!(c.get("/style.css", "").text(), "body{}");
+}
+
+#[test]
+fn cgi_pages_run_and_fail_with_500() {
+    let s = server(|c| c.cgi_timeout = Duration::from_millis(300));
+    let r = get(s.addr, "/loop.lua");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let text = r.text();
+    assert!(
+        text.starts_with("<html>") && text.contains("30000<br/>\n") && text.ends_with("</html>")
+    );
+    assert!(r.body.len() > 200_000, "{}", r.body.len());
+    let mut c = Client::connect(s.addr);
+    let r = c.get("/echo.lua?a=1", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "GET /echo.lua?a=1"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    c.send_raw(b"HEAD /echo.lua HTTP/1.1\r\nHost: t\r\n\r\n");
+    let h = c.read_response(true).unwrap();
+    assert_eq!(h.header("content-length"), Some("15"));
+    // A failing script and a runaway one: 500, the connection stays usable.
+    assert_eq!(c.get("/bad.lua", "").status, 500);
+    let t = Instant::now();
+    assert_eq!(c.get("/forever.lua", "").status, 500);
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(c.get("/hello.lua", "").status, 200);
+    // Scripts are executed, never shown as source.
+    assert!(!get(s.addr, "/bad.lua").text().contains("nil + x"));
+}
+
+#[test]
+fn cgi_error_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::site(dir.path());
+    let cfg = leda_http::Config {
+        root: root.clone(),
+        ..Default::default()
+    };
+    let mut cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
+    let script = std::fs::canonicalize(root.join("bad.lua")).unwrap();
+    let err = cgi.run(&script, &Default::default()).unwrap_err();
+    assert!(err.contains("bad.lua:2:"), "{err}");
+    // Sandbox: no file access from pages.
+    std::fs::write(
+        root.join("io.lua"),
+        "return io.open('/etc/passwd'):read('a')\n",
+    )
+    .unwrap();
+    let err = cgi
+        .run(
+            &std::fs::canonicalize(root.join("io.lua")).unwrap(),
+            &Default::default(),
+        )
+        .unwrap_err();
+    assert!(err.contains("io.lua:1:"), "{err}");
+}
+
+#[test]
+fn idle_and_slow_clients_are_cut_off() {
+    let s = server(|c| {
+        c.idle_timeout = Duration::from_millis(300);
+        c.header_timeout = Duration::from_millis(500);
+    });
+    // Idle: connected, silent.
+    let mut c = Client::connect(s.addr);
+    let t = Instant::now();
+    assert!(c.closed());
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Idle after a kept-alive request.
+    let mut c = Client::connect(s.addr);
+    assert_eq!(c.get("/index.html", "").status, 200);
+    assert!(c.closed());
+    // Slowloris: a head dribbled byte by byte never completes in time: 408, closed.
+    let mut c = Client::connect(s.addr);
+    let t = Instant::now();
+    let req = b"GET /index.html HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for b in req.iter() {
+        if c.stream.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if t.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+    }
+    let r = c.read_response(false).expect("408");
+    assert_eq!(r.status, 408);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(c.closed());
+}
+
+#[test]
+fn connection_limit_answers_503() {
+    let s = server(|c| c.max_connections = 2);
+    let mut a = Client::connect(s.addr);
+    let mut b = Client::connect(s.addr);
+    assert_eq!(a.get("/index.html", "").status, 200);
+    assert_eq!(b.get("/index.html", "").status, 200);
+    let mut c = Client::connect(s.addr);
+    let r = c.read_response(false).expect("503");
+    assert_eq!(r.status, 503);
+    assert!(c.closed());
+    // Once one leaves, a new client gets in.
+    drop(a.get("/index.html", "Connection: close\r\n"));
+    assert!(a.closed());
+    drop(a);
+    let mut ok = false;
+    for _ in 0..50 {
+        let mut d = Client::connect(s.addr);
+        d.send_raw(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+        if d.read_response(false).is_some_and(|r| r.status == 200) {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ok, "a freed slot admits a new connection");
+}
