@@ -79,7 +79,7 @@ fn send(
                     Ok(v) => ctx
                         .send(name.as_str(), Event::from_values(v))
                         .map_err(|e| e.to_string()),
-                    Err(e) => Err(format!("cannot send on port '{name}': {e}")),
+                    Err(e) => Err(refused(ctx, &name, &e)),
                 }
             }
             mlua::Value::Integer(i) => send_index(ctx, *i, &values),
@@ -104,8 +104,16 @@ fn send_index(ctx: &mut Ctx, i: i64, values: &[mlua::Value]) -> Result<(), Strin
         Ok(v) => ctx
             .send(i, Event::from_values(v))
             .map_err(|e| e.to_string()),
-        Err(e) => Err(format!("cannot send on port '{i}': {e}")),
+        Err(e) => Err(refused(ctx, &i.to_string(), &e)),
     }
+}
+
+/// The reason given for an event that cannot leave its Lua state.
+fn refused(ctx: &Ctx, port: &str, e: &crate::value::ConvertError) -> String {
+    format!(
+        "stage '{}' cannot send on port '{port}': {e}",
+        ctx.stage_name()
+    )
 }
 
 /// Seconds since the epoch with microsecond resolution (outside a run).

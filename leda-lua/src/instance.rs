@@ -38,6 +38,16 @@ pub struct StageCode {
     pub package_path: String,
 }
 
+impl StageCode {
+    /// `Some(reason)` if the handler or `init` is bytecode rather than source text.
+    pub fn binary_chunk(&self) -> Option<String> {
+        self.handler
+            .binary_chunk()
+            .or_else(|| self.init.as_ref().and_then(FnSource::binary_chunk))
+            .map(|r| format!("stage '{}': {r}", self.name))
+    }
+}
+
 fn codes() -> &'static Mutex<HashMap<StageId, Arc<StageCode>>> {
     static C: OnceLock<Mutex<HashMap<StageId, Arc<StageCode>>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
@@ -83,17 +93,43 @@ const LIBS: &[(&str, StdLib)] = &[
     ("string", StdLib::STRING),
     ("table", StdLib::TABLE),
     ("math", StdLib::MATH),
+    #[cfg(not(feature = "luajit"))]
     ("utf8", StdLib::UTF8),
 ];
+
+/// What every instance state opens: the base library (with `coroutine`, which Lua
+/// 5.1/LuaJIT keep in the base library) and `package` for `require`; on LuaJIT also
+/// the `jit` library, whose loading switches the compiler on (its global is then
+/// removed).
+#[cfg(not(feature = "luajit"))]
+fn base_libs() -> StdLib {
+    StdLib::COROUTINE | StdLib::PACKAGE
+}
+
+#[cfg(feature = "luajit")]
+fn base_libs() -> StdLib {
+    StdLib::PACKAGE | StdLib::JIT
+}
 
 /// Creates a bare instance state: base library, `coroutine`, `require` with the
 /// standard libraries pre-registered, and `unpack`.
 pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
-    let lua = Lua::new_with(StdLib::COROUTINE | StdLib::PACKAGE, LuaOptions::default())?;
+    let lua = Lua::new_with(base_libs(), LuaOptions::default())?;
     let globals = lua.globals();
+    if cfg!(feature = "luajit") {
+        globals.set("jit", mlua::Value::Nil)?;
+    }
     let package: Table = globals.get("package")?;
     package.set("path", package_path)?;
     let preload: Table = package.get("preload")?;
+    preload_libs(&lua, &globals, &preload)?;
+    globals.set("unpack", lua.create_function(unpack)?)?;
+    Ok(lua)
+}
+
+/// `require 'string'` (etc.) opens the library then, and sets its global.
+#[cfg(not(feature = "luajit"))]
+fn preload_libs(lua: &Lua, _: &Table, preload: &Table) -> mlua::Result<()> {
     for &(name, lib) in LIBS {
         let f = lua.create_function(move |lua, _: MultiValue| {
             lua.load_std_libs(lib)?;
@@ -101,8 +137,30 @@ pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
         })?;
         preload.set(name, f)?;
     }
-    globals.set("unpack", lua.create_function(unpack)?)?;
-    Ok(lua)
+    Ok(())
+}
+
+/// LuaJIT: opening a library from inside a Rust callback corrupts the state through
+/// mlua, so the libraries are opened with the state and hidden until `require`d.
+#[cfg(feature = "luajit")]
+fn preload_libs(lua: &Lua, globals: &Table, preload: &Table) -> mlua::Result<()> {
+    let mut all = StdLib::NONE;
+    for &(_, lib) in LIBS {
+        all |= lib;
+    }
+    lua.load_std_libs(all)?;
+    let loaded: Table = globals.get::<Table>("package")?.get("loaded")?;
+    for &(name, _) in LIBS {
+        let t: mlua::Value = globals.get(name)?;
+        globals.set(name, mlua::Value::Nil)?;
+        loaded.set(name, mlua::Value::Nil)?;
+        let f = lua.create_function(move |lua, _: MultiValue| {
+            lua.globals().set(name, t.clone())?;
+            Ok(t.clone())
+        })?;
+        preload.set(name, f)?;
+    }
+    Ok(())
 }
 
 /// Lua 5.1's `unpack(t [, i [, j]])`.
@@ -164,7 +222,7 @@ impl LuaInstance {
         let (leda, token) =
             install_instance_api(&lua, cell.clone()).map_err(|e| fail(lua_message(&e)))?;
         let this = lua.create_table().map_err(|e| fail(lua_message(&e)))?;
-        for (k, v) in attrs.iter() {
+        for (k, v) in attrs.iter().filter(|(k, _)| *k != crate::remote::CODE_ATTR) {
             let v = to_lua(&lua, v).map_err(|e| fail(format!("attribute '{k}': {e}")))?;
             this.set(k, v).map_err(|e| fail(lua_message(&e)))?;
         }

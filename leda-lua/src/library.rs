@@ -17,3 +17,11 @@ pub fn register_bundled() {
         }
     });
 }
+
+/// The Lua source of a bundled Lua module (e.g. `leda.stage.util.map`), if any.
+pub fn lua_module(name: &str) -> Option<&'static str> {
+    leda_stages::lua_modules()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, src)| src)
+}

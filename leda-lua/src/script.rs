@@ -11,7 +11,8 @@
 //! * `leda.cluster(...)` with `+`, `-`, `*`;
 //! * controllers: `require 'leda.controller.thread_pool'.get(n)`,
 //!   `require 'leda.controller.auto'.get(min, max)`;
-//! * `leda.start{...}` (needs leda-net).
+//! * `leda.start{controller=, host=, port=}`: this process becomes a daemon that runs
+//!   the cluster a launching script deploys to it (see [`crate::remote`]).
 //!
 //! Stage attributes set after the stage is built (`matcher.pattern = arg[1]`) are
 //! seen by instances: attributes are read when the run starts.
@@ -49,10 +50,22 @@ pub enum Mode {
 pub struct ScriptOptions {
     /// What `graph:run` does.
     pub mode: Mode,
-    /// Default of `graph:run{until_idle=...}`: end the run when nothing is left to do.
+    /// Default of `graph:run{until_idle=...}`: end the run when nothing is left to do
+    /// (across every process of a mapped graph).
     pub until_idle: bool,
     /// Default worker threads when the script names no controller.
     pub threads: Option<usize>,
+    /// This process's address in a graph's mapping (`leda run --process`); default:
+    /// `graph:run{host=, port=}`, else the one mapped address where no daemon answers.
+    pub process: Option<String>,
+    /// Address rewrites applied to `graph:map`, `leda.start` and `process`
+    /// (`leda run --map FROM=TO`): run a listing's `"host1:port1"` on a real address.
+    pub aliases: Vec<(String, String)>,
+    /// Shared secret for deployments and daemons (default: `LEDA_SECRET`).
+    pub secret: Option<leda_net::Secret>,
+    /// Serve the dashboard of every run (`leda run --dashboard ADDR`; for a mapped
+    /// graph, this process' dashboard shows every process).
+    pub dashboard: Option<leda_core::dashboard::DashboardConfig>,
 }
 
 impl Default for ScriptOptions {
@@ -61,8 +74,28 @@ impl Default for ScriptOptions {
             mode: Mode::Run,
             until_idle: false,
             threads: None,
+            process: None,
+            aliases: Vec::new(),
+            secret: None,
+            dashboard: None,
         }
     }
+}
+
+impl ScriptOptions {
+    /// `addr` after the alias rewrites.
+    pub fn resolve(&self, addr: &str) -> String {
+        self.aliases
+            .iter()
+            .find(|(from, _)| from == addr)
+            .map_or_else(|| addr.to_owned(), |(_, to)| to.clone())
+    }
+}
+
+fn options_of(lua: &Lua) -> ScriptOptions {
+    lua.app_data_ref::<ScriptOptions>()
+        .map(|o| o.clone())
+        .unwrap_or_default()
 }
 
 #[derive(Default)]
@@ -339,13 +372,13 @@ fn add_to_graph(g: &mut Graph, v: &mlua::Value) -> mlua::Result<()> {
     }
 }
 
-fn processes(v: &mlua::Value) -> mlua::Result<Processes> {
+fn processes(v: &mlua::Value, o: &ScriptOptions) -> mlua::Result<Processes> {
     match v {
-        mlua::Value::String(s) => Ok(Processes::from(s.to_str()?.to_string())),
+        mlua::Value::String(s) => Ok(Processes::from(o.resolve(&s.to_str()?))),
         mlua::Value::Table(t) => {
             let mut out = Vec::new();
             for a in t.sequence_values::<String>() {
-                out.push(a?);
+                out.push(o.resolve(&a?));
             }
             Ok(Processes(out))
         }
@@ -380,12 +413,13 @@ impl UserData for LuaGraph {
             }
             Ok(this)
         });
-        m.add_function("map", |_, (this, items): (AnyUserData, MultiValue)| {
+        m.add_function("map", |lua, (this, items): (AnyUserData, MultiValue)| {
             {
                 let g = this.borrow::<LuaGraph>()?;
+                let o = options_of(lua);
                 let procs = items
                     .iter()
-                    .map(processes)
+                    .map(|v| processes(v, &o))
                     .collect::<mlua::Result<Vec<_>>>()?;
                 graph_of(&g).map(procs).map_err(|e| rt(e.to_string()))?;
             }
@@ -425,10 +459,7 @@ fn shared_of(lua: &Lua) -> mlua::Result<Arc<Mutex<Shared>>> {
 }
 
 fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::Result<MultiValue> {
-    let options = lua
-        .app_data_ref::<ScriptOptions>()
-        .map(|o| o.clone())
-        .unwrap_or_default();
+    let options = options_of(lua);
     let graph = graph_of(g).clone();
     let shared = shared_of(lua)?;
     if options.mode == Mode::Check {
@@ -439,6 +470,12 @@ fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::Result<Multi
     let mut run = Run::default();
     if let Some(n) = options.threads {
         run = run.threads(n);
+    }
+    if let Some(d) = &options.dashboard {
+        run = run.dashboard(d.addr.clone());
+        if let Some(t) = &d.token {
+            run = run.dashboard_token(t.clone());
+        }
     }
     let mut until_idle = options.until_idle;
     let mut host: Option<String> = None;
@@ -472,27 +509,41 @@ fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::Result<Multi
         host = o.get("host")?;
         port = o.get("port")?;
     }
-    if until_idle {
-        run = run.until_idle();
-    }
-    if let Some(m) = graph.mapping() {
-        let addrs: Vec<String> = m.iter().flat_map(|p| p.0.iter().cloned()).collect();
-        if addrs.len() > 1 {
-            return Err(rt(format!(
-                "graph '{}' is mapped to {} processes ({}); running a multi-process mapping needs leda-net, which this build of leda-lua does not include yet",
-                graph.name(),
-                addrs.len(),
-                addrs.join(", ")
-            )));
-        }
-    }
-    if graph.mapping().is_some()
-        && let (Some(h), Some(p)) = (&host, port)
-    {
-        run = run.process(format!("{h}:{p}"));
-    }
+    let mapped: Vec<String> = graph
+        .mapping()
+        .map(|m| m.iter().flat_map(|p| p.0.iter().cloned()).collect())
+        .unwrap_or_default();
+    let me = match (host, port) {
+        (Some(h), p) => Some(options.resolve(&format!(
+            "{h}:{}",
+            p.unwrap_or(i64::from(leda_net::daemon::DEFAULT_PORT))
+        ))),
+        (None, Some(p)) => Some(options.resolve(&format!("127.0.0.1:{p}"))),
+        (None, None) => options.process.as_deref().map(|p| options.resolve(p)),
+    };
     lock(&shared).graphs.push(graph.clone());
-    let report = graph.run(run).map_err(|e| rt(e.to_string()))?;
+    let report = if mapped.len() > 1 {
+        // Other processes run the other clusters: deploy them (leda-net).
+        let me = match me {
+            Some(me) => me,
+            None => crate::remote::this_process(&mapped, options.secret.as_ref())
+                .map_err(|e| rt(e.to_string()))?,
+        };
+        let launch = crate::remote::LaunchOptions {
+            me,
+            secret: options.secret.clone(),
+            until_idle,
+        };
+        crate::remote::launch(&graph, run, &launch).map_err(|e| rt(e.to_string()))?
+    } else {
+        if until_idle {
+            run = run.until_idle();
+        }
+        if let Some(me) = me.filter(|_| !mapped.is_empty()) {
+            run = run.process(me);
+        }
+        graph.run(run).map_err(|e| rt(e.to_string()))?
+    };
     let mut out = Vec::new();
     if let Some(ev) = report.quit {
         for v in ev.args() {
@@ -595,7 +646,11 @@ fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::Result<LuaS
             stage.bind(move |b: &leda_core::stage::BindCtx<'_>| {
                 let go = || -> mlua::Result<()> {
                     let this = lua.create_table()?;
-                    for (k, v) in b.attrs.iter() {
+                    for (k, v) in b
+                        .attrs
+                        .iter()
+                        .filter(|(k, _)| *k != crate::remote::CODE_ATTR)
+                    {
                         this.set(k, to_lua(&lua, v).map_err(|e| rt(e.to_string()))?)?;
                     }
                     this.set("name", b.name)?;
@@ -761,20 +816,70 @@ fn install_leda(lua: &Lua) -> mlua::Result<Table> {
             Ok(LuaCluster(c))
         })?,
     )?;
-    leda.set(
-        "start",
-        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
-            Err(rt(
-                "leda.start needs leda-net (the network runtime), which this build of leda-lua does not include yet",
-            ))
-        })?,
-    )?;
+    leda.set("start", lua.create_function(start)?)?;
     leda.set(
         "gettime",
         lua.create_function(|_, ()| Ok(crate::api::wall_time()))?,
     )?;
     leda.set("version", env!("CARGO_PKG_VERSION"))?;
     Ok(leda)
+}
+
+/// `leda.start{controller=, maxpar=, host=, port=}` (Listing 4.6): serves one
+/// deployment and returns the `quit` values of its run.
+fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> {
+    let options = options_of(lua);
+    let mut host = "127.0.0.1".to_owned();
+    let mut port = i64::from(leda_net::daemon::DEFAULT_PORT);
+    let mut threads = options.threads;
+    let mut maxpar = None;
+    if let Some(o) = &opts {
+        if let Some(h) = o.get::<Option<String>>("host")? {
+            host = h;
+        }
+        if let Some(p) = o.get::<Option<i64>>("port")? {
+            port = p;
+        }
+        match o.get::<mlua::Value>("controller")? {
+            mlua::Value::Nil => {}
+            mlua::Value::UserData(ud) => match &*ud.borrow::<LuaController>()? {
+                LuaController::Fixed(n) => threads = Some(*n),
+                LuaController::Auto(..) => {
+                    return Err(rt(
+                        "leda.start: a daemon runs a fixed pool; use require 'leda.controller.thread_pool'.get(n)",
+                    ));
+                }
+            },
+            other => {
+                return Err(rt(format!(
+                    "leda.start: controller: not a controller ({})",
+                    other.type_name()
+                )));
+            }
+        }
+        maxpar = o.get::<Option<usize>>("maxpar")?;
+    }
+    if options.mode == Mode::Check {
+        return Ok(MultiValue::new());
+    }
+    let daemon = crate::remote::DaemonOptions {
+        listen: options.resolve(&format!("{host}:{port}")),
+        threads,
+        secret: options.secret.clone(),
+        dashboard: options.dashboard.clone(),
+        maxpar,
+    };
+    let quit = crate::remote::serve(&daemon, false, |addr| {
+        eprintln!("leda: listening on {addr}, waiting for a graph");
+    })
+    .map_err(|e| rt(e.to_string()))?;
+    let mut out = Vec::new();
+    if let Some(ev) = quit {
+        for v in ev.args() {
+            out.push(to_lua(lua, v).map_err(|e| rt(e.to_string()))?);
+        }
+    }
+    Ok(MultiValue::from_vec(out))
 }
 
 fn controller_module(lua: &Lua, auto: bool) -> mlua::Result<Table> {
@@ -824,7 +929,10 @@ impl Script {
             "coroutine",
             "debug",
         ] {
-            libs.set(name, g.get::<Table>(name)?)?;
+            // (LuaJIT has no `utf8`.)
+            if let Some(t) = g.get::<Option<Table>>(name)? {
+                libs.set(name, t)?;
+            }
         }
         lua.set_named_registry_value("leda.libs", libs)?;
         let leda = install_leda(&lua)?;
@@ -851,8 +959,21 @@ impl Script {
         )?;
         // Rust stages of the stage library, looked up when required.
         crate::library::register_bundled();
-        let searchers: Table = package.get("searchers")?;
+        // (`package.loaders` in Lua 5.1 and LuaJIT.)
+        let searchers: Table = match package.get::<Option<Table>>("searchers")? {
+            Some(t) => t,
+            None => package.get("loaders")?,
+        };
         let searcher = lua.create_function(|lua, name: String| {
+            if let Some(src) = crate::library::lua_module(&name) {
+                // A Lua module of the stage library: its text is recorded so that
+                // the stages it builds can travel to instances like a script's.
+                let chunk = format!("@{}.lua", name.replace('.', "/"));
+                let sh = shared_of(lua)?;
+                lock(&sh).texts.insert(chunk.clone(), Arc::from(src));
+                let f = lua.load(src).set_name(chunk).into_function()?;
+                return Ok(mlua::Value::Function(f));
+            }
             if !crate::registry::is_registered(&name) {
                 return Ok(mlua::Value::String(lua.create_string(format!(
                     "\n\tno registered Rust stage '{name}'"

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use leda_core::value::Value;
-use mlua::{Function, Lua, Table};
+use mlua::{ChunkMode, Function, Lua, Table};
 
 use crate::value::{to_lua, to_value};
 
@@ -275,6 +275,7 @@ impl Extractor<'_> {
             .into_iter()
             .filter(|&p| p >= last_line_start)
             .collect();
+        let mut candidates: Vec<(String, Function)> = Vec::new();
         for &s in &starts {
             for &e in ends.iter().rev() {
                 if e < s {
@@ -306,25 +307,61 @@ impl Extractor<'_> {
                 let Ok(cand) = loader.call::<Function>(mlua::MultiValue::from_vec(args)) else {
                     continue;
                 };
-                let Ok(got) = getinfo.call::<Table>((cand, "u")) else {
+                let Ok(got) = getinfo.call::<Table>((cand.clone(), "u")) else {
                     continue;
                 };
                 let np: i64 = got.get("nparams").unwrap_or(-2);
                 let va: bool = got.get("isvararg").unwrap_or(false);
                 if np == want_np && va == want_va {
-                    return Ok(FnSource {
-                        chunk,
-                        chunkname: source,
-                        upvalues,
-                        location,
-                    });
+                    candidates.push((chunk, cand));
                 }
             }
         }
-        Err(SourceError::NotFound {
-            what: what.to_owned(),
-            location,
-        })
+        let chunk = match candidates.len() {
+            0 => None,
+            1 => candidates.pop().map(|(c, _)| c),
+            _ => self.closest(f, candidates),
+        };
+        match chunk {
+            Some(chunk) => Ok(FnSource {
+                chunk,
+                chunkname: source,
+                upvalues,
+                location,
+            }),
+            None => Err(SourceError::NotFound {
+                what: what.to_owned(),
+                location,
+            }),
+        }
+    }
+
+    /// Of several functions defined on the same lines with the same parameters (`init`
+    /// and `handler` on one line, say), the one whose compiled code is `f`'s: the
+    /// stripped dumps hold the instructions and constants before the upvalue
+    /// descriptors (which differ with the enclosing chunk), so the right candidate
+    /// shares the longest prefix with `f`'s dump.
+    fn closest(&self, f: &Function, candidates: Vec<(String, Function)>) -> Option<String> {
+        let dump = self
+            .libs
+            .iter()
+            .find(|(n, _)| n == "string")
+            .and_then(|(_, t)| t.get::<Function>("dump").ok())?;
+        let bytes = |g: &Function| -> Option<Vec<u8>> {
+            dump.call::<mlua::String>((g.clone(), true))
+                .ok()
+                .map(|s| s.as_bytes().to_vec())
+        };
+        let want = bytes(f)?;
+        candidates
+            .into_iter()
+            .filter_map(|(chunk, g)| {
+                let got = bytes(&g)?;
+                let common = want.iter().zip(&got).take_while(|(a, b)| a == b).count();
+                Some((common, chunk))
+            })
+            .max_by_key(|(common, _)| *common)
+            .map(|(_, chunk)| chunk)
     }
 
     fn upvalue(
@@ -398,9 +435,11 @@ impl FnSource {
             // The chunk reads the other upvalues with `select(2, ...)`.
             args.insert(0, mlua::Value::Nil);
         }
+        // Text only: a chunk that arrived from another process is never bytecode.
         let loader = lua
             .load(&self.chunk)
             .set_name(&self.chunkname)
+            .set_mode(ChunkMode::Text)
             .into_function()
             .map_err(le)?;
         loader
@@ -410,6 +449,19 @@ impl FnSource {
 }
 
 impl FnSource {
+    /// `Some(reason)` if this chunk, or that of a captured function, is precompiled
+    /// bytecode rather than source text (a deployment must carry source).
+    pub fn binary_chunk(&self) -> Option<String> {
+        // Lua and LuaJIT bytecode start with ESC ("\x1bLua", "\x1bLJ").
+        if self.chunk.trim_start().starts_with('\x1b') {
+            return Some(format!("{} is bytecode, not source text", self.location));
+        }
+        self.upvalues.iter().find_map(|(_, u)| match u {
+            UpValue::Function(f) => f.binary_chunk(),
+            _ => None,
+        })
+    }
+
     /// A function from the text of a function expression (`function(x) ... end`),
     /// with no upvalues; `chunkname` names it in error messages.
     pub fn from_text(chunkname: &str, text: &str) -> FnSource {

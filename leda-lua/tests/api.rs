@@ -109,7 +109,7 @@ fn clusters_partition_and_map() {
         ok, err = pcall(g.map, g, "127.0.0.1:9001")
         assert(not ok and tostring(err):find("1 process"), tostring(err))
         ok, err = pcall(g.run, g)
-        assert(not ok and tostring(err):find("needs leda%-net"), tostring(err))
+        assert(not ok and tostring(err):find("cannot tell which mapped process"), tostring(err))
         return "ok"
     "#)
     .unwrap();
@@ -235,7 +235,11 @@ fn gettime_and_send_failures_are_values() {
     assert!(why1.contains("not connected"), "{why1}");
     assert!(v[3].is_nil());
     let why2 = v[4].as_str().unwrap();
-    assert!(why2.contains("argument 1 is a function"), "{why2}");
+    assert!(
+        why2.contains("stage 'script' cannot send on port '1'")
+            && why2.contains("argument 1 is a function, which cannot cross a connector"),
+        "{why2}"
+    );
     assert_eq!(v[5], Value::Bool(true));
 }
 
@@ -280,6 +284,47 @@ fn function_forms_on_one_line_and_named() {
 }
 
 #[test]
+fn same_shaped_functions_on_one_line_are_told_apart() {
+    // `init` and `handler` on one line, same parameters: each instance must get
+    // the right text (the compiled code tells them apart).
+    let out = run(r#"
+        local s = leda.stage "s" { init = function() mark = "init" end, handler = function() leda.quit(mark, "handler") end }
+        s:push()
+        return s:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![st("init"), st("handler")]);
+}
+
+#[test]
+fn every_bundled_stage_is_reachable_with_require() {
+    leda_lua::library::register_bundled();
+    let mut names = leda_lua::registry::registered();
+    assert!(
+        names.iter().any(|n| n == "leda.stage.util.timer"),
+        "{names:?}"
+    );
+    names.extend(
+        leda_stages::lua_modules()
+            .into_iter()
+            .map(|(n, _)| n.to_owned()),
+    );
+    let s = script();
+    for n in &names {
+        let out = run_in(
+            &s,
+            &format!("local s = require '{n}'\nreturn type(s), tostring(s)"),
+        )
+        .unwrap_or_else(|e| panic!("require '{n}': {e}"))
+        .into_vec();
+        assert!(
+            matches!(&out[0], mlua::Value::String(t) if t.to_str().unwrap() != "nil"),
+            "require '{n}' gave {out:?}"
+        );
+    }
+}
+
+#[test]
 fn rust_and_lua_stages_mix_through_require() {
     leda_lua::registry::register_stage("leda.stage.test.double", || {
         Stage::new("double", |ev: Event, ctx: &mut Ctx| {
@@ -305,9 +350,18 @@ fn rust_and_lua_stages_mix_through_require() {
 }
 
 #[test]
-fn start_needs_leda_net() {
-    let err = run("leda.start{ port = 9999 }").unwrap_err().to_string();
-    assert!(err.contains("needs leda-net"), "{err}");
+fn start_options_are_checked() {
+    let e = run("leda.start{ controller = require 'leda.controller.auto'.get(1, 4) }")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fixed pool"), "{e}");
+    let e = run("leda.start{ controller = 3 }").unwrap_err().to_string();
+    assert!(e.contains("not a controller"), "{e}");
+    // Off loopback without a secret: refused before listening.
+    let e = run("leda.start{ host = '0.0.0.0', port = 0 }")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("requires a shared secret"), "{e}");
 }
 
 #[test]

@@ -87,30 +87,219 @@ fn check_and_dot_show_partition_and_mapping() {
         "{s}"
     );
 
-    // Listing 4.4 alone returns its graph: check it too.
+    // Listing 4.4 (app.lua) run as the program: one cluster in this process.
     let app = grep_dir().join("app.lua");
-    let out = leda(&["check", app.to_str().unwrap()]);
+    let out = leda(&["check", app.to_str().unwrap(), "test", "x.txt"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("one cluster"));
-}
-
-#[test]
-fn multi_process_run_and_start_need_leda_net() {
-    let main = grep_dir().join("main.lua");
-    let out = leda(&["run", main.to_str().unwrap(), "test", "x.txt"]);
+    // Without a pattern, Listing 4.3's bind refuses, naming the file and line.
+    let out = leda(&["check", app.to_str().unwrap()]);
     assert!(!out.status.success());
     let e = text(&out.stderr);
     assert!(
-        e.contains("main.lua:26") && e.contains("needs leda-net"),
+        e.contains("Pattern field must be defined") && e.contains("match.lua:19"),
         "{e}"
     );
-    let daemon = grep_dir().join("daemon.lua");
-    let out = leda(&["run", daemon.to_str().unwrap()]);
+}
+
+/// `leda graph --dot` renders with Graphviz (`dot`) when it is installed; the DOT is
+/// checked for its clusters and edges either way.
+#[test]
+fn dot_output_renders() {
+    let main = grep_dir().join("main.lua");
+    let out = leda(&["graph", "--dot", main.to_str().unwrap(), "test"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dot = text(&out.stdout);
+    assert_eq!(dot.matches('{').count(), dot.matches('}').count(), "{dot}");
+    assert!(dot.trim_end().ends_with('}'), "{dot}");
+    assert!(
+        dot.contains("\"lines\" -> \"match\"") && dot.contains("\"match\" -> \"print\""),
+        "{dot}"
+    );
+    let rendered = Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = rendered else {
+        eprintln!("graphviz is not installed: the DOT was checked, not rendered");
+        return;
+    };
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(dot.as_bytes()).expect("feed dot");
+    }
+    let out = child.wait_with_output().expect("dot");
+    assert!(out.status.success(), "dot: {}", text(&out.stderr));
+    let svg = text(&out.stdout);
+    assert!(
+        svg.contains("<svg") && svg.contains("cluster 2 @ 127.0.0.1:9998"),
+        "{svg}"
+    );
+}
+
+/// A child process that is killed and reaped however the test ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a daemon (`args` are the leda arguments) and reads the address it listens on
+/// from its standard error.
+fn daemon(args: &[&str]) -> (Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_leda"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the daemon"),
+    );
+    let err = child.0.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(err).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the daemon announces its address")
+            .expect("read stderr");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split(',').next().unwrap_or_default().to_owned();
+        }
+    };
+    // Keep draining stderr so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
+/// Waits up to `secs` for the child to exit; returns its standard output.
+fn finish(mut child: Child, secs: u64) -> (bool, String) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(st) = child.0.try_wait().expect("wait") {
+            break Some(st);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = child.0.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    (status.is_some_and(|s| s.success()), out)
+}
+
+fn grep_files() -> (PathBuf, PathBuf) {
+    let dir = common::tempdir();
+    let a = dir.join("a.txt");
+    let b = dir.join("b.txt");
+    std::fs::write(&a, "a test line\nnothing here\nanother test\n").unwrap();
+    std::fs::write(&b, "tests: 3\n").unwrap();
+    (a, b)
+}
+
+/// Listing 4.5 over two processes: the printer in the daemon, the rest here. The
+/// listing maps the printer to 127.0.0.1:9999; `--map` points that at the daemon's
+/// ephemeral port, and the launcher finds its own address (9998, where nothing
+/// listens) by probing.
+fn grep_across(daemon_args: &[&str], launcher_args: &[&str]) {
+    let (child, addr) = daemon(daemon_args);
+    let (a, b) = grep_files();
+    let main = grep_dir().join("main.lua");
+    let alias = format!("127.0.0.1:9999={addr}");
+    let mut args = vec!["run", "--map", &alias];
+    args.extend_from_slice(launcher_args);
+    args.extend([
+        main.to_str().unwrap(),
+        "(t%w+)",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    let out = leda(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The printer runs in the daemon: nothing is printed here.
+    assert_eq!(text(&out.stdout), "");
+    let (ok, printed) = finish(child, 20);
+    assert!(ok, "the daemon ends with the run");
+    let mut lines: Vec<&str> = printed.lines().collect();
+    lines.sort();
+    assert_eq!(lines, vec!["test", "tests", "ther", "thing"]);
+}
+
+#[test]
+fn grep_runs_over_two_processes_with_leda_start() {
+    // The launcher finds its own address by probing.
+    grep_across(
+        &[
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--once",
+            "--threads",
+            "2",
+        ],
+        &[],
+    );
+}
+
+#[test]
+fn grep_runs_over_two_processes_with_listing_4_6() {
+    // daemon.lua is Listing 4.6 (leda.start{controller=..., host=..., port=9999}).
+    let script = grep_dir().join("daemon.lua");
+    // The launcher is told its address.
+    grep_across(
+        &[
+            "run",
+            "--map",
+            "127.0.0.1:9999=127.0.0.1:0",
+            script.to_str().unwrap(),
+        ],
+        &["--process", "127.0.0.1:9998"],
+    );
+}
+
+#[test]
+fn start_refuses_a_public_address_without_a_secret() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leda"))
+        .args(["start", "--listen", "0.0.0.0:0"])
+        .env_remove("LEDA_SECRET")
+        .output()
+        .expect("run leda");
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("needs leda-net"));
-    let out = leda(&["start", "--listen", "127.0.0.1:0"]);
+    let e = text(&out.stderr);
+    assert!(e.contains("requires a shared secret"), "{e}");
+}
+
+#[test]
+fn run_says_which_process_it_cannot_identify() {
+    // No daemon anywhere: both mapped addresses are free, so this process cannot
+    // tell which one it is.
+    let main = grep_dir().join("main.lua");
+    let out = leda(&[
+        "run",
+        "--map",
+        "127.0.0.1:9999=127.0.0.1:1",
+        "--map",
+        "127.0.0.1:9998=127.0.0.1:2",
+        main.to_str().unwrap(),
+        "test",
+        "x.txt",
+    ]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("needs leda-net"));
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("cannot tell which mapped process is this one") && e.contains("main.lua:26"),
+        "{e}"
+    );
 }
 
 #[test]

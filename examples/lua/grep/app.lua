@@ -9,5 +9,15 @@ local app = leda.graph{
   leda.connect(lines, "line", matcher, "local"),
   leda.connect(matcher, "match", printer)
 }
+
+-- Not in the thesis: run as the program itself (`leda run app.lua PATTERN FILE...`),
+-- app.lua does in one process what Listing 4.5 does. Required as a module
+-- (`require 'app'`, as Listing 4.5 does), it only returns the graph.
+if arg and arg[0] and arg[0]:match("app%.lua$") then
+  matcher.pattern = arg[1]
+  for i = 2, #arg do lines:push(arg[i]) end
+  app:run()
+end
+
 -- Return the application graph
 return app

@@ -5,14 +5,24 @@
 //! * `leda check script.lua [args...]`: builds the graph, checks `bind`, partition and
 //!   mapping, prints a summary, runs nothing;
 //! * `leda graph script.lua [args...] --dot`: prints the graph as Graphviz DOT;
-//! * `leda start --listen ADDR`: a daemon (needs leda-net).
+//! * `leda run --process ADDR --map FROM=TO`: a graph mapped to several processes is
+//!   deployed to the daemons of the other clusters (leda-net);
+//! * `leda start --listen ADDR [--threads N] [--secret S] [--once]`: a daemon that
+//!   runs the clusters deployed to it (the secret may come from `LEDA_SECRET`);
+//! * `run` and `start` take `--dashboard ADDR [--dashboard-token T]`: the live
+//!   dashboard (page, `/stats`, `/metrics`, `/graph`, controls; see
+//!   `leda_core::dashboard`);
+//! * `leda plot stats.jsonl -o out.png`: queue length and throughput per stage over
+//!   time, from a statistics file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use leda_core::graph::Graph;
+use leda_lua::remote::DaemonOptions;
 use leda_lua::script::{Mode, Script, ScriptOptions};
+use leda_net::Secret;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +45,18 @@ enum Command {
         /// Keep running when the graph is idle (until leda.quit).
         #[arg(long)]
         forever: bool,
+        /// This process's address in the graph's mapping (default: graph:run{host=,
+        /// port=}, else the one mapped address where no daemon answers).
+        #[arg(long, value_name = "HOST:PORT")]
+        process: Option<String>,
+        /// Rewrite a mapped address (repeatable), e.g. `--map host1:port1=127.0.0.1:9001`.
+        #[arg(long = "map", value_name = "FROM=TO", value_parser = parse_alias)]
+        aliases: Vec<(String, String)>,
+        /// Shared secret for the daemons (default: the LEDA_SECRET variable).
+        #[arg(long)]
+        secret: Option<String>,
+        #[command(flatten)]
+        dashboard: DashboardArgs,
         /// The script.
         script: PathBuf,
         /// Arguments (`arg[1]`, `arg[2]`...).
@@ -60,34 +82,95 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Start a daemon that waits for a cluster (needs leda-net).
+    /// Start a daemon that runs the clusters deployed to it (Listing 4.6).
     Start {
-        /// Address to listen on.
+        /// Address to listen on (a non-loopback address needs a secret; port 0 picks one).
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
-        /// Worker threads.
+        /// Worker threads (default: one per CPU).
         #[arg(long)]
         threads: Option<usize>,
-        /// Shared secret for non-loopback peers.
+        /// Shared secret (default: the LEDA_SECRET variable); required off loopback.
         #[arg(long)]
         secret: Option<String>,
+        /// Serve one deployment, then exit (default: wait for the next one).
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        dashboard: DashboardArgs,
+    },
+    /// Chart queue length and throughput per stage over time from a statistics
+    /// JSON-lines file (PNG).
+    Plot {
+        /// The statistics file (one snapshot per line).
+        stats: PathBuf,
+        /// The PNG to write.
+        #[arg(short, long, default_value = "stats.png")]
+        output: PathBuf,
     },
 }
 
+/// The live dashboard's options (`run` and `start`).
+#[derive(clap::Args)]
+struct DashboardArgs {
+    /// Serve the live dashboard on this address (e.g. 127.0.0.1:8088; port 0 picks
+    /// one); any address other than loopback needs --dashboard-token.
+    #[arg(long, value_name = "HOST:PORT")]
+    dashboard: Option<String>,
+    /// Token every dashboard request must carry (`Authorization: Bearer T` or `?token=T`).
+    #[arg(long, value_name = "TOKEN", requires = "dashboard")]
+    dashboard_token: Option<String>,
+}
+
+impl DashboardArgs {
+    /// The dashboard to serve, announced on stderr. Port 0 is resolved here so that
+    /// the announced address is the real one (the run binds it again when it starts;
+    /// a failure to bind is reported then).
+    fn config(self) -> Option<leda_core::dashboard::DashboardConfig> {
+        let addr = self.dashboard?;
+        let addr = if addr.ends_with(":0") {
+            std::net::TcpListener::bind(&addr)
+                .and_then(|l| l.local_addr())
+                .map(|a| a.to_string())
+                .unwrap_or(addr)
+        } else {
+            addr
+        };
+        let token = if self.dashboard_token.is_some() {
+            "?token=..."
+        } else {
+            ""
+        };
+        eprintln!("leda: dashboard on http://{addr}/{token}");
+        Some(leda_core::dashboard::DashboardConfig {
+            addr,
+            token: self.dashboard_token,
+        })
+    }
+}
+
+fn parse_alias(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((from, to)) if !from.is_empty() && !to.is_empty() => Ok((from.into(), to.into())),
+        _ => Err(format!("'{s}' is not FROM=TO")),
+    }
+}
+
 fn load(
-    mode: Mode,
     script: &std::path::Path,
     args: &[String],
-    until_idle: bool,
-    threads: Option<usize>,
+    options: ScriptOptions,
 ) -> anyhow::Result<Vec<Graph>> {
-    let s = Script::new(ScriptOptions {
-        mode,
-        until_idle,
-        threads,
-    })?;
+    let s = Script::new(options)?;
     s.run_file(script, args)?;
     Ok(s.graphs())
+}
+
+fn check_options() -> ScriptOptions {
+    ScriptOptions {
+        mode: Mode::Check,
+        ..ScriptOptions::default()
+    }
 }
 
 fn summary(g: &Graph) -> anyhow::Result<String> {
@@ -136,11 +219,26 @@ fn main() -> ExitCode {
         Command::Run {
             threads,
             forever,
+            process,
+            aliases,
+            secret,
+            dashboard,
             script,
             args,
-        } => load(Mode::Run, &script, &args, !forever, threads).map(|_| ()),
+        } => {
+            let options = ScriptOptions {
+                mode: Mode::Run,
+                until_idle: !forever,
+                threads,
+                process,
+                aliases,
+                secret: secret.map(Secret::new).or_else(Secret::from_env),
+                dashboard: dashboard.config(),
+            };
+            load(&script, &args, options).map(|_| ())
+        }
         Command::Check { script, args } => {
-            load(Mode::Check, &script, &args, false, None).and_then(|graphs| {
+            load(&script, &args, check_options()).and_then(|graphs| {
                 if graphs.is_empty() {
                     anyhow::bail!(
                         "{}: the script neither runs nor returns a graph",
@@ -158,7 +256,7 @@ fn main() -> ExitCode {
             dot: _,
             script,
             args,
-        } => load(Mode::Check, &script, &args, false, None).and_then(|graphs| {
+        } => load(&script, &args, check_options()).and_then(|graphs| {
             if graphs.is_empty() {
                 anyhow::bail!(
                     "{}: the script neither runs nor returns a graph",
@@ -166,13 +264,38 @@ fn main() -> ExitCode {
                 );
             }
             for g in &graphs {
-                print!("{}", g.to_dot());
+                let dot = g.to_dot();
+                if dot.ends_with('\n') {
+                    print!("{dot}");
+                } else {
+                    println!("{dot}");
+                }
             }
             Ok(())
         }),
-        Command::Start { listen, .. } => Err(anyhow::anyhow!(
-            "leda start --listen {listen}: needs leda-net (the network runtime), which this build does not include yet"
-        )),
+        Command::Start {
+            listen,
+            threads,
+            secret,
+            once,
+            dashboard,
+        } => {
+            let options = DaemonOptions {
+                listen,
+                threads,
+                secret: secret.map(Secret::new).or_else(Secret::from_env),
+                dashboard: dashboard.config(),
+                maxpar: None,
+            };
+            leda_lua::remote::serve(&options, !once, |addr| {
+                eprintln!("leda: listening on {addr}, waiting for a graph");
+            })
+            .map(|_| ())
+            .map_err(anyhow::Error::from)
+        }
+        Command::Plot { stats, output } => leda_core::chart::plot_jsonl(&stats, &output)
+            .map(|()| eprintln!("leda: wrote {}", output.display()))
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

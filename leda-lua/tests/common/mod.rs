@@ -11,6 +11,7 @@ pub fn script() -> Script {
         mode: Mode::Run,
         until_idle: true,
         threads: Some(2),
+        ..ScriptOptions::default()
     })
     .expect("configuring state")
 }
