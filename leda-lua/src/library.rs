@@ -1,5 +1,6 @@
 //! The Rust stages the `leda` command and every [`Script`](crate::Script) can
-//! `require`: the stage library and the bundled applications' stages.
+//! `require`: the stage library, the bundled applications' stages and the lock
+//! service's node and front stages.
 
 use std::sync::Once;
 
@@ -11,6 +12,7 @@ pub fn register_bundled() {
             leda_stages::catalogue(),
             leda_http::catalogue(),
             leda_image::catalogue(),
+            leda_lock_service::catalogue(),
         ];
         for (module, make) in groups.into_iter().flatten() {
             crate::registry::register_stage(module, make);
