@@ -1,0 +1,195 @@
+//! The `report` sink: counts what happened to every image, shows the progress bar
+//! (done/total, images/s, ETA), prints one line per failed image, and ends the run
+//! (`quit`) once every image is accounted for.
+//!
+//! Input events (the first argument says which):
+//!
+//! * `("total", n)` from `source`;
+//! * `("written", name, variant, bytes)` from `write`: one per output file, so an
+//!   image is done when both its full-size image and its half copy are written;
+//! * `("failed", name, stage, message)`: before `scale` the image is lost; after it
+//!   (`encode`, `write ...`) one of its two outputs is.
+//!
+//! Each image accounted for sends `("next", 1)` on `credit` (when connected), which
+//! lets `source` send the next path (see [`crate::stages::source`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leda_core::prelude::*;
+
+use crate::stages::kinds;
+
+/// What a run did, filled by the `report` stage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Input files found.
+    pub total: Option<u64>,
+    /// Images with both outputs written.
+    pub done: u64,
+    /// Images with at least one failure.
+    pub failed: u64,
+    /// Bytes of JPEG written.
+    pub bytes_written: u64,
+    /// One line per failure: `name: stage: message`.
+    pub errors: Vec<String>,
+    /// Seconds from the first event the report saw to the last image.
+    pub seconds: f64,
+}
+
+impl Summary {
+    /// `true` once every input is accounted for.
+    pub fn complete(&self) -> bool {
+        self.total.is_some_and(|t| self.done + self.failed >= t)
+    }
+
+    /// Images per second over the run.
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            (self.done + self.failed) as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} image(s) processed, {} failed, {:.1} MB written, {:.2} s, {:.2} images/s",
+            self.done,
+            self.total
+                .map_or_else(|| "?".to_string(), |t| t.to_string()),
+            self.failed,
+            self.bytes_written as f64 / 1e6,
+            self.seconds,
+            self.rate()
+        )
+    }
+}
+
+/// Per-image progress: outputs accounted for, and whether one failed.
+#[derive(Default)]
+struct Pending {
+    outputs: u8,
+    failed: bool,
+}
+
+struct Tally {
+    summary: Summary,
+    pending: HashMap<String, Pending>,
+    bar: ProgressBar,
+    started: Option<Instant>,
+    sink: Option<Arc<Mutex<Summary>>>,
+}
+
+impl Tally {
+    fn new(attrs: &Attrs, sink: Option<Arc<Mutex<Summary>>>) -> Result<Tally, BoxError> {
+        let show = attrs.get_as::<Option<bool>>("progress")?.unwrap_or(true);
+        let bar = ProgressBar::with_draw_target(
+            None,
+            if show {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            },
+        );
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} images  {per_sec}  ETA {eta}",
+            )
+            .map_err(|e| BoxError::from(e.to_string()))?,
+        );
+        Ok(Tally {
+            summary: Summary::default(),
+            pending: HashMap::new(),
+            bar,
+            started: None,
+            sink,
+        })
+    }
+
+    fn finish_image(&mut self, name: &str, failed: bool, ctx: &mut Ctx) -> HandlerResult {
+        self.pending.remove(name);
+        if failed {
+            self.summary.failed += 1;
+        } else {
+            self.summary.done += 1;
+        }
+        self.bar.inc(1);
+        if ctx.has_output("credit") {
+            ctx.send_or_wait("credit", ("next", 1))?;
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, ev: Event, ctx: &mut Ctx) -> HandlerResult {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let tag: String = ev.get(0)?;
+        match tag.as_str() {
+            "total" => {
+                let n: u64 = ev.get(1)?;
+                self.summary.total = Some(n);
+                self.bar.set_length(n);
+            }
+            "written" => {
+                let name: String = ev.get(1)?;
+                self.summary.bytes_written += ev.get::<u64>(3)?;
+                let p = self.pending.entry(name.clone()).or_default();
+                p.outputs += 1;
+                if p.outputs >= 2 {
+                    let failed = p.failed;
+                    self.finish_image(&name, failed, ctx)?;
+                }
+            }
+            "failed" => {
+                let (name, stage, message): (String, String, String) =
+                    (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+                let line = format!("{name}: {stage}: {message}");
+                self.bar.suspend(|| eprintln!("error: {line}"));
+                self.summary.errors.push(line);
+                if stage == "source" {
+                    // The directory itself: no image to count.
+                } else if stage == "encode" || stage.starts_with("write") {
+                    let p = self.pending.entry(name.clone()).or_default();
+                    p.outputs += 1;
+                    p.failed = true;
+                    if p.outputs >= 2 {
+                        self.finish_image(&name, true, ctx)?;
+                    }
+                } else {
+                    self.finish_image(&name, true, ctx)?;
+                }
+            }
+            other => return Err(format!("report: unknown event '{other}'").into()),
+        }
+        self.summary.seconds = started.elapsed().as_secs_f64();
+        if let Some(sink) = &self.sink {
+            *sink.lock().unwrap_or_else(|e| e.into_inner()) = self.summary.clone();
+        }
+        if self.summary.complete() {
+            self.bar.finish_and_clear();
+            if self.sink.is_none() {
+                println!("{}", self.summary);
+            }
+            ctx.quit(Event::new());
+        }
+        Ok(())
+    }
+}
+
+/// The `report` stage (serial). With `sink`, the summary is kept there for the caller
+/// to print; without, the stage prints it when the last image is accounted for.
+/// Attribute `progress = false` hides the bar.
+pub fn report(sink: Option<Arc<Mutex<Summary>>>) -> Stage {
+    Stage::stateful(
+        "report",
+        move |a: &Attrs| Tally::new(a, sink.clone()),
+        |t: &mut Tally, ev: Event, ctx: &mut Ctx| t.handle(ev, ctx),
+    )
+    .serial()
+    .kind(kinds::REPORT)
+}

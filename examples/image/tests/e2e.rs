@@ -1,0 +1,270 @@
+//! End to end: the `leda-image` binary on a few small generated images in each
+//! layout (layouts 2 and 3 start real daemon processes on 127.0.0.1, reaped by the
+//! binary), and bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use leda_image::codec::decode_jpeg;
+use leda_image::generate::{GenOptions, Resolution, generate};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leda-image");
+const N: usize = 5;
+const W: u32 = 97;
+const H: u32 = 66;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("leda-image-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn inputs(dir: &Path) {
+    generate(
+        dir,
+        &GenOptions {
+            count: N,
+            resolution: Resolution::Custom(W, H),
+            seed: 42,
+            ..GenOptions::default()
+        },
+    )
+    .expect("generating inputs");
+}
+
+/// Runs the binary (killed and reaped after a minute: a hang fails the test).
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("LEDA_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running leda-image");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("waiting").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("leda-image {args:?} did not finish within a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collecting output");
+    eprintln!(
+        "--- leda-image {args:?}: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn dims(path: &Path) -> (u32, u32) {
+    let img = decode_jpeg(&std::fs::read(path).expect("output file")).expect("output decodes");
+    (img.width, img.height)
+}
+
+fn check_outputs(out: &Path) {
+    for i in 1..=N {
+        let name = format!("img_{i:05}.jpg");
+        assert_eq!(dims(&out.join(&name)), (W, H), "{name}");
+        assert_eq!(
+            dims(&out.join("half").join(&name)),
+            (W / 2, H / 2),
+            "half/{name}"
+        );
+    }
+}
+
+fn layout(k: &str) {
+    layout_with(k, &[]);
+}
+
+fn layout_with(k: &str, extra: &[&str]) {
+    let dir = scratch(&format!("layout{k}{}", extra.join("")));
+    let (input, output) = (dir.join("in"), dir.join("out"));
+    inputs(&input);
+    let out = run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--layout",
+        k,
+        "--threads",
+        "2",
+        "--no-progress",
+    ]
+    .iter()
+    .chain(extra)
+    .copied()
+    .collect::<Vec<_>>());
+    assert!(out.status.success(), "layout {k} succeeds");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{N} of {N} image(s) processed, 0 failed")),
+        "{stdout}"
+    );
+    check_outputs(&output);
+    let stats = std::fs::read_to_string(output.join("stats.jsonl")).expect("stats file");
+    assert!(stats.lines().count() >= 1 && stats.contains("\"decode\""));
+    let png = std::fs::read(output.join("pipeline.png")).expect("chart");
+    assert_eq!(&png[1..4], b"PNG");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn layout_1_one_process() {
+    layout("1");
+}
+
+#[test]
+fn layout_2_two_processes() {
+    layout("2");
+}
+
+#[test]
+fn layout_3_three_processes() {
+    layout("3");
+}
+
+/// One image in flight at a time: every path after the first waits for a credit.
+#[test]
+fn window_of_one_image() {
+    layout_with("1", &["--window", "1"]);
+    layout_with("2", &["--window", "1"]);
+}
+
+/// A corrupt JPEG and a text file each get an error line; the others are processed
+/// and the exit status says some failed.
+#[test]
+fn bad_files_are_reported_and_the_run_goes_on() {
+    for k in ["1", "2"] {
+        let dir = scratch(&format!("bad{k}"));
+        let (input, output) = (dir.join("in"), dir.join("out"));
+        inputs(&input);
+        let good = std::fs::read(input.join("img_00001.jpg")).unwrap();
+        // Cut inside the headers. (A cut inside the entropy-coded data decodes, with
+        // the missing part grey: the `image` crate's decoder is lenient there.)
+        std::fs::write(input.join("corrupt.jpg"), &good[..150]).unwrap();
+        std::fs::write(input.join("readme.txt"), "not an image\n").unwrap();
+        let out = run(&[
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--layout",
+            k,
+            "--threads",
+            "2",
+            "--no-progress",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "some images failed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("error: corrupt: decode:"), "{stderr}");
+        assert!(
+            stderr.contains("error: readme: decode: not a valid JPEG"),
+            "{stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("{N} of {} image(s) processed, 2 failed", N + 2)),
+            "{stdout}"
+        );
+        check_outputs(&output);
+        assert!(!output.join("corrupt.jpg").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn missing_input_directory_is_a_clear_error() {
+    let dir = scratch("missing");
+    let out = run(&[
+        "--input",
+        dir.join("nope").to_str().unwrap(),
+        "--output",
+        dir.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nope") && stderr.contains("not a directory"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unwritable_output_is_a_clear_error_and_loses_nothing() {
+    let dir = scratch("unwritable");
+    let input = dir.join("in");
+    inputs(&input);
+    // A regular file where a directory should go: not writable, even for root.
+    let blocker = dir.join("file");
+    std::fs::write(&blocker, "x").unwrap();
+    let output = blocker.join("out");
+    let out = run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("creating") && stderr.contains("out"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&input).unwrap().count(),
+        N,
+        "inputs untouched"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn baselines_produce_the_same_files_as_the_pipeline() {
+    let dir = scratch("baselines");
+    let input = dir.join("in");
+    inputs(&input);
+    let mut outs = Vec::new();
+    for (args, name) in [
+        (vec!["baseline", "seq"], "seq"),
+        (vec!["baseline", "rayon", "--threads", "2"], "rayon"),
+        (vec!["--layout", "1", "--no-progress"], "leda"),
+    ] {
+        let output = dir.join(name);
+        let mut a = args.clone();
+        a.extend([
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+        ]);
+        assert!(run(&a).status.success(), "{name}");
+        check_outputs(&output);
+        outs.push(output);
+    }
+    for i in 1..=N {
+        let name = format!("img_{i:05}.jpg");
+        let seq = std::fs::read(outs[0].join(&name)).unwrap();
+        assert_eq!(
+            seq,
+            std::fs::read(outs[1].join(&name)).unwrap(),
+            "rayon {name}"
+        );
+        assert_eq!(
+            seq,
+            std::fs::read(outs[2].join(&name)).unwrap(),
+            "leda {name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
