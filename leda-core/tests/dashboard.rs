@@ -395,7 +395,16 @@ fn peers_reported_by_the_transport_are_aggregated_and_controllable() {
             .remote(peers.clone()),
     );
     let addr = running.dashboard_addr().unwrap();
-    let sample: Sample = serde_json::from_str(&http(addr, "GET", "/stats", None).1).unwrap();
+    // Peers appear in `/stats` as last sampled; the sampler's first round runs on its own
+    // thread, so a request made at once may come before it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sample: Sample = loop {
+        let s: Sample = serde_json::from_str(&http(addr, "GET", "/stats", None).1).unwrap();
+        if !s.peers.is_empty() || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(sample.peers.len(), 1);
     assert_eq!(sample.peers[0].snapshot.stages[0].queue_len, 7);
     let names: Vec<&str> = sample.processes().map(|p| p.0).collect();
