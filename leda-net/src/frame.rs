@@ -96,6 +96,23 @@ pub struct Status {
     pub quiescent: bool,
     /// Events accepted from other processes so far.
     pub accepted: u64,
+    /// Per-peer event counters of this process' links (Mattern's counters). Absent
+    /// from the answers of peers older than this field (decoded as empty), in which
+    /// case the launcher falls back to the `accepted` comparison for them.
+    #[serde(default)]
+    pub links: Vec<LinkCount>,
+}
+
+/// Events one process exchanged with one peer over their link, for idle detection.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LinkCount {
+    /// The peer's address in the mapping.
+    pub peer: String,
+    /// Events handed to the link for the peer (counted before they can arrive).
+    pub sent: u64,
+    /// Events received from the peer and handled (queued here, waiting for room, or
+    /// refused), counted once their effect is visible to quiescence.
+    pub received: u64,
 }
 
 /// Frame type bytes.
@@ -493,6 +510,16 @@ mod tests {
             }]),
             Frame::Quit(vec![Value::Int(4)]),
             Frame::StatusReq(9),
+            Frame::Status(Status {
+                round: 3,
+                quiescent: true,
+                accepted: 12,
+                links: vec![LinkCount {
+                    peer: "a:1".into(),
+                    sent: 7,
+                    received: 12,
+                }],
+            }),
         ];
         for f in frames {
             let buf = encode(&f).unwrap();
@@ -500,6 +527,18 @@ mod tests {
             assert_eq!(back.kind(), f.kind());
             assert_eq!(format!("{back:?}"), format!("{f:?}"));
         }
+    }
+
+    /// A status answer of a peer older than the link counters still decodes.
+    #[test]
+    fn status_without_link_counters_decodes() {
+        let mut buf = vec![kind::STATUS];
+        rmp_serde::encode::write(&mut buf, &(4u64, false, 9u64)).unwrap();
+        let Frame::Status(s) = decode(&buf).unwrap() else {
+            panic!("not a status");
+        };
+        assert_eq!((s.round, s.quiescent, s.accepted), (4, false, 9));
+        assert!(s.links.is_empty());
     }
 
     #[test]

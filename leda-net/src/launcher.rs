@@ -22,9 +22,12 @@
 //! # End of the run
 //!
 //! `quit` anywhere ends every process: the process that ends sends `Quit` to all its
-//! peers. With [`Launcher::until_idle`], the launcher also detects global idleness:
-//! it polls every daemon's status (quiescent, events accepted so far) and ends the run
-//! when two consecutive rounds find every process quiescent with unchanged counters.
+//! peers. With [`Launcher::until_idle`] (or a [`Run`] asked to end when idle, which
+//! a launcher never applies to its process alone), the launcher also detects global
+//! idleness with Mattern's four-counter method: it polls every process' quiescence and
+//! per-peer counters of events sent and received, and ends the run when two
+//! consecutive rounds find every process quiescent, every pair's counters equal (no
+//! event in flight anywhere), and nothing changed in between (see `idle_watch`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,7 +42,7 @@ use crate::auth::Secret;
 use crate::daemon::net_runtime;
 use crate::deploy::Deployment;
 use crate::error::NetError;
-use crate::frame::{Frame, MAX_FRAME, Role, read_frame, write_frame};
+use crate::frame::{Frame, MAX_FRAME, Role, Status, read_frame, write_frame};
 use crate::handshake;
 use crate::link::{Transport, TransportCounts};
 
@@ -253,6 +256,11 @@ impl Launcher {
             rt.block_on(transport.close(Some(Vec::new())));
             return Err(e);
         }
+        // `Run::until_idle` would end the local run as soon as this process alone is
+        // idle, with events still in flight or daemons still working: it is turned
+        // into global idle detection instead.
+        let until_idle = self.until_idle || run.is_until_idle();
+        let run = run.set_until_idle(false);
         let running = match graph.start(run.process(self.addr.clone()).remote(transport.clone())) {
             Ok(r) => r,
             Err(e) => {
@@ -262,7 +270,7 @@ impl Launcher {
         };
         transport.set_handle(running.handle());
         let idle = Arc::new(AtomicBool::new(false));
-        if self.until_idle {
+        if until_idle {
             rt.spawn(idle_watch(
                 transport.clone(),
                 running.handle(),
@@ -333,37 +341,132 @@ impl Launcher {
     }
 }
 
-/// Ends the run when every process is quiescent in two consecutive rounds with the
-/// same accepted-event counters (nothing moved in between).
+/// How long one round waits for a peer's status answer.
+const STATUS_WAIT: Duration = Duration::from_secs(2);
+
+/// Ends the run when every process is idle: Mattern's four-counter method (double
+/// collect). Each round collects, from this process and every live peer, a local
+/// quiescence flag and per-link counters of events sent to and received from each
+/// peer. A round is *clean* when every live process answered, every process is
+/// quiescent, and for every pair of processes the events one sent to the other
+/// equal the events the other received from it (nothing in a batch, on the wire, in
+/// a frame buffer or waiting for room). The run ends after two consecutive clean
+/// rounds with identical answers: nothing moved in between, so nothing can move
+/// again.
+///
+/// A peer whose link is dead holds nothing (its events were reported failed); a live
+/// peer that does not answer in time makes the round unclean (it may be busy).
 async fn idle_watch(t: Arc<Transport>, h: ProcessHandle, idle: Arc<AtomicBool>) {
-    let mut prev: Option<Vec<u64>> = None;
+    let mut prev: Option<Vec<(String, Status)>> = None;
     let mut round = 0u64;
     loop {
         tokio::time::sleep(IDLE_POLL).await;
         round += 1;
-        let links = t.links();
+        let links: Vec<_> = t.links().into_iter().filter(|l| !l.is_dead()).collect();
         for l in &links {
             l.send_frame(Frame::StatusReq(round));
         }
-        let mut all = h.is_quiescent() && t.no_pending_inbound();
-        let mut counts = vec![t.counts().accepted];
+        let mut seen = vec![(t.me().to_owned(), t.status(&h, round))];
+        let mut answered = true;
         for l in &links {
-            match l.status(round, Duration::from_secs(2)).await {
-                Some(s) => {
-                    all &= s.quiescent;
-                    counts.push(s.accepted);
-                }
-                // A process that died or does not answer does not hold the run.
-                None => counts.push(u64::MAX),
+            match l.status(round, STATUS_WAIT).await {
+                Some(s) => seen.push((l.peer().to_owned(), s)),
+                None if l.is_dead() => {}
+                None => answered = false,
             }
         }
-        all &= h.is_quiescent() && t.no_pending_inbound();
-        counts[0] = t.counts().accepted.max(counts[0]);
-        if all && prev.as_ref() == Some(&counts) {
+        // This process again: it must not have moved while the peers answered.
+        answered &= t.status(&h, round) == seen[0].1;
+        for (_, s) in seen.iter_mut() {
+            s.round = 0;
+        }
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        if !(answered && clean(&seen)) {
+            prev = None;
+            continue;
+        }
+        if prev.as_ref() == Some(&seen) {
             idle.store(true, Ordering::SeqCst);
             h.quit(Event::new());
             return;
         }
-        prev = if all { Some(counts) } else { None };
+        prev = Some(seen);
+    }
+}
+
+/// `true` when every process in `seen` is quiescent and every pair's counters match.
+/// A peer without link counters (an older version) is checked by its `accepted`
+/// counter across rounds only.
+fn clean(seen: &[(String, Status)]) -> bool {
+    let find = |p: &str| seen.iter().find(|(a, _)| a == p).map(|(_, s)| s);
+    seen.iter().all(|(me, s)| {
+        s.quiescent
+            && s.links.iter().all(|lc| {
+                let Some(other) = find(&lc.peer) else {
+                    // Not polled: a dead peer, whose events were reported failed.
+                    return true;
+                };
+                if other.links.is_empty() {
+                    return true;
+                }
+                match other.links.iter().find(|b| &b.peer == me) {
+                    Some(back) => lc.sent == back.received && lc.received == back.sent,
+                    None => lc.sent == 0 && lc.received == 0,
+                }
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::LinkCount;
+
+    fn st(quiescent: bool, links: &[(&str, u64, u64)]) -> Status {
+        Status {
+            round: 0,
+            quiescent,
+            accepted: 0,
+            links: links
+                .iter()
+                .map(|&(p, sent, received)| LinkCount {
+                    peer: p.into(),
+                    sent,
+                    received,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn clean_needs_quiescence_and_matching_pairs() {
+        let ok = [
+            ("a".to_owned(), st(true, &[("b", 5, 3)])),
+            ("b".to_owned(), st(true, &[("a", 3, 5)])),
+        ];
+        assert!(clean(&ok));
+        // One event from a to b not received yet (on the wire, say).
+        let in_flight = [
+            ("a".to_owned(), st(true, &[("b", 6, 3)])),
+            ("b".to_owned(), st(true, &[("a", 3, 5)])),
+        ];
+        assert!(!clean(&in_flight));
+        let busy = [
+            ("a".to_owned(), st(true, &[("b", 5, 3)])),
+            ("b".to_owned(), st(false, &[("a", 3, 5)])),
+        ];
+        assert!(!clean(&busy));
+        // b does not know a although a sent to it.
+        let unknown = [
+            ("a".to_owned(), st(true, &[("b", 1, 0)])),
+            ("b".to_owned(), st(true, &[("c", 0, 0)])),
+        ];
+        assert!(!clean(&unknown));
+        // An older peer without counters, and a dead peer (not polled), hold nothing.
+        let old_and_dead = [
+            ("a".to_owned(), st(true, &[("b", 1, 0), ("c", 4, 0)])),
+            ("b".to_owned(), st(true, &[])),
+        ];
+        assert!(clean(&old_and_dead));
     }
 }

@@ -24,8 +24,13 @@
 //!   is authenticated), `u8` type, msgpack body ([`frame`]).
 //! * Deployment: `Deploy` → `Ready` | `Refused(reason)`; then `Start` ([`daemon`]).
 //! * Data: `Events [[route, [[args...], ...]], ...]` batches; `Replies [{route, count,
-//!   refused}]` acknowledge in order and return credits; `Quit values`; `StatusReq` /
-//!   `Status` for global idle detection ([`link`]).
+//!   refused}]` acknowledge in order and return credits; `Quit values`; `StatusReq
+//!   round` / `Status {round, quiescent, accepted, links: [{peer, sent, received}]}`
+//!   for global idle detection (Mattern's four counters, [`launcher`]). `links` was
+//!   added without a version bump: it is the last field and decodes as empty when
+//!   absent, so a launcher accepts an older daemon's answer (and checks that daemon
+//!   by its `accepted` counter alone); an older launcher rejects the longer answer as
+//!   malformed, so launcher and daemons should be upgraded together.
 //!
 //! One TCP connection per process pair carries every connector between the two: the
 //! launcher's deployment connection to each daemon stays open as their link, and of

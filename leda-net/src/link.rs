@@ -26,7 +26,7 @@
 //! at once (or go to a live replica).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 
 use crate::deploy::RouteInfo;
 use crate::error::FrameError;
-use crate::frame::{self, Frame, MAX_FRAME, Refusal, Reply, Status};
+use crate::frame::{self, Frame, LinkCount, MAX_FRAME, Refusal, Reply, Status};
 
 /// How long a closing link waits for the peer to finish its side.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -101,6 +101,10 @@ pub(crate) struct Link {
     peer: String,
     out: mpsc::UnboundedSender<Out>,
     routes: Box<[LinkRoute]>,
+    /// Events handed to this link for the peer (idle detection).
+    sent: AtomicU64,
+    /// Events received from the peer and handled here (idle detection).
+    received: AtomicU64,
     dead: AtomicBool,
     dead_notify: Notify,
     status: Mutex<Option<Status>>,
@@ -112,7 +116,7 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         self.dead.load(Relaxed)
     }
 
@@ -242,6 +246,31 @@ impl Transport {
         Some((h, idx))
     }
 
+    /// This process' answer to a status request of `round`: quiescence, then the
+    /// counters (read after it, so a counter change during the check is seen as a
+    /// change between rounds), then quiescence again.
+    pub(crate) fn status(&self, h: &ProcessHandle, round: u64) -> Status {
+        let before = h.is_quiescent() && self.no_pending_inbound();
+        let accepted = self.stats.accepted.load(Relaxed);
+        let mut links: Vec<LinkCount> = lock(&self.links)
+            .iter()
+            .filter(|(_, l)| !l.is_dead())
+            .map(|(peer, l)| LinkCount {
+                peer: peer.clone(),
+                sent: l.sent.load(Acquire),
+                received: l.received.load(Acquire),
+            })
+            .collect();
+        links.sort();
+        let after = h.is_quiescent() && self.no_pending_inbound();
+        Status {
+            round,
+            quiescent: before && after,
+            accepted,
+            links,
+        }
+    }
+
     /// `true` when no inbound event waits for room here.
     pub(crate) fn no_pending_inbound(&self) -> bool {
         self.pending_inbound.load(Relaxed) == 0
@@ -294,6 +323,8 @@ impl Transport {
                     unacked: Mutex::new(VecDeque::new()),
                 })
                 .collect(),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             dead_notify: Notify::new(),
             status: Mutex::new(None),
@@ -428,12 +459,16 @@ impl RemoteSink for Sink {
                 continue;
             }
             rs.in_flight.fetch_add(1, AcqRel);
+            // Counted before the event can reach the peer, so that no status ever
+            // shows it received and not sent.
+            link.sent.fetch_add(1, AcqRel);
             match link.out.send(Out::Event(self.route, event)) {
                 Ok(()) => {
                     self.stats.sent.fetch_add(1, Relaxed);
                     return Ok(());
                 }
                 Err(mpsc::error::SendError(back)) => {
+                    link.sent.fetch_sub(1, AcqRel);
                     rs.in_flight.fetch_sub(1, AcqRel);
                     rs.credit.fetch_add(1, AcqRel);
                     let Out::Event(_, ev) = back else {
@@ -685,6 +720,9 @@ async fn handle_frame(
                     Some(dest) => {
                         for ev in events {
                             inb.deliver(t, h, dest, route, ev);
+                            // Counted once the event is queued, pending (not
+                            // quiescent) or refused, never before.
+                            link.received.fetch_add(1, AcqRel);
                         }
                     }
                     None => {
@@ -694,6 +732,7 @@ async fn handle_frame(
                         ));
                         for _ in events {
                             push_reply(&mut inb.replies, route, Some(why.clone()));
+                            link.received.fetch_add(1, AcqRel);
                         }
                     }
                 }
@@ -737,12 +776,7 @@ async fn handle_frame(
         }
         Frame::StatusReq(round) => {
             if let Some((h, _)) = ready.as_ref() {
-                let quiescent = h.is_quiescent() && t.no_pending_inbound();
-                link.send_frame(Frame::Status(Status {
-                    round,
-                    quiescent,
-                    accepted: t.stats.accepted.load(Relaxed),
-                }));
+                link.send_frame(Frame::Status(t.status(h, round)));
             }
         }
         Frame::Status(s) => {

@@ -208,6 +208,23 @@ pub fn echo(name: &str) -> Stage {
     .kind("test.echo")
 }
 
+/// Sleeps attribute `ms` milliseconds (default 0) on each event, then sends it back
+/// unchanged on port 1 (a busy worker between two stages of another process).
+pub fn slow_echo(name: &str) -> Stage {
+    Stage::stateful(
+        name.to_owned(),
+        |attrs: &Attrs| -> Result<u64, BoxError> {
+            Ok(attrs.get_as::<Option<u64>>("ms")?.unwrap_or(0))
+        },
+        |ms: &mut u64, ev: Event, ctx: &mut Ctx| {
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
+            ctx.send_or_wait(1, ev)?;
+            Ok(())
+        },
+    )
+    .kind("test.slow_echo")
+}
+
 /// The registry of every kind above.
 pub fn registry() -> Registry {
     Registry::new()
@@ -221,4 +238,5 @@ pub fn registry() -> Registry {
         .with("test.gen", |_| Ok(generator("gen")))
         .with("test.echo", |_| Ok(echo("echo")))
         .with("test.drain", |_| Ok(drain("drain")))
+        .with("test.slow_echo", |_| Ok(slow_echo("slow_echo")))
 }
