@@ -572,3 +572,99 @@ fn batched_sends_keep_order_through_full_queues() {
         assert_eq!(st.queue_len, 0, "{name}");
     }
 }
+
+/// Runs a chain of tiny bounded queues (capacities 1 and 2, serial and parallel
+/// stages) fed by waiting senders: synchronous handlers use `send_or_wait`, async ones
+/// `send_wait`. A sender parked on a full queue must be woken when the queue's
+/// consumer takes from it, whichever way the room is made (the event popped by a take,
+/// held events settled or given back). Returns the events that reached the sink.
+fn waiting_chain(threads: usize, n: i64) -> i64 {
+    let src = Stage::new("src", move |_, ctx: &mut Ctx| {
+        for i in 0..n {
+            ctx.send_or_wait(1, i)?;
+        }
+        Ok(())
+    })
+    .autostart(());
+    // Parallel, capacity 1: every take pops the only queued event.
+    let a = Stage::new("a", |ev: Event, ctx: &mut Ctx| {
+        ctx.send_or_wait(1, ev)?;
+        Ok(())
+    })
+    .capacity(1)
+    .maxpar(2);
+    let b = Stage::asynchronous("b", |ev: Event, mut ctx: Ctx| async move {
+        ctx.send_wait(1, ev).await?;
+        Ok(())
+    })
+    .serial()
+    .capacity(2);
+    let c = Stage::new("c", |ev: Event, ctx: &mut Ctx| {
+        ctx.send_or_wait(1, ev)?;
+        Ok(())
+    })
+    .serial()
+    .capacity(1);
+    let d = Stage::asynchronous("d", |ev: Event, mut ctx: Ctx| async move {
+        ctx.send_wait(1, ev).await?;
+        Ok(())
+    })
+    .capacity(2)
+    .maxpar(2);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let sink = Stage::new("sink", move |_, _| {
+        s2.fetch_add(1, SeqCst);
+        std::hint::black_box((0..50).sum::<u64>());
+        Ok(())
+    })
+    .serial()
+    .capacity(1);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &a);
+    g.connect(&a, 1, &b);
+    g.connect(&b, 1, &c);
+    g.connect(&c, 1, &d);
+    g.connect(&d, 1, &sink);
+    let r = g
+        .run(
+            Run::default()
+                .threads(threads)
+                .until_idle()
+                .timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    assert_eq!(
+        r.reason,
+        EndReason::Idle,
+        "a parked sender was never woken ({} of {n} events arrived)",
+        seen.load(SeqCst)
+    );
+    seen.load(SeqCst) as i64
+}
+
+/// Regression: a sender parked by `send_or_wait`/`send_wait` on a full queue stayed
+/// parked forever although the queue had room (the take that popped the last event
+/// woke nobody). The run is also bounded from outside, so a hang fails the test.
+#[test]
+fn parked_senders_are_woken_when_small_queues_drain() {
+    const N: i64 = 5_000;
+    for threads in [1, 2] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let _ = tx.send(waiting_chain(threads, N));
+        });
+        match rx.recv_timeout(Duration::from_secs(40)) {
+            Ok(got) => assert_eq!(got, N, "{threads} thread(s): every event arrived"),
+            Err(_) => {
+                // The worker panicked (its message is in the join error) or hung.
+                if worker.is_finished() {
+                    let e = worker.join().unwrap_err();
+                    std::panic::resume_unwind(e);
+                }
+                panic!("{threads} thread(s): the run hung past its own timeout");
+            }
+        }
+        worker.join().unwrap();
+    }
+}

@@ -93,6 +93,18 @@ impl Run {
         self
     }
 
+    /// `true` if [`Run::until_idle`] was asked (a launcher turns it into global idle
+    /// detection: one process being idle says nothing about the others).
+    pub fn is_until_idle(&self) -> bool {
+        self.until_idle
+    }
+
+    /// Sets or clears [`Run::until_idle`].
+    pub fn set_until_idle(mut self, on: bool) -> Self {
+        self.until_idle = on;
+        self
+    }
+
     /// End the run after `d` at the latest.
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);

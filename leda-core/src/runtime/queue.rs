@@ -51,7 +51,9 @@ pub(crate) struct Taken {
     pub(crate) event: Option<Event>,
     /// Work remains and another activation was claimed: schedule it.
     pub(crate) another: bool,
-    /// Room was made in the queue (wake producers waiting for space).
+    /// Room was made in the queue (wake producers waiting for space): held events
+    /// were settled, or an event left the queue (the one returned; the rest of the
+    /// batch stays held and still counts).
     pub(crate) freed: bool,
 }
 
@@ -129,7 +131,10 @@ impl EventQueue {
         let mut s = self.lock();
         s.held -= started.min(s.held);
         self.held.store(s.held, Release);
-        let freed = started > 0;
+        // Room is made when a held event starts, and when the next event leaves the
+        // queue for the instance (below): either way, senders waiting for room must
+        // be woken.
+        let settled = started > 0;
         let len = s.events.len();
         if len == 0 {
             if let Some(on_release) = release {
@@ -143,7 +148,7 @@ impl EventQueue {
             return Taken {
                 event: None,
                 another: false,
-                freed,
+                freed: settled,
             };
         }
         // A serial stage takes what there is; a parallel one leaves a share for the
@@ -160,9 +165,11 @@ impl EventQueue {
         self.queued.store(s.events.len(), Release);
         let another = !s.events.is_empty() && self.claim_locked(&mut s, maxpar);
         Taken {
+            // The popped event no longer counts against the capacity: a slot was
+            // made even if nothing held was settled.
+            freed: settled || event.is_some(),
             event,
             another,
-            freed,
         }
     }
 
@@ -283,6 +290,36 @@ mod tests {
         take_all(&q, &mut out, 1, true);
         assert_eq!(out, (0..=100).collect::<Vec<_>>());
         assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn a_take_that_pops_an_event_reports_room_made() {
+        // Capacity 1, full: the take pops the only event with nothing to settle, and
+        // must still report the freed slot (producers parked on the full queue wait
+        // for exactly that).
+        let q = EventQueue::new();
+        assert!(q.push(Event::from(1i64), Some(1), 2).is_ok());
+        assert!(q.push(Event::from(2i64), Some(1), 2).is_err());
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 2, false, None);
+        assert!(t.event.is_some() && buf.is_empty());
+        assert!(t.freed, "popping the only event made room");
+        assert_eq!(q.len(), 0);
+        // A batch: the popped event frees a slot, the rest stay held until settled.
+        for i in 0..4i64 {
+            assert!(q.push(Event::from(i), Some(4), 1).is_ok());
+        }
+        let t = q.take(&mut buf, 0, 1, true, None);
+        assert!(t.freed && buf.len() == 3 && q.len() == 3);
+        buf.clear();
+        let t = q.take(&mut buf, 3, 1, true, None);
+        assert!(
+            t.event.is_none() && t.freed,
+            "settling held events made room"
+        );
+        // Nothing popped, nothing settled: no room was made.
+        let t = q.take(&mut buf, 0, 1, true, None);
+        assert!(t.event.is_none() && !t.freed);
     }
 
     #[test]
