@@ -22,6 +22,9 @@
 //!   non-FIFO links, client workloads, message-loss injection, trace).
 //! - [`checker`]: mutual exclusion at every instant, fencing tokens strictly increasing, token
 //!   uniqueness, liveness (deadlock/stall reports naming the stuck nodes).
+//! - [`ft_quorum`]: fault-tolerant quorum generators recomputed from a `correct` view (VCube
+//!   clusters and testing rounds, VCube majority, Agrawal–El Abbadi tree and grid with
+//!   substitution; spec `specs/mutex-vcube-quorum.md`).
 //! - [`experiment`], [`chart`]: the `mutex-exp` experiments (CSV rows, the sweep over N and
 //!   load) and their PNG charts with the analytic values beside the measurements.
 //! - [`metrics`]: messages per CS and per type, response time, synchronisation delay.
@@ -43,6 +46,7 @@ pub mod checker;
 pub mod clock;
 pub mod error;
 pub mod experiment;
+pub mod ft_quorum;
 pub mod metrics;
 pub mod node;
 pub mod quorum;
