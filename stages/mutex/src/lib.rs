@@ -48,6 +48,7 @@ pub mod error;
 pub mod experiment;
 pub mod ft_quorum;
 pub mod metrics;
+pub mod multi;
 pub mod node;
 pub mod quorum;
 pub mod rng;
