@@ -159,6 +159,8 @@ impl fmt::Display for Verdict {
 pub struct Checker {
     holder: Option<NodeId>,
     last_fence: Option<Fence>,
+    /// The last fence before the current holder's grant (see [`Checker::on_crash`]).
+    fence_before_holder: Option<Fence>,
 }
 
 impl Checker {
@@ -202,8 +204,20 @@ impl Checker {
             });
         }
         self.holder = Some(node);
+        self.fence_before_holder = self.last_fence;
         self.last_fence = Some(fence);
         Ok(())
+    }
+
+    /// Records that `node` crashed (crash-stop). If it held the CS it leaves it, and its grant's
+    /// fence is forgotten: a crashed holder never uses its fence again, and it could not tell
+    /// anyone its value, so the next grant only has to exceed the fences of holders that did
+    /// not crash inside the CS. Nothing else is relaxed.
+    pub fn on_crash(&mut self, node: NodeId) {
+        if self.holder == Some(node) {
+            self.holder = None;
+            self.last_fence = self.fence_before_holder;
+        }
     }
 
     /// Records that `node` left the CS.
@@ -252,6 +266,28 @@ mod tests {
             Err(Violation::SpuriousGrant { .. })
         ));
         assert!(c.on_grant(3, 1, 6, true).is_ok());
+    }
+
+    #[test]
+    fn a_crashed_holder_leaves_and_its_fence_is_forgotten() {
+        let mut c = Checker::new();
+        assert!(c.on_grant(1, 0, 5, true).is_ok());
+        c.on_release(0);
+        assert!(c.on_grant(2, 1, 7, true).is_ok());
+        c.on_crash(2); // not the holder: nothing changes
+        assert_eq!(c.holder(), Some(1));
+        c.on_crash(1);
+        assert_eq!(c.holder(), None);
+        assert!(c.on_grant(3, 2, 6, true).is_ok()); // above 5, the last surviving fence
+        assert!(matches!(
+            c.clone().on_grant(4, 3, 6, true),
+            Err(Violation::MutualExclusion { .. })
+        ));
+        c.on_release(2);
+        assert!(matches!(
+            c.on_grant(4, 3, 6, true),
+            Err(Violation::FenceNotIncreasing { .. })
+        ));
     }
 
     #[test]

@@ -121,6 +121,22 @@ pub struct DropRule {
     pub nth: u64,
 }
 
+/// Crash-stop fault injection: `node` crashes at virtual time `at` (it handles nothing after
+/// that, messages to it are lost, and if it was in the CS the checker counts it as having left).
+/// Every other live node then gets a failure notice ([`MutexNode::on_failure`]) after its own
+/// delay drawn from `notice`: a perfect detector (accurate and complete) with configurable
+/// latency; a non-constant `notice` gives staggered, transiently inconsistent views. Over FIFO
+/// links a notice never overtakes a message the dead node sent to that observer before crashing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crash {
+    /// The node that crashes.
+    pub node: NodeId,
+    /// When it crashes.
+    pub at: u64,
+    /// Detection latency, drawn per observer.
+    pub notice: Latency,
+}
+
 /// Simulator configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -145,6 +161,9 @@ pub struct SimConfig {
     /// Keep processing events up to this virtual time even after every request was served
     /// (e.g. to let Misra's tokens circulate and detect a loss). Default 0.
     pub run_until: u64,
+    /// Injected crashes (default none). Only algorithms that implement
+    /// [`MutexNode::on_failure`] tolerate them.
+    pub crashes: Vec<Crash>,
 }
 
 impl SimConfig {
@@ -162,6 +181,7 @@ impl SimConfig {
             max_events: 2_000_000,
             record_trace: false,
             run_until: 0,
+            crashes: Vec::new(),
         }
     }
 }
@@ -211,6 +231,18 @@ pub enum TraceKind {
         /// Message kind.
         kind: &'static str,
     },
+    /// A node crashed (see [`Crash`]).
+    Crash {
+        /// The node.
+        node: NodeId,
+    },
+    /// A node was told that `failed` crashed.
+    Notice {
+        /// The node told.
+        node: NodeId,
+        /// The crashed node.
+        failed: NodeId,
+    },
     /// A message was dropped by fault injection.
     Drop {
         /// Sender.
@@ -247,6 +279,8 @@ enum Ev<M> {
     Request(NodeId),
     Release(NodeId),
     Deliver { from: NodeId, to: NodeId, msg: M },
+    Crash(NodeId),
+    Notice { node: NodeId, failed: NodeId },
 }
 
 #[derive(Debug)]
@@ -305,6 +339,7 @@ pub struct Simulation<A: MutexNode> {
     pending_sync: Option<u64>,
     outbox: Outbox<A::Msg>,
     verdict: Option<Verdict>,
+    crashed: Vec<bool>,
 }
 
 /// Builds and runs a simulation in one call.
@@ -316,6 +351,9 @@ impl<A: MutexNode> Simulation<A> {
     /// Builds the nodes; fails if the algorithm rejects the configuration.
     pub fn new(cfg: SimConfig, algo: &A::Config) -> Result<Self, MutexError> {
         let n = cfg.n;
+        if let Some(c) = cfg.crashes.iter().find(|c| c.node >= n) {
+            return Err(MutexError::UnknownNode { node: c.node, n });
+        }
         let nodes = (0..n)
             .map(|i| A::new(i, n, algo))
             .collect::<Result<Vec<_>, _>>()?;
@@ -356,6 +394,7 @@ impl<A: MutexNode> Simulation<A> {
             pending_sync: None,
             outbox: Outbox::new(),
             verdict: None,
+            crashed: vec![false; n],
         })
     }
 
@@ -368,6 +407,9 @@ impl<A: MutexNode> Simulation<A> {
     pub fn run(&mut self) -> Report {
         for i in 0..self.cfg.n {
             self.call(i, |node, out| node.on_start(out));
+        }
+        for c in self.cfg.crashes.clone() {
+            self.push(c.at, Ev::Crash(c.node));
         }
         self.schedule_initial_requests();
         self.check_tokens();
@@ -405,8 +447,21 @@ impl<A: MutexNode> Simulation<A> {
             self.now = entry.time;
             self.metrics.events += 1;
             match entry.ev {
+                Ev::Request(i) | Ev::Release(i) if self.is_crashed(i) => {
+                    if self.cfg.workload.schedule == Schedule::Serial {
+                        self.schedule_next_serial();
+                    }
+                }
                 Ev::Request(i) => self.request(i),
                 Ev::Release(i) => self.release(i),
+                Ev::Crash(i) => self.crash(i),
+                Ev::Notice { node, failed } => {
+                    if !self.is_crashed(node) {
+                        self.record(TraceKind::Notice { node, failed });
+                        self.call(node, |n, out| n.on_failure(failed, out));
+                    }
+                }
+                Ev::Deliver { to, .. } if self.is_crashed(to) => {}
                 Ev::Deliver { from, to, msg } => {
                     if msg.is_token() {
                         self.inflight_tokens = self.inflight_tokens.saturating_sub(1);
@@ -426,6 +481,44 @@ impl<A: MutexNode> Simulation<A> {
             verdict: self.verdict.clone().unwrap_or(Verdict::Ok),
             metrics: self.metrics.clone(),
             trace: std::mem::take(&mut self.trace),
+        }
+    }
+
+    fn is_crashed(&self, i: NodeId) -> bool {
+        self.crashed.get(i).copied().unwrap_or(false)
+    }
+
+    fn crash(&mut self, i: NodeId) {
+        if i >= self.cfg.n || self.crashed[i] {
+            return;
+        }
+        self.crashed[i] = true;
+        self.checker.on_crash(i);
+        let busy = self.clients[i].phase != Phase::Idle;
+        self.clients[i] = Client {
+            remaining: 0,
+            phase: Phase::Idle,
+        };
+        self.record(TraceKind::Crash { node: i });
+        if busy && self.cfg.workload.schedule == Schedule::Serial {
+            self.schedule_next_serial();
+        }
+        let notice = self
+            .cfg
+            .crashes
+            .iter()
+            .find(|c| c.node == i)
+            .map_or(Latency::Constant(0), |c| c.notice.clone());
+        for j in 0..self.cfg.n {
+            if !self.crashed[j] {
+                let mut t = self.now + notice.sample(&mut self.rng);
+                if self.cfg.channels == Channels::Fifo {
+                    // Like a closed connection's EOF: the notice follows the dead node's last
+                    // messages on the link.
+                    t = t.max(self.link_clock[i * self.cfg.n + j]);
+                }
+                self.push(t, Ev::Notice { node: j, failed: i });
+            }
         }
     }
 

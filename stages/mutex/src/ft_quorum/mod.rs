@@ -15,6 +15,8 @@
 //! - [`grid`]: Maekawa-style grid quorums (row ∪ column) with a deterministic substitution rule
 //!   for empty cells and cells of failed processes (spec §4.3).
 //! - [`Generator`]: the three generators chosen by name (`grid`, `tree`, `vcube`).
+//! - [`protocol`]: the crash-tolerant quorum mutual-exclusion protocol (spec §5) as a
+//!   [`crate::MutexNode`], parameterised by the generator.
 //!
 //! **Intersection.** For each generator, any two quorums computed from the **same** view
 //! intersect (proved in each module's docs, checked by property tests in
@@ -27,6 +29,7 @@
 //! Every quorum contains only processes of the view, and contains `i` itself.
 
 pub mod grid;
+pub mod protocol;
 pub mod tree;
 pub mod vcube;
 
