@@ -403,6 +403,7 @@ impl Future for Yield {
             return Poll::Ready(());
         }
         self.0 = true;
+        super::task::mark_nice();
         cx.waker().wake_by_ref();
         Poll::Pending
     }

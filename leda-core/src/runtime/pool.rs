@@ -5,26 +5,39 @@
 //! stealing (crossbeam-deque). A task scheduled from a worker goes to that worker's
 //! deque, so a chain of hand-offs (a token around a ring) stays on one warm thread;
 //! idle workers steal from the other end, so a long-running producer does not keep its
-//! consumers to itself. Every 61st pick checks the injector first, for fairness.
-//! Idle workers spin briefly, then sleep until a task is scheduled.
+//! consumers to itself. Every [`INJECTOR_EVERY`]th pick checks the injector first, so
+//! wake-ups from the events thread and re-queued (yielded) tasks do not wait behind a
+//! worker's stream of local hand-offs.
+//!
+//! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
+//! machine a yielding thread waits for other processes' time slices), then sleep until
+//! a task is scheduled. A scheduled task wakes a sleeping worker unless an idle worker
+//! is already spinning (that one will find it); a woken worker counts as spinning until
+//! it finds work or sleeps again, so a burst of tasks wakes one worker, not all.
 //!
 //! Workers enter the reactor's context, so a handler may create tokio sockets and
 //! timers; the workers poll the futures and the reactor only wakes them.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
-use crossbeam_utils::Backoff;
 
 use super::Task;
 use super::executor::{BoxFuture, Executor};
 
-/// How long an idle worker keeps looking for work before it sleeps.
-const IDLE_SPIN: Duration = Duration::from_micros(200);
+/// How long an idle worker keeps looking for work (spinning) before it sleeps.
+const IDLE_SPIN: Duration = Duration::from_micros(20);
+
+/// Every this many picks, a worker takes from the injector before its own deque.
+const INJECTOR_EVERY: u32 = 8;
+
+/// How long a sleeping worker waits before it looks again on its own (a safety net:
+/// wake-ups are not lost, but a busy worker's deque is stolen from only by looking).
+const SLEEP_MAX: Duration = Duration::from_millis(50);
 
 struct Shared {
     injector: Injector<Task>,
@@ -32,6 +45,9 @@ struct Shared {
     target: AtomicUsize,
     alive: AtomicUsize,
     sleepers: AtomicUsize,
+    /// Idle workers looking for work (not yet asleep): a scheduled task needs no
+    /// wake-up while one is.
+    spinning: AtomicUsize,
     tokens: Mutex<usize>,
     wakeup: Condvar,
     busy: AtomicUsize,
@@ -75,6 +91,7 @@ impl Pool {
                 target: AtomicUsize::new(0),
                 alive: AtomicUsize::new(0),
                 sleepers: AtomicUsize::new(0),
+                spinning: AtomicUsize::new(0),
                 tokens: Mutex::new(0),
                 wakeup: Condvar::new(),
                 busy: AtomicUsize::new(0),
@@ -99,8 +116,13 @@ impl Pool {
 }
 
 impl Shared {
+    /// Wakes a sleeping worker for a task just queued, unless an idle worker is
+    /// spinning (it will find the task) or none sleeps.
     fn notify_one(&self) {
-        if self.sleepers.load(SeqCst) == 0 {
+        // Pairs with the fence of a worker going to sleep: either it sees the task in
+        // its last look, or this sees it spinning or asleep.
+        fence(SeqCst);
+        if self.spinning.load(SeqCst) > 0 || self.sleepers.load(SeqCst) == 0 {
             return;
         }
         let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
@@ -117,7 +139,7 @@ impl Shared {
     }
 
     fn find_task(&self, local: &Local, me: usize, tick: u32) -> Option<Task> {
-        if tick.is_multiple_of(61)
+        if tick.is_multiple_of(INJECTOR_EVERY)
             && let Some(t) = self.injector.steal().success()
         {
             return Some(t);
@@ -159,6 +181,11 @@ impl Shared {
         None
     }
 
+    /// `true` if the pool has more workers than asked for (some worker should leave).
+    fn should_exit_soon(&self) -> bool {
+        self.alive.load(Relaxed) > self.target.load(Relaxed)
+    }
+
     /// `true` if this worker should leave (the pool shrank); claims the exit.
     fn should_exit(&self) -> bool {
         loop {
@@ -186,56 +213,82 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
         seen: RefCell::new(Vec::new()),
     }));
     let mut tick = 0u32;
+    // Counted in `shared.spinning` (idle, looking for work).
+    let mut spinning = false;
     'work: loop {
         if shared.should_exit() {
             break;
         }
         tick = tick.wrapping_add(1);
         if let Some(task) = next_task(&shared, me, tick) {
+            stop_spinning(&shared, &mut spinning);
             run_task(&shared, task);
             continue;
         }
-        // Idle: keep looking (stealing included) for a while, spinning then yielding,
-        // before sleeping: a sleeping worker costs a futex wake-up per scheduled task.
+        // Idle: keep looking (stealing included) a few microseconds before sleeping: a
+        // sleeping worker costs a futex wake-up per scheduled task.
+        if !spinning {
+            spinning = true;
+            shared.spinning.fetch_add(1, SeqCst);
+        }
         let idle_since = Instant::now();
-        let backoff = Backoff::new();
         let mut looks = 0u32;
         while !looks.is_multiple_of(8) || idle_since.elapsed() < IDLE_SPIN {
             looks += 1;
-            if backoff.is_completed() {
-                std::thread::yield_now();
-            } else {
-                backoff.snooze();
+            for _ in 0..(1u32 << (looks.min(6))) {
+                std::hint::spin_loop();
             }
             tick = tick.wrapping_add(1);
             if let Some(task) = next_task(&shared, me, tick) {
+                stop_spinning(&shared, &mut spinning);
                 run_task(&shared, task);
                 continue 'work;
             }
+            if shared.shutdown.load(Relaxed) || shared.should_exit_soon() {
+                break;
+            }
         }
+        // Sleep: count as a sleeper before the last look, so that a task scheduled
+        // after that look sees this worker asleep and wakes it (no lost wake-up).
         shared.sleepers.fetch_add(1, SeqCst);
-        if let Some(task) = next_task(&shared, me, 1) {
+        spinning = false;
+        shared.spinning.fetch_sub(1, SeqCst);
+        fence(SeqCst);
+        if let Some(task) = next_task(&shared, me, INJECTOR_EVERY) {
             shared.sleepers.fetch_sub(1, SeqCst);
             run_task(&shared, task);
             continue;
         }
-        {
+        let woken = {
             let mut t = shared.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            let deadline = Instant::now() + SLEEP_MAX;
             while *t == 0 && !shared.shutdown.load(SeqCst) {
-                let (g, timeout) = shared
-                    .wakeup
-                    .wait_timeout(t, Duration::from_millis(50))
-                    .unwrap_or_else(|e| e.into_inner());
-                t = g;
-                if timeout.timed_out() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     break;
                 }
+                let (g, _) = shared
+                    .wakeup
+                    .wait_timeout(t, left)
+                    .unwrap_or_else(|e| e.into_inner());
+                t = g;
             }
-            if *t > 0 {
+            let woken = *t > 0;
+            if woken {
                 *t -= 1;
             }
+            woken
+        };
+        if woken {
+            // Woken for a task: spinning until it is found, so that tasks scheduled
+            // meanwhile do not wake another worker for nothing.
+            spinning = true;
+            shared.spinning.fetch_add(1, SeqCst);
         }
         shared.sleepers.fetch_sub(1, SeqCst);
+    }
+    if spinning {
+        shared.spinning.fetch_sub(1, SeqCst);
     }
     // Leaving: hand the local tasks to the others.
     if let Some(l) = LOCAL.take() {
@@ -245,6 +298,17 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
     }
     shared.stealers.write().unwrap_or_else(|e| e.into_inner())[me] = None;
     shared.notify_one();
+}
+
+/// Leaves the spinning state on finding a task; the last spinner to leave wakes a
+/// sleeper if more work waits in the injector (it may have skipped waking one for it).
+fn stop_spinning(shared: &Shared, spinning: &mut bool) {
+    if std::mem::take(spinning)
+        && shared.spinning.fetch_sub(1, SeqCst) == 1
+        && !shared.injector.is_empty()
+    {
+        shared.notify_one();
+    }
 }
 
 /// The next task for this worker (its own deque, the injector, or a stuck worker's).
@@ -426,5 +490,63 @@ impl Drop for Io {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use crate::prelude::*;
+
+    /// On one worker, a stage that keeps calling `nice()` must let another ready
+    /// stage run (it used to go back on top of its worker's deque and starve it).
+    #[test]
+    fn nice_lets_other_ready_stages_run() {
+        const MAX_NICE: usize = 10_000;
+        let ran = Arc::new(AtomicBool::new(false));
+        let nices = Arc::new(AtomicUsize::new(0));
+        let src = Stage::new("src", |_, ctx: &mut Ctx| {
+            ctx.send(2, 0)?;
+            ctx.send(1, 0)?;
+            Ok(())
+        })
+        .autostart(());
+        let (r2, n2) = (ran.clone(), nices.clone());
+        let polite = Stage::asynchronous("polite", move |_: Event, ctx: Ctx| {
+            let (ran, nices) = (r2.clone(), n2.clone());
+            async move {
+                while !ran.load(SeqCst) && nices.load(SeqCst) < MAX_NICE {
+                    nices.fetch_add(1, SeqCst);
+                    ctx.nice().await;
+                }
+                Ok(())
+            }
+        });
+        let r3 = ran.clone();
+        let other = Stage::new("other", move |_, _| {
+            r3.store(true, SeqCst);
+            Ok(())
+        });
+        let mut g = Graph::new("g");
+        g.connect(&src, 1, &polite);
+        g.connect(&src, 2, &other);
+        let r = g
+            .run(
+                Run::default()
+                    .threads(1)
+                    .until_idle()
+                    .timeout(Duration::from_secs(20)),
+            )
+            .expect("run");
+        assert_eq!(r.reason, EndReason::Idle);
+        assert!(ran.load(SeqCst), "the other stage never ran");
+        assert!(
+            nices.load(SeqCst) < MAX_NICE,
+            "the other stage waited for {} nice() calls",
+            nices.load(SeqCst)
+        );
     }
 }

@@ -67,6 +67,8 @@ struct Activation {
     started: usize,
     /// The last batch taken was short (the queue held fewer than a full batch).
     short: bool,
+    /// The last poll yielded (`Ctx::nice`): the task goes behind other ready work.
+    nice: bool,
 }
 
 impl Task {
@@ -87,6 +89,7 @@ impl Task {
             buf: VecDeque::new(),
             started: 0,
             short: false,
+            nice: false,
         }))
     }
 
@@ -272,7 +275,9 @@ impl Activation {
         let waker = Waker::from(cell.clone());
         let mut cx = Context::from_waker(&waker);
         let timed = sample_tick(LATENCY_SAMPLE).then(Instant::now);
+        NICE.set(false);
         let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
+        self.nice = NICE.take();
         // What the future sent goes on now (it may wait a long time before more).
         outbox::flush(process);
         let st = &process.stages[self.ctx.stage];
@@ -393,7 +398,15 @@ fn add_busy(st: &super::process::StageRt, took: std::time::Duration) {
         .fetch_add(ns.saturating_mul(LATENCY_SAMPLE), Relaxed);
 }
 
+/// Marks the future being polled on this thread as yielding (`Ctx::nice`): once
+/// it returns `Pending`, its task is re-queued behind the other ready tasks.
+pub(crate) fn mark_nice() {
+    NICE.set(true);
+}
+
 thread_local! {
+    /// Set by [`mark_nice`] during a poll.
+    static NICE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static TICK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
@@ -439,7 +452,12 @@ impl WakeCell {
                 drop(s);
                 let process = a.ctx.process.clone();
                 process.stages[a.ctx.stage].waiting.fetch_sub(1, Relaxed);
-                process.exec.schedule(Task(a));
+                if std::mem::take(&mut a.nice) {
+                    // `Ctx::nice`: behind the tasks already ready, not ahead of them.
+                    process.exec.schedule_yielded(Task(a));
+                } else {
+                    process.exec.schedule(Task(a));
+                }
             }
             _ => *s = CellState::Parked(a),
         }
