@@ -573,12 +573,12 @@ fn batched_sends_keep_order_through_full_queues() {
     }
 }
 
-/// Runs a chain of tiny bounded queues (capacities 1 and 2, serial and parallel
-/// stages) fed by waiting senders: synchronous handlers use `send_or_wait`, async ones
-/// `send_wait`. A sender parked on a full queue must be woken when the queue's
-/// consumer takes from it, whichever way the room is made (the event popped by a take,
-/// held events settled or given back). Returns the events that reached the sink.
-fn waiting_chain(threads: usize, n: i64) -> i64 {
+/// A chain of tiny bounded queues (capacities 1 and 2, serial and parallel stages) fed
+/// by waiting senders: synchronous handlers use `send_or_wait`, async ones `send_wait`.
+/// A sender parked on a full queue must be woken when the queue's consumer takes from
+/// it, whichever way the room is made (the event popped by a take, held events settled
+/// or given back). The sink counts the events `0..n` that reach it and sums them.
+fn waiting_chain_graph(n: i64) -> (Graph, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let src = Stage::new("src", move |_, ctx: &mut Ctx| {
         for i in 0..n {
             ctx.send_or_wait(1, i)?;
@@ -612,9 +612,11 @@ fn waiting_chain(threads: usize, n: i64) -> i64 {
     .capacity(2)
     .maxpar(2);
     let seen = Arc::new(AtomicUsize::new(0));
-    let s2 = seen.clone();
-    let sink = Stage::new("sink", move |_, _| {
+    let sum = Arc::new(AtomicUsize::new(0));
+    let (s2, sum2) = (seen.clone(), sum.clone());
+    let sink = Stage::new("sink", move |ev: Event, _| {
         s2.fetch_add(1, SeqCst);
+        sum2.fetch_add(usize::try_from(ev.get::<i64>(0)?)?, SeqCst);
         std::hint::black_box((0..50).sum::<u64>());
         Ok(())
     })
@@ -626,6 +628,13 @@ fn waiting_chain(threads: usize, n: i64) -> i64 {
     g.connect(&b, 1, &c);
     g.connect(&c, 1, &d);
     g.connect(&d, 1, &sink);
+    (g, seen, sum)
+}
+
+/// Runs [`waiting_chain_graph`] on `threads` workers; returns the events that reached
+/// the sink.
+fn waiting_chain(threads: usize, n: i64) -> i64 {
+    let (g, seen, _) = waiting_chain_graph(n);
     let r = g
         .run(
             Run::default()
@@ -641,6 +650,33 @@ fn waiting_chain(threads: usize, n: i64) -> i64 {
         seen.load(SeqCst)
     );
     seen.load(SeqCst) as i64
+}
+
+/// The same chain under the simulator: one FIFO ready queue, so every woken or yielded
+/// task runs only after all the tasks already ready (the worker pool runs a task woken
+/// during its own poll next instead); a lost wake-up that only that order hides shows
+/// up here as events that never arrive.
+#[test]
+fn waiting_senders_progress_when_every_wake_up_goes_to_the_back() {
+    const N: usize = 2_000;
+    let (g, seen, sum) = waiting_chain_graph(N as i64);
+    let report = leda_core::sim::Simulation::new(1)
+        .run(&g)
+        .expect("simulated run");
+    assert_eq!(
+        seen.load(SeqCst),
+        N,
+        "a parked sender was never woken ({} of {N} events arrived)",
+        seen.load(SeqCst)
+    );
+    assert_eq!(sum.load(SeqCst), N * (N - 1) / 2, "each event arrived once");
+    let errors: u64 = report
+        .processes
+        .iter()
+        .flat_map(|(_, r)| r.stats.stages.iter())
+        .map(|s| s.errors)
+        .sum();
+    assert_eq!(errors, 0, "no handler failed");
 }
 
 /// Regression: a sender parked by `send_or_wait`/`send_wait` on a full queue stayed
