@@ -3,7 +3,8 @@
 #
 #   examples/image/bench.sh [COUNT_1M] [COUNT_8M] [ROUNDS]
 #
-# Generates COUNT_1M 1-megapixel and COUNT_8M 8-megapixel synthetic JPEGs, then, for
+# Generates COUNT_1M 1-megapixel and COUNT_8M 8-megapixel synthetic JPEGs (a count of
+# 0 skips that size), then, for
 # each size, after one warm-up pass of everything, runs ROUNDS alternating rounds of:
 #   ours   leda-image --layout 1|2|3 --threads $(nproc)   (threads per process)
 #   seq    leda-image baseline seq        (one thread, same filter code)
@@ -67,6 +68,7 @@ CONFIGS="layout1 layout2 layout3 seq rayon imagemagick"
 for res in 1m 8m; do
   count=$N1M
   [ "$res" = 8m ] && count=$N8M
+  if [ "$count" -le 0 ]; then echo "# $res skipped (count 0)" >&2; continue; fi
   input="$WORK/in-$res"
   if [ "$(ls "$input" 2>/dev/null | wc -l)" != "$count" ]; then
     rm -rf "$input"

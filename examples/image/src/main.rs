@@ -80,7 +80,8 @@ struct RunArgs {
     /// Worker threads per process (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
-    /// Images in flight at most (default: 2 x threads x processes + 2).
+    /// Images in flight at most (default: threads in layout 1, else
+    /// threads x processes + 2).
     #[arg(long)]
     window: Option<usize>,
     /// Hide the progress bar.
