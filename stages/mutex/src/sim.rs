@@ -283,25 +283,27 @@ enum Ev<M> {
     Notice { node: NodeId, failed: NodeId },
 }
 
+/// An event scheduled at a virtual time; `seq` breaks ties in scheduling order, so the
+/// queue pops in (time, seq) order. Shared with the multi-resource simulator.
 #[derive(Debug)]
-struct Entry<M> {
-    time: u64,
-    seq: u64,
-    ev: Ev<M>,
+pub(crate) struct Entry<E> {
+    pub(crate) time: u64,
+    pub(crate) seq: u64,
+    pub(crate) ev: E,
 }
 
-impl<M> PartialEq for Entry<M> {
+impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
         (self.time, self.seq) == (other.time, other.seq)
     }
 }
-impl<M> Eq for Entry<M> {}
-impl<M> PartialOrd for Entry<M> {
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl<M> Ord for Entry<M> {
+impl<E> Ord for Entry<E> {
     fn cmp(&self, other: &Self) -> Ordering {
         (self.time, self.seq).cmp(&(other.time, other.seq))
     }
@@ -329,7 +331,7 @@ pub struct Simulation<A: MutexNode> {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: BinaryHeap<Reverse<Entry<A::Msg>>>,
+    queue: BinaryHeap<Reverse<Entry<Ev<A::Msg>>>>,
     link_clock: Vec<u64>,
     checker: Checker,
     metrics: Metrics,

@@ -20,13 +20,13 @@
 //!
 //! Reused from the single-resource simulator unchanged: [`Latency`], [`Channels`] and the RNG.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::error::MutexError;
 use crate::node::{Message, NodeId};
 use crate::rng::SplitMix64;
-use crate::sim::{Channels, Latency};
+use crate::sim::{Channels, Entry, Latency};
 
 use super::checker::{MultiChecker, MultiVerdict, MultiViolation};
 use super::model::{MultiOutbox, MultiOutput, MultiRequest, MultiSystem, ResourceSpace};
@@ -235,30 +235,6 @@ enum Ev<M> {
     Deliver { from: NodeId, to: NodeId, msg: M },
 }
 
-#[derive(Debug)]
-struct Entry<M> {
-    time: u64,
-    seq: u64,
-    ev: Ev<M>,
-}
-
-impl<M> PartialEq for Entry<M> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl<M> Eq for Entry<M> {}
-impl<M> PartialOrd for Entry<M> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<M> Ord for Entry<M> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Client {
     remaining: usize,
@@ -277,7 +253,7 @@ pub struct MultiSim<S: MultiSystem> {
     rng: SplitMix64,
     now: u64,
     seq: u64,
-    queue: BinaryHeap<Reverse<Entry<S::Msg>>>,
+    queue: BinaryHeap<Reverse<Entry<Ev<S::Msg>>>>,
     /// FIFO links: latest delivery time scheduled per (from, to).
     link_clock: Vec<u64>,
     checker: MultiChecker,
