@@ -19,7 +19,7 @@ use bytes::Bytes;
 use leda_core::prelude::*;
 use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, VmState};
 
-use super::{reply_event, take_conn, yield_behind_others};
+use super::{reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::response::{self, Status};
@@ -256,10 +256,10 @@ pub fn stage() -> Stage {
             let mut out = ctx.clone();
             // Let send_buffer write this page before the next one is computed: with
             // every worker busy on pages, responses would otherwise wait for the whole
-            // backlog.
+            // backlog (`nice` re-queues this instance behind the other ready work).
             ctx.wait(async move {
                 out.send_wait("reply", ev).await?;
-                yield_behind_others().await;
+                out.nice().await;
                 Ok(())
             });
             Ok(())

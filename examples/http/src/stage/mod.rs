@@ -12,9 +12,6 @@
 //! | `send_buffer`    | async               | head, body + conn              | `next`, `close`                      |
 //! | `close`          | async               | conn                           | none                                 |
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -79,33 +76,6 @@ pub(crate) fn to_nanos(t: SystemTime) -> i64 {
 /// The inverse of [`to_nanos`].
 pub(crate) fn from_nanos(n: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(u64::try_from(n).unwrap_or(0))
-}
-
-/// Gives the worker up until other ready tasks had their turn: the wake-up comes from
-/// the reactor thread, so the task is re-queued behind the tasks this worker already
-/// holds (a plain yield would go to the front of the worker's LIFO deque and run again
-/// at once). A CPU-bound stage uses it so that the responses it produced are written
-/// while it works on the next request.
-pub(crate) fn yield_behind_others() -> impl Future<Output = ()> + Send + 'static {
-    struct YieldBehind(bool);
-    impl Future for YieldBehind {
-        type Output = ();
-        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            if self.0 {
-                return Poll::Ready(());
-            }
-            self.0 = true;
-            let waker = cx.waker().clone();
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    rt.spawn(async move { waker.wake() });
-                }
-                Err(_) => waker.wake(),
-            }
-            Poll::Pending
-        }
-    }
-    YieldBehind(false)
 }
 
 /// Sends `ev` on `port` if it is connected; otherwise the connection is just closed
