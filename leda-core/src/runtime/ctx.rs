@@ -176,17 +176,14 @@ impl Ctx {
         }
         let result = match &route.target {
             Target::Local(dest) => match route.kind {
-                ConnectorKind::Cohort => process.cohort(*dest, event),
-                _ => match super::outbox::send(process, *dest, event) {
-                    Ok(r) => r,
-                    Err(event) => process.enqueue(*dest, event),
-                },
+                ConnectorKind::Cohort => process.cohort(*dest, event).map_err(Box::new),
+                _ => super::outbox::send(process, *dest, event),
             },
             Target::Remote(sink) => {
                 if process.stopping.load(Relaxed) {
-                    Err((SendError::Stopped, event))
+                    Err(Box::new((SendError::Stopped, event)))
                 } else {
-                    sink.send(event).map_err(|r| (r.error, r.event))
+                    sink.send(event).map_err(|r| Box::new((r.error, r.event)))
                 }
             }
         };
@@ -202,7 +199,8 @@ impl Ctx {
                 }
                 Ok(())
             }
-            Err((error, mut event)) => {
+            Err(bounced) => {
+                let (error, mut event) = *bounced;
                 event.take_stamp();
                 Err(Rejected { error, event })
             }

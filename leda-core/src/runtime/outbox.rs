@@ -111,60 +111,71 @@ pub(crate) fn flush(process: &Arc<Process>) {
     });
 }
 
-/// Accepts `ev` for local stage `dest` into this thread's outbox. `Err(ev)` hands the
-/// event back when no task of `process` runs here (send it directly).
+/// A send that failed, with the event handed back. Boxed: failures are rare, and a
+/// one-word result keeps the hot path's return in a register.
+pub(crate) type Bounced = Box<(SendError, Event)>;
+
+/// Sends `ev` to local stage `dest`: into this thread's outbox while a task of
+/// `process` runs here, else straight to the stage's queue.
 #[inline]
-pub(crate) fn send(
-    process: &Arc<Process>,
-    dest: usize,
-    ev: Event,
-) -> Result<Result<(), (SendError, Event)>, Event> {
-    OUTBOX_TLS.with(|o| {
-        let Ok(mut o) = o.try_borrow_mut() else {
-            return Err(ev);
-        };
+pub(crate) fn send(process: &Arc<Process>, dest: usize, ev: Event) -> Result<(), Bounced> {
+    // The event moves into the outbox only if a task of `process` runs here.
+    let mut slot = Some(ev);
+    let held = OUTBOX_TLS.with(|o| {
+        let mut o = o.try_borrow_mut().ok()?;
         if o.depth == 0 || o.process != Arc::as_ptr(process) {
-            return Err(ev);
+            return None;
         }
-        if process.stopping.load(Relaxed) {
-            return Ok(Err((SendError::Stopped, ev)));
+        slot.take().map(|ev| hold(&mut o, process, dest, ev))
+    });
+    match (held, slot) {
+        (Some(result), _) => result,
+        (None, Some(ev)) => process.enqueue(dest, ev).map_err(Box::new),
+        (None, None) => unreachable!("the event is taken only when it is held"),
+    }
+}
+
+/// Accepts `ev` for `dest` into outbox `o` of a running task of `process`.
+#[inline]
+fn hold(o: &mut Outbox, process: &Arc<Process>, dest: usize, ev: Event) -> Result<(), Bounced> {
+    if process.stopping.load(Relaxed) {
+        return Err(Box::new((SendError::Stopped, ev)));
+    }
+    let i = match o.entries.iter().position(|e| e.dest == dest) {
+        Some(i) => i,
+        None => {
+            let events = o.spare.pop().unwrap_or_else(|| Vec::with_capacity(OUTBOX));
+            o.entries.push(Entry {
+                dest,
+                events,
+                room: 0,
+            });
+            o.entries.len() - 1
         }
-        let i = match o.entries.iter().position(|e| e.dest == dest) {
-            Some(i) => i,
-            None => {
-                let events = o.spare.pop().unwrap_or_else(|| Vec::with_capacity(OUTBOX));
-                o.entries.push(Entry {
-                    dest,
-                    events,
-                    room: 0,
-                });
-                o.entries.len() - 1
-            }
-        };
-        let st = &process.stages[dest];
-        let e = &mut o.entries[i];
-        if e.room == 0 || e.events.is_empty() {
-            let cap = st.capacity.load(Relaxed);
-            e.room = cap.saturating_sub(st.load() + e.events.len());
-            if e.room == 0 && !e.events.is_empty() {
-                // Full as far as this batch goes: push it, so that a full queue is
-                // really full (a sender waiting for room waits on the queue itself).
-                process.enqueue_batch(dest, &mut e.events);
-                e.room = cap.saturating_sub(st.load());
-            }
-            if e.room == 0 {
-                st.counters.rejected.fetch_add(1, Relaxed);
-                let error = SendError::QueueFull {
-                    stage: st.name.to_string(),
-                };
-                return Ok(Err((error, ev)));
-            }
-        }
-        e.room -= 1;
-        e.events.push(ev);
-        if e.events.len() >= OUTBOX {
+    };
+    let st = &process.stages[dest];
+    let e = &mut o.entries[i];
+    if e.room == 0 || e.events.is_empty() {
+        let cap = st.capacity.load(Relaxed);
+        e.room = cap.saturating_sub(st.load() + e.events.len());
+        if e.room == 0 && !e.events.is_empty() {
+            // Full as far as this batch goes: push it, so that a full queue is
+            // really full (a sender waiting for room waits on the queue itself).
             process.enqueue_batch(dest, &mut e.events);
+            e.room = cap.saturating_sub(st.load());
         }
-        Ok(Ok(()))
-    })
+        if e.room == 0 {
+            st.counters.rejected.fetch_add(1, Relaxed);
+            let error = SendError::QueueFull {
+                stage: st.name.to_string(),
+            };
+            return Err(Box::new((error, ev)));
+        }
+    }
+    e.room -= 1;
+    e.events.push(ev);
+    if e.events.len() >= OUTBOX {
+        process.enqueue_batch(dest, &mut e.events);
+    }
+    Ok(())
 }
