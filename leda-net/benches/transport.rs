@@ -6,7 +6,9 @@
 //! LEDA_BENCH_EVENTS=200000 LEDA_BENCH_ROUNDS=1 LEDA_BENCH_LATENCY_MS=300 cargo bench -p leda-net --bench transport
 //! ```
 //!
-//! (`LEDA_BENCH_LATENCY_RATE=N` paces the latency runs at N events/s instead.)
+//! (`LEDA_BENCH_LATENCY_RATE=N` paces the latency runs at N events/s instead;
+//! `LEDA_BENCH_SCENARIOS=16B,1KB,latency` picks scenarios; `LEDA_BENCH_ONLY=ours` or
+//! `raw` runs one side alone, for profiling.)
 //!
 //! Scenarios (medians over alternating rounds, after a warm-up):
 //! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload from a stage in
@@ -297,7 +299,7 @@ fn raw_latency(rate: f64, secs: f64) -> (f64, f64) {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -308,15 +310,32 @@ fn main() {
     let rounds = env_or("LEDA_BENCH_ROUNDS", 3).max(1) as usize;
     let latency_secs = env_or("LEDA_BENCH_LATENCY_MS", 1000) as f64 / 1e3;
     let mut peak_16b = 0.0;
+    // `LEDA_BENCH_ONLY=ours` runs our side alone (for profiling); `raw` the peer alone.
+    let only = std::env::var("LEDA_BENCH_ONLY").unwrap_or_default();
+    let (run_ours, run_raw) = (only != "raw", only != "ours");
+    // `LEDA_BENCH_SCENARIOS=16B,latency` runs those scenarios alone (default: all).
+    let scenarios = std::env::var("LEDA_BENCH_SCENARIOS").unwrap_or_default();
+    let wanted = |s: &str| scenarios.is_empty() || scenarios.split(',').any(|x| x.trim() == s);
 
     for (name, size) in [("remote-16B", 16usize), ("remote-1KB", 1024)] {
+        if !wanted(name.trim_start_matches("remote-")) {
+            continue;
+        }
         // Warm-up (page cache, binaries, sockets).
-        ours_throughput(n / 20 + 1, size);
-        raw_throughput(n / 20 + 1, size);
+        if run_ours {
+            ours_throughput(n / 20 + 1, size);
+        }
+        if run_raw {
+            raw_throughput(n / 20 + 1, size);
+        }
         let (mut ours, mut raw) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            ours.push(ours_throughput(n, size));
-            raw.push(raw_throughput(n, size));
+            if run_ours {
+                ours.push(ours_throughput(n, size));
+            }
+            if run_raw {
+                raw.push(raw_throughput(n, size));
+            }
         }
         let ours = median(ours);
         if size == 16 {
@@ -328,22 +347,33 @@ fn main() {
         );
     }
 
+    if !wanted("latency") {
+        return;
+    }
     // Latency at about a tenth of our peak 16-byte rate (the same rate for both).
     let rate = match env_or("LEDA_BENCH_LATENCY_RATE", 0) {
         0 => (peak_16b / 10.0).max(1000.0),
         r => r as f64,
     };
     println!("# remote-latency: round trips at {rate:.0} events/s for {latency_secs} s");
-    ours_latency(rate, 0.2);
-    raw_latency(rate, 0.2);
+    if run_ours {
+        ours_latency(rate, 0.2);
+    }
+    if run_raw {
+        raw_latency(rate, 0.2);
+    }
     let (mut o50, mut o99, mut r50, mut r99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let (a, b) = ours_latency(rate, latency_secs);
-        o50.push(a);
-        o99.push(b);
-        let (a, b) = raw_latency(rate, latency_secs);
-        r50.push(a);
-        r99.push(b);
+        if run_ours {
+            let (a, b) = ours_latency(rate, latency_secs);
+            o50.push(a);
+            o99.push(b);
+        }
+        if run_raw {
+            let (a, b) = raw_latency(rate, latency_secs);
+            r50.push(a);
+            r99.push(b);
+        }
     }
     println!(
         "BENCH remote-latency-p50 unit=us better=lower ours={:.1} raw={:.1}",

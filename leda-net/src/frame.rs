@@ -228,23 +228,6 @@ pub fn kind_name(k: u8) -> &'static str {
     }
 }
 
-/// Borrowed events of one route, serialized as an array of argument arrays.
-struct EventsRef<'a>(&'a [Event]);
-
-impl Serialize for EventsRef<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|e| e.args()))
-    }
-}
-
-struct GroupsRef<'a>(&'a [(u32, Vec<Event>)]);
-
-impl Serialize for GroupsRef<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|(r, evs)| (*r, EventsRef(evs))))
-    }
-}
-
 fn start(buf: &mut Vec<u8>, k: u8) -> usize {
     let at = buf.len();
     buf.extend_from_slice(&[0, 0, 0, 0, k]);
@@ -272,9 +255,28 @@ fn body<T: Serialize + ?Sized>(buf: &mut Vec<u8>, k: u8, v: &T) -> Result<(), Fr
     finish(buf, at, k)
 }
 
-/// Appends the encoding of an events frame (length prefix included) to `buf`.
+/// Appends the encoding of an events frame (length prefix included) to `buf`
+/// (consecutive groups of one route are merged, empty groups left out).
 pub fn encode_events(buf: &mut Vec<u8>, groups: &[(u32, Vec<Event>)]) -> Result<(), FrameError> {
-    body(buf, kind::EVENTS, &GroupsRef(groups))
+    let mut out = crate::wire::Outgoing::new(usize::MAX, 0);
+    out.bytes = std::mem::take(buf);
+    let at = out.bytes.len();
+    let mut f = crate::wire::EventsFrame::open(&mut out);
+    for (route, events) in groups {
+        for ev in events {
+            if let Err(reason) = f.push(&mut out, *route, ev) {
+                out.bytes.truncate(at);
+                *buf = out.bytes;
+                return Err(FrameError::Encode {
+                    kind: kind_name(kind::EVENTS),
+                    reason,
+                });
+            }
+        }
+    }
+    f.close(&mut out);
+    *buf = out.bytes;
+    Ok(())
 }
 
 /// Appends the encoding of `frame` (length prefix included) to `buf`.

@@ -1,5 +1,19 @@
-//! The hand-written decoder of `events` frame bodies: msgpack straight into events,
+//! The hand-written codec of `events` frames: msgpack straight from and into events,
 //! with no intermediate serde layer.
+//!
+//! # Encoding
+//!
+//! `EventsFrame` appends events one at a time to an open frame in an `Outgoing`
+//! buffer (the link's outbox), grouping consecutive events of one route; the frame's
+//! length, its group count and the open group's event count are fixed-width (`u32` LE
+//! prefix, msgpack `array 32` headers) and patched when the frame is closed. Values are
+//! written as rmp-serde writes them (smallest integer and length markers). Binaries of
+//! at least the buffer's splice size are not copied: the buffer keeps a reference to
+//! them and the writer sends them from the event's own memory (vectored writes).
+//! Nesting deeper than the decoder accepts is refused at the sender, as an error for
+//! that event only.
+//!
+//! # Decoding
 //!
 //! `events` frames carry nearly all the traffic, so their decoding is specialised:
 //! values are read in one pass over the frame, declared lengths only reserve what the
@@ -17,7 +31,7 @@ use bytes::Bytes;
 use leda_core::event::Event;
 use leda_core::value::Value;
 
-use crate::frame::MAX_DEPTH;
+use crate::frame::{MAX_DEPTH, MAX_FRAME, kind};
 
 /// Binaries at least this long are decoded as slices of the frame buffer.
 pub const ZERO_COPY_MIN: usize = 4096;
@@ -204,38 +218,398 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Nesting level of an event's arguments in an `events` body (groups, group, events,
+/// event: four levels above each argument).
+const ARG_DEPTH: usize = 5;
+
+/// Bytes to write: a byte buffer, and binaries to send from their own memory at given
+/// offsets of it (spliced in, in order).
+#[derive(Debug, Default)]
+pub(crate) struct Outgoing {
+    /// Encoded bytes, without the spliced binaries.
+    pub(crate) bytes: Vec<u8>,
+    /// `(offset in bytes, binary)`: the binary goes before `bytes[offset..]`.
+    pub(crate) splices: Vec<(usize, Bytes)>,
+    /// Total length of the spliced binaries.
+    spliced: usize,
+    /// Binaries at least this long are spliced rather than copied.
+    splice_min: usize,
+}
+
+/// A position in an [`Outgoing`] buffer, to truncate back to.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    bytes: usize,
+    splices: usize,
+    spliced: usize,
+}
+
+impl Outgoing {
+    /// An empty buffer that splices binaries of at least `splice_min` bytes.
+    pub(crate) fn new(splice_min: usize, capacity: usize) -> Outgoing {
+        Outgoing {
+            bytes: Vec::with_capacity(capacity),
+            splices: Vec::new(),
+            spliced: 0,
+            splice_min,
+        }
+    }
+
+    /// Length of the byte stream, spliced binaries included.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len() + self.spliced
+    }
+
+    /// `true` if there is nothing to write.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty() && self.splices.is_empty()
+    }
+
+    /// Empties the buffer (keeping its capacity).
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.splices.clear();
+        self.spliced = 0;
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            bytes: self.bytes.len(),
+            splices: self.splices.len(),
+            spliced: self.spliced,
+        }
+    }
+
+    fn truncate(&mut self, m: Mark) {
+        self.bytes.truncate(m.bytes);
+        self.splices.truncate(m.splices);
+        self.spliced = m.spliced;
+    }
+
+    /// The byte stream as one buffer (spliced binaries copied in).
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        let mut at = 0;
+        for (off, b) in &self.splices {
+            v.extend_from_slice(&self.bytes[at..*off]);
+            v.extend_from_slice(b);
+            at = *off;
+        }
+        v.extend_from_slice(&self.bytes[at..]);
+        v
+    }
+
+    /// The stream as slices in order, for a vectored write.
+    pub(crate) fn segments(&self) -> Vec<&[u8]> {
+        let mut v = Vec::with_capacity(2 * self.splices.len() + 1);
+        let mut at = 0;
+        for (off, b) in &self.splices {
+            if *off > at {
+                v.push(&self.bytes[at..*off]);
+            }
+            if !b.is_empty() {
+                v.push(&b[..]);
+            }
+            at = *off;
+        }
+        if self.bytes.len() > at {
+            v.push(&self.bytes[at..]);
+        }
+        v
+    }
+}
+
+fn put_u8(buf: &mut Vec<u8>, m: u8, v: u8) {
+    buf.extend_from_slice(&[m, v]);
+}
+
+/// An integer, in its smallest msgpack form (as `rmp::encode::write_sint`).
+fn put_int(buf: &mut Vec<u8>, v: i64) {
+    match v {
+        0..=127 => buf.push(v as u8),
+        -32..=-1 => buf.push(v as i8 as u8),
+        128..=255 => put_u8(buf, 0xcc, v as u8),
+        256..=65_535 => {
+            buf.push(0xcd);
+            buf.extend_from_slice(&(v as u16).to_be_bytes());
+        }
+        65_536..=0xffff_ffff => {
+            buf.push(0xce);
+            buf.extend_from_slice(&(v as u32).to_be_bytes());
+        }
+        0x1_0000_0000.. => {
+            buf.push(0xcf);
+            buf.extend_from_slice(&(v as u64).to_be_bytes());
+        }
+        -128..=-33 => put_u8(buf, 0xd0, v as i8 as u8),
+        -32_768..=-129 => {
+            buf.push(0xd1);
+            buf.extend_from_slice(&(v as i16).to_be_bytes());
+        }
+        -2_147_483_648..=-32_769 => {
+            buf.push(0xd2);
+            buf.extend_from_slice(&(v as i32).to_be_bytes());
+        }
+        _ => {
+            buf.push(0xd3);
+            buf.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+}
+
+/// A length with the fix/8/16/32 markers of one family (`fix` is `None` for binaries,
+/// `m8` is `None` for arrays and maps). Errs above `u32::MAX`.
+fn put_len(
+    buf: &mut Vec<u8>,
+    n: usize,
+    fix: Option<(u8, usize)>,
+    m8: Option<u8>,
+    m16: u8,
+    m32: u8,
+) -> Result<(), String> {
+    match (fix, m8) {
+        (Some((base, max)), _) if n <= max => buf.push(base | n as u8),
+        (_, Some(m)) if n <= 0xff => put_u8(buf, m, n as u8),
+        _ if n <= 0xffff => {
+            buf.push(m16);
+            buf.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        _ => {
+            let n = u32::try_from(n).map_err(|_| format!("a length of {n} exceeds msgpack's"))?;
+            buf.push(m32);
+            buf.extend_from_slice(&n.to_be_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn put_array_len(buf: &mut Vec<u8>, n: usize) -> Result<(), String> {
+    put_len(buf, n, Some((0x90, 15)), None, 0xdc, 0xdd)
+}
+
+/// Appends `v` at nesting `depth` (refused beyond [`MAX_DEPTH`], as the decoder would).
+fn put_value(out: &mut Outgoing, v: &Value, depth: usize) -> Result<(), String> {
+    let buf = &mut out.bytes;
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "a value nested deeper than {} levels cannot be sent",
+            MAX_DEPTH - ARG_DEPTH
+        ));
+    }
+    match v {
+        Value::Nil => buf.push(0xc0),
+        Value::Bool(b) => buf.push(if *b { 0xc3 } else { 0xc2 }),
+        Value::Int(i) => put_int(buf, *i),
+        Value::Float(f) => {
+            buf.push(0xcb);
+            buf.extend_from_slice(&f.to_be_bytes());
+        }
+        Value::Str(s) => {
+            put_len(buf, s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb)?;
+            buf.extend_from_slice(s.as_bytes());
+        }
+        Value::Bytes(b) => {
+            put_len(buf, b.len(), None, Some(0xc4), 0xc5, 0xc6)?;
+            if b.len() >= out.splice_min {
+                out.splices.push((buf.len(), b.clone()));
+                out.spliced += b.len();
+            } else {
+                buf.extend_from_slice(b);
+            }
+        }
+        Value::Array(a) => {
+            put_array_len(buf, a.len())?;
+            for x in a {
+                put_value(out, x, depth + 1)?;
+            }
+        }
+        Value::Map(m) => {
+            put_len(buf, m.len(), Some((0x80, 15)), None, 0xde, 0xdf)?;
+            for (k, x) in m {
+                put_value(out, k, depth + 1)?;
+                put_value(out, x, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An `events` frame open at the end of an [`Outgoing`] buffer: events are appended
+/// one at a time, grouped by route in order; [`EventsFrame::close`] patches the lengths.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EventsFrame {
+    /// Offset of the frame's length prefix in the buffer's bytes.
+    start: usize,
+    /// Stream length (spliced binaries included) where the frame starts.
+    stream_start: usize,
+    groups: u32,
+    /// Offset of the open group's event count.
+    count_at: usize,
+    route: u32,
+    count: u32,
+    /// Events in the frame, all groups.
+    events: u32,
+}
+
+impl EventsFrame {
+    /// Opens a frame at the end of `out`.
+    pub(crate) fn open(out: &mut Outgoing) -> EventsFrame {
+        let start = out.bytes.len();
+        let stream_start = out.len();
+        out.bytes
+            .extend_from_slice(&[0, 0, 0, 0, kind::EVENTS, 0xdd, 0, 0, 0, 0]);
+        EventsFrame {
+            start,
+            stream_start,
+            groups: 0,
+            count_at: 0,
+            route: 0,
+            count: 0,
+            events: 0,
+        }
+    }
+
+    /// Offset of the frame in its buffer's bytes.
+    pub(crate) fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Bytes of the frame so far, length prefix and spliced binaries included.
+    pub(crate) fn size(&self, out: &Outgoing) -> usize {
+        out.len() - self.stream_start
+    }
+
+    /// `true` if the frame holds no event yet.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups == 0
+    }
+
+    /// Events in the frame so far.
+    pub(crate) fn events(&self) -> u32 {
+        self.events
+    }
+
+    /// Appends one event of `route`. On error (a value nested too deeply, or the frame
+    /// would exceed [`MAX_FRAME`]) nothing is appended.
+    pub(crate) fn push(
+        &mut self,
+        out: &mut Outgoing,
+        route: u32,
+        ev: &Event,
+    ) -> Result<(), String> {
+        let before = out.mark();
+        let saved = *self;
+        let r = self.push_inner(out, route, ev);
+        if r.is_err() {
+            out.truncate(before);
+            *self = saved;
+        }
+        r
+    }
+
+    fn push_inner(&mut self, out: &mut Outgoing, route: u32, ev: &Event) -> Result<(), String> {
+        if self.groups == 0 || self.route != route || self.count == u32::MAX {
+            if self.groups > 0 {
+                self.patch_count(&mut out.bytes);
+            }
+            self.groups = self
+                .groups
+                .checked_add(1)
+                .ok_or("too many route groups in one frame")?;
+            let buf = &mut out.bytes;
+            buf.push(0x92);
+            put_int(buf, route.into());
+            buf.push(0xdd);
+            self.count_at = buf.len();
+            buf.extend_from_slice(&[0, 0, 0, 0]);
+            self.route = route;
+            self.count = 0;
+        }
+        let args = ev.args();
+        put_array_len(&mut out.bytes, args.len())?;
+        for v in args {
+            put_value(out, v, ARG_DEPTH)?;
+        }
+        let len = self.size(out) - 4;
+        if len > MAX_FRAME as usize {
+            return Err(format!(
+                "{len} bytes exceed the {MAX_FRAME}-byte frame limit"
+            ));
+        }
+        self.count += 1;
+        self.events = self.events.saturating_add(1);
+        Ok(())
+    }
+
+    fn patch_count(&self, buf: &mut [u8]) {
+        buf[self.count_at..self.count_at + 4].copy_from_slice(&self.count.to_be_bytes());
+    }
+
+    /// Closes the frame: patches its length, group count and last event count.
+    pub(crate) fn close(self, out: &mut Outgoing) {
+        if self.groups > 0 {
+            self.patch_count(&mut out.bytes);
+        }
+        let len = (self.size(out) - 4) as u32;
+        let buf = &mut out.bytes;
+        buf[self.start..self.start + 4].copy_from_slice(&len.to_le_bytes());
+        buf[self.start + 6..self.start + 10].copy_from_slice(&self.groups.to_be_bytes());
+    }
+}
+
 /// Decodes an `events` body: `[[route, [[arg, ...], ...]], ...]`. With `owner` (the
 /// frame buffer `body` lies in), large binaries are slices of it.
 pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, Vec<Event>)>> {
+    let (mut groups, mut events) = (Vec::new(), Vec::new());
+    decode_events_into(body, owner, &mut groups, &mut events)?;
+    let mut events = events.into_iter();
+    Ok(groups
+        .into_iter()
+        .map(|(route, n)| (route, events.by_ref().take(n).collect()))
+        .collect())
+}
+
+/// Like [`decode_events`], into reusable buffers (kept warm from frame to frame): the
+/// events of every group in order into `events`, and `(route, count)` per group into
+/// `groups`. Both are cleared first; after an error their contents are unspecified.
+pub(crate) fn decode_events_into(
+    body: &[u8],
+    owner: Option<&Bytes>,
+    groups: &mut Vec<(u32, usize)>,
+    events: &mut Vec<Event>,
+) -> R<()> {
+    groups.clear();
+    events.clear();
     let mut r = Reader {
         buf: body,
         pos: 0,
         owner,
     };
-    let groups = r.array()?;
-    let mut out = Vec::with_capacity(r.room(groups));
-    for _ in 0..groups {
+    let n_groups = r.array()?;
+    groups.reserve(r.room(n_groups));
+    for _ in 0..n_groups {
         if r.array()? != 2 {
             return Err("a route group is not a [route, events] pair".into());
         }
         let route = r.u32()?;
         let n = r.array()?;
-        let mut events = Vec::with_capacity(r.room(n));
+        events.reserve(r.room(n).min(1 << 16));
         for _ in 0..n {
             let args = r.array()?;
             let mut ev = Event::new();
             for _ in 0..args {
                 // groups, group, events, event: four levels above each argument.
-                ev.push(r.value(5)?);
+                ev.push(r.value(ARG_DEPTH)?);
             }
             events.push(ev);
         }
-        out.push((route, events));
+        groups.push((route, n));
     }
     if r.pos != body.len() {
         return Err(format!("{} trailing byte(s)", body.len() - r.pos));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -323,6 +697,60 @@ mod tests {
         assert_eq!(
             plain(&decode_events(&odd, None).unwrap()),
             serde_decode(&odd).unwrap()
+        );
+    }
+
+    #[test]
+    fn values_are_written_as_rmp_serde_writes_them() {
+        let mut vals = sample_values();
+        vals.push(Value::Str("x".repeat(300)));
+        vals.push(Value::Str("y".repeat(70_000)));
+        vals.push(Value::Array((0..20).map(Value::Int).collect()));
+        vals.push(Value::Array((0..70_000).map(Value::Int).collect()));
+        vals.push(Value::Map(
+            (0..20).map(|i| (Value::Int(i), Value::Nil)).collect(),
+        ));
+        for v in vals {
+            let mut ours = Outgoing::new(usize::MAX, 0);
+            put_value(&mut ours, &v, ARG_DEPTH).unwrap();
+            assert_eq!(ours.bytes, rmp_serde::to_vec(&v).unwrap(), "{v:?}");
+            // The same with every binary spliced.
+            let mut spliced = Outgoing::new(0, 0);
+            put_value(&mut spliced, &v, ARG_DEPTH).unwrap();
+            assert_eq!(spliced.to_vec(), ours.bytes, "{v:?}");
+            assert_eq!(spliced.segments().concat(), ours.bytes, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn too_deep_values_are_refused_at_the_sender_and_nothing_is_appended() {
+        let mut deep = Value::Int(1);
+        for _ in 0..MAX_DEPTH {
+            deep = Value::Array(vec![deep]);
+        }
+        let mut out = Outgoing::new(2, 0);
+        out.bytes.push(42);
+        let mut f = EventsFrame::open(&mut out);
+        f.push(&mut out, 3, &Event::from(1i64)).unwrap();
+        let size = out.len();
+        let big = Value::Bytes(Bytes::from(vec![5u8; 10]));
+        let deep = Event::from_values([big.clone(), deep]);
+        assert!(f.push(&mut out, 4, &deep).is_err());
+        assert_eq!((out.len(), out.splices.len()), (size, 0));
+        f.push(
+            &mut out,
+            3,
+            &Event::from_values([Value::Int(2), big.clone()]),
+        )
+        .unwrap();
+        f.close(&mut out);
+        let buf = out.to_vec();
+        let len = u32::from_le_bytes(buf[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len() - 5);
+        let got = decode_events(&buf[1 + 5..], None).unwrap();
+        assert_eq!(
+            plain(&got),
+            vec![(3, vec![vec![Value::Int(1)], vec![Value::Int(2), big]])]
         );
     }
 

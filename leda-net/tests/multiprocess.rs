@@ -257,10 +257,14 @@ fn killed_daemon_events_are_reported_failed() {
         .until_idle()
         .start(&g, Run::default().threads(2))
         .expect("start");
+    // Some delivered, and some in flight (the generator can be between two attempts
+    // with everything acknowledged: wait until it is not).
     assert!(
-        eventually(Duration::from_secs(20), || launched.transport().delivered
-            >= 100),
-        "some events delivered before the kill"
+        eventually(Duration::from_secs(20), || {
+            let t = launched.transport();
+            t.delivered >= 100 && t.sent >= t.delivered + 8
+        }),
+        "some events delivered and some in flight before the kill"
     );
     node.kill();
     let handle = launched.handle();
