@@ -4,15 +4,22 @@
 #
 #   examples/http/bench.sh                 # THREADS=$(nproc) ROUNDS=3 DURATION=5s
 #   THREADS=4 ROUNDS=1 DURATION=10s CONNS="50 200" examples/http/bench.sh
+#   CASES=dynamic examples/http/bench.sh   # only the Lua page (CASES="static dynamic")
+#
+# leda-httpd is built twice: with LuaJIT (`--no-default-features --features luajit`,
+# LuaJIT built with -DLUAJIT_ENABLE_CHECKHOOK so that compiled pages can still be
+# stopped at cgi_timeout) as `ours`, and with the default Lua 5.4 as `ours_lua54`
+# (dynamic page only). Static files are served by the LuaJIT build (no Lua involved).
 #
 # Installs wrk, nginx, libnginx-mod-http-lua and apache2 with apt (as root), configures
 # each peer in a temporary directory with as many workers as our threads (nginx:
 # worker_processes, sendfile on; Apache: event MPM, one process per thread), and runs:
 #   static 300 KB and 5 MB files at each connection count: ours vs nginx;
-#   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours vs nginx+lua vs Apache+mod_lua.
+#   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours (LuaJIT), ours_lua54,
+#   nginx+lua (LuaJIT) and Apache+mod_lua (Lua 5.3).
 # Servers are measured alternately, ROUNDS times after a warm-up; the median round is
 # printed as
-#   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... nginx=... [apache=...]
+#   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... [ours_lua54=...] nginx=... [apache=...]
 # followed by p99 latency (ms) and error counts (socket errors + non-2xx) per server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +31,8 @@ WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-"50 200 1000"}
 DYN_CONNS=${DYN_CONNS:-"50 200"}
 WRK_THREADS=${WRK_THREADS:-2}
-P_OURS=18080 P_NGINX=18081 P_APACHE=18082
+CASES=${CASES:-"static dynamic"}
+P_OURS=18080 P_NGINX=18081 P_APACHE=18082 P_OURS54=18083
 
 need=()
 for p in wrk nginx libnginx-mod-http-lua apache2; do
@@ -37,19 +45,30 @@ fi
 # Debian starts the packaged services on install: stop them, we run our own instances.
 (service nginx stop; service apache2 stop) >/dev/null 2>&1 || true
 
-cargo build --release -q -p leda-http --bin leda-httpd
-OURS_BIN=$PWD/target/release/leda-httpd
-
 WORK=$(mktemp -d /tmp/leda-http-bench.XXXXXX)
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
-  [ -f "$WORK/apache.pid" ] && kill "$(cat "$WORK/apache.pid")" 2>/dev/null || true
-  sleep 0.5
+  local all=("${PIDS[@]}") p
+  [ -f "$WORK/nginx.pid" ] && all+=("$(cat "$WORK/nginx.pid")")
+  [ -f "$WORK/apache.pid" ] && all+=("$(cat "$WORK/apache.pid")")
+  for p in "${all[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Wait (up to 10 s) for the servers to exit: Apache's children take a moment.
+  for _ in $(seq 1 100); do
+    local alive=0
+    for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    pgrep -f "apache2 -f $WORK/" >/dev/null && alive=1
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# Both flavours build to target/release/leda-httpd: each is copied out after its build.
+cargo build --release -q -p leda-http --bin leda-httpd
+cp target/release/leda-httpd "$WORK/leda-httpd-lua54"
+CFLAGS="${CFLAGS:-} -DLUAJIT_ENABLE_CHECKHOOK" \
+  cargo build --release -q -p leda-http --no-default-features --features luajit --bin leda-httpd
+cp target/release/leda-httpd "$WORK/leda-httpd-luajit"
 chmod 755 "$WORK"
 mkdir -p "$WORK/www" "$WORK/logs"
 head -c 307200 /dev/urandom > "$WORK/www/300k.bin"
@@ -59,9 +78,12 @@ chmod -R a+rX "$WORK"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 # --- ours -------------------------------------------------------------------------
-"$OURS_BIN" --root "$WORK/www" --listen 127.0.0.1:$P_OURS --threads "$THREADS" \
-  --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 >"$WORK/logs/ours.out" 2>&1 &
-PIDS+=($!)
+for flavour in luajit:$P_OURS lua54:$P_OURS54; do
+  "$WORK/leda-httpd-${flavour%%:*}" --root "$WORK/www" --listen "127.0.0.1:${flavour#*:}" \
+    --threads "$THREADS" --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 \
+    >"$WORK/logs/ours-${flavour%%:*}.out" 2>&1 &
+  PIDS+=($!)
+done
 
 # --- nginx (+ lua) ------------------------------------------------------------------
 NGX_MODS=/usr/lib/nginx/modules
@@ -153,11 +175,17 @@ wait_port() {
   echo "bench: nothing listens on port $1" >&2
   exit 1
 }
-wait_port $P_OURS; wait_port $P_NGINX; wait_port $P_APACHE
-for p in $P_OURS $P_NGINX $P_APACHE; do
+wait_port $P_OURS; wait_port $P_OURS54; wait_port $P_NGINX; wait_port $P_APACHE
+for p in $P_OURS $P_OURS54 $P_NGINX $P_APACHE; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/loop.lua")
   [ "$code" = 200 ] || { echo "bench: port $p answers $code for /loop.lua" >&2; exit 1; }
 done
+# The LuaJIT build warns (and runs pages interpreted) if LuaJIT lacks the hook check.
+if grep -q LUAJIT_ENABLE_CHECKHOOK "$WORK/logs/ours-luajit.out"; then
+  echo "bench: the LuaJIT build runs pages with its JIT compiler off:" >&2
+  cat "$WORK/logs/ours-luajit.out" >&2
+  exit 1
+fi
 
 # run_wrk PORT PATH CONNS DURATION -> "req/s p99_ms errors"
 run_wrk() {
@@ -196,13 +224,18 @@ bench() {
 }
 
 echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads=$THREADS rounds=$ROUNDS duration=$DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-for c in $CONNS; do
-  bench static300k /300k.bin "$c" ours:$P_OURS nginx:$P_NGINX
-done
-for c in $CONNS; do
-  bench static5m /5m.bin "$c" ours:$P_OURS nginx:$P_NGINX
-done
-for c in $DYN_CONNS; do
-  bench dynamic /loop.lua "$c" ours:$P_OURS nginx:$P_NGINX apache:$P_APACHE
-done
+echo "# ours = leda-httpd with LuaJIT, ours_lua54 = leda-httpd with Lua 5.4 (default build)"
+if [[ " $CASES " == *" static "* ]]; then
+  for c in $CONNS; do
+    bench static300k /300k.bin "$c" ours:$P_OURS nginx:$P_NGINX
+  done
+  for c in $CONNS; do
+    bench static5m /5m.bin "$c" ours:$P_OURS nginx:$P_NGINX
+  done
+fi
+if [[ " $CASES " == *" dynamic "* ]]; then
+  for c in $DYN_CONNS; do
+    bench dynamic /loop.lua "$c" ours:$P_OURS ours_lua54:$P_OURS54 nginx:$P_NGINX apache:$P_APACHE
+  done
+fi
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

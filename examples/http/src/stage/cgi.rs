@@ -4,34 +4,84 @@
 //! A page is a Lua chunk that returns its body as a string, and optionally a content
 //! type (default `text/html; charset=utf-8`). It sees a global `request` table
 //! (`method`, `path`, `query`, `headers` with lower-case names) and a sandbox: the base
-//! library without file access, `string`, `table`, `math`, `utf8`, `coroutine`, the
-//! time functions of `os`, and a `require` for those. Each request runs in a fresh
-//! environment. A script that fails, runs past `cgi_timeout` or uses more than
-//! `cgi_memory` gives `500`, logged with its file and line.
+//! library without file access, `string`, `table`, `math`, `coroutine`, the time
+//! functions of `os`, `utf8` (Lua 5.4) or `bit` (LuaJIT), and a `require` for those.
+//! Each request runs in a fresh environment. A script that fails, runs past
+//! `cgi_timeout` or uses more than `cgi_memory` gives `500`, logged with its file and
+//! line.
+//!
+//! # Lua 5.4 or LuaJIT
+//!
+//! The crate's `lua54` (default) and `luajit` features pick the Lua that runs pages
+//! (one per build: `cargo build -p leda-http --no-default-features --features luajit`;
+//! with `CFLAGS=-DLUAJIT_ENABLE_CHECKHOOK` so that compiled pages can be stopped at
+//! `cgi_timeout`, see the `timeout` submodule). The stage behaves the same in both;
+//! pages see the libraries above and their Lua's own semantics (LuaJIT is Lua 5.1
+//! with extensions: numbers are doubles, no `//` operator, no `utf8`).
+//! A page is compiled once per instance and file version (mtime and length) and then
+//! only called, each time with a fresh environment (`_ENV` upvalue in 5.4, `setfenv`
+//! in LuaJIT); the collector runs with a larger pause (`GC_PAUSE`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use leda_core::prelude::*;
-use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, VmState};
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table};
 
 use super::{reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::response::{self, Status};
 
-/// The instance state: a Lua state and the scripts' sources, by path and mtime.
+mod timeout;
+use timeout::Timeout;
+
+/// The collector's pause (percent of the live heap allocated before the next cycle):
+/// 400 rather than Lua's 200, as pages allocate much short-lived data (the B.1 page:
+/// 30,000 strings); measured with `benches/page.rs`.
+const GC_PAUSE: i32 = 400;
+
+/// The Lua libraries a page may use (`require` hands out exactly these).
+#[cfg(not(feature = "luajit"))]
+const PAGE_LIBS: [&str; 6] = ["string", "table", "math", "utf8", "coroutine", "os"];
+/// The Lua libraries a page may use (`require` hands out exactly these).
+#[cfg(feature = "luajit")]
+const PAGE_LIBS: [&str; 6] = ["string", "table", "math", "bit", "coroutine", "os"];
+
+/// The standard libraries opened in a page state (`os` is reduced afterwards).
+#[cfg(not(feature = "luajit"))]
+fn std_libs() -> StdLib {
+    StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8 | StdLib::COROUTINE | StdLib::OS
+}
+
+/// The standard libraries opened in a page state (`os` is reduced afterwards; the
+/// `coroutine` library is part of the base library in Lua 5.1). `jit` is opened
+/// because opening it is what turns LuaJIT's compiler on; it is then removed from the
+/// pages' view.
+#[cfg(feature = "luajit")]
+fn std_libs() -> StdLib {
+    StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::BIT | StdLib::OS | StdLib::JIT
+}
+
+/// A page compiled in this instance's state, valid while its file is unchanged.
+struct Compiled {
+    mtime: SystemTime,
+    len: u64,
+    func: Function,
+}
+
+/// The instance state: a Lua state and the pages compiled in it, by path.
 pub struct Cgi {
+    /// Declared first: dropped (its thread joined) before the Lua.
+    timeout: Timeout,
     lua: Lua,
     cfg: Config,
     root: PathBuf,
-    sources: HashMap<PathBuf, (SystemTime, Arc<str>)>,
-    deadline: Arc<std::sync::Mutex<Option<Instant>>>,
-    timed_out: Arc<AtomicBool>,
+    pages: HashMap<PathBuf, Compiled>,
+    /// `{ __index = _G }`, the metatable of every page environment.
+    env_meta: Table,
 }
 
 /// What a page returned.
@@ -61,15 +111,11 @@ impl Cgi {
     pub fn new(cfg: Config) -> Result<Cgi, BoxError> {
         let root = std::fs::canonicalize(&cfg.root)
             .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
-        let libs = StdLib::STRING
-            | StdLib::TABLE
-            | StdLib::MATH
-            | StdLib::UTF8
-            | StdLib::COROUTINE
-            | StdLib::OS;
-        let lua = Lua::new_with(libs, LuaOptions::default())?;
+        let lua = Lua::new_with(std_libs(), LuaOptions::default())?;
+        // Before the sandbox hides `jit`, which it may use.
+        let timeout = Timeout::install(&lua)?;
         let g = lua.globals();
-        for name in ["dofile", "loadfile"] {
+        for name in ["dofile", "loadfile", "jit"] {
             g.set(name, mlua::Value::Nil)?;
         }
         let os: Table = g.get("os")?;
@@ -79,7 +125,7 @@ impl Cgi {
         }
         g.set("os", safe_os)?;
         let libs = lua.create_table()?;
-        for name in ["string", "table", "math", "utf8", "coroutine", "os"] {
+        for name in PAGE_LIBS {
             libs.set(name, g.get::<mlua::Value>(name)?)?;
         }
         g.set(
@@ -105,30 +151,16 @@ impl Cgi {
             })?,
         )?;
         lua.set_memory_limit(cfg.cgi_memory)?;
-        let deadline: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
-        let timed_out = Arc::new(AtomicBool::new(false));
-        let (d, t) = (deadline.clone(), timed_out.clone());
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(10_000),
-            move |_, _| {
-                let past = d
-                    .lock()
-                    .map(|g| g.is_some_and(|at| Instant::now() > at))
-                    .unwrap_or(false);
-                if past {
-                    t.store(true, Ordering::Relaxed);
-                    return Err(mlua::Error::runtime("script ran past cgi_timeout"));
-                }
-                Ok(VmState::Continue)
-            },
-        )?;
+        lua.gc_set_pause(GC_PAUSE);
+        let env_meta = lua.create_table()?;
+        env_meta.set("__index", g)?;
         Ok(Cgi {
+            timeout,
             lua,
             cfg,
             root,
-            sources: HashMap::new(),
-            deadline,
-            timed_out,
+            pages: HashMap::new(),
+            env_meta,
         })
     }
 
@@ -139,47 +171,47 @@ impl Cgi {
             .unwrap_or(script)
             .display()
             .to_string();
-        let src = self.source(script).map_err(|e| format!("{shown}: {e}"))?;
-        if let Ok(mut d) = self.deadline.lock() {
-            *d = Some(Instant::now() + self.cfg.cgi_timeout);
-        }
-        self.timed_out.store(false, Ordering::Relaxed);
-        let result = self.call(&src, &shown, req);
-        if let Ok(mut d) = self.deadline.lock() {
-            *d = None;
-        }
-        result.map_err(|e| {
-            // The first line carries "file:line: message"; the traceback follows.
-            let text = e.to_string();
-            let mut lines = text.lines();
-            let first = lines.next().unwrap_or_default().to_owned();
-            if first.contains(&shown) {
-                first
-            } else {
-                format!("{shown}: {first}")
-            }
-        })
+        let func = self
+            .compiled(script, &shown)
+            .map_err(|e| first_line(&e, &shown))?;
+        self.timeout.arm(Instant::now() + self.cfg.cgi_timeout);
+        let result = self.call(&func, &shown, req);
+        self.timeout.disarm();
+        result.map_err(|e| first_line(&e.to_string(), &shown))
     }
 
-    fn source(&mut self, script: &Path) -> std::io::Result<Arc<str>> {
-        let mtime = std::fs::metadata(script)?.modified()?;
-        if let Some((t, s)) = self.sources.get(script)
-            && *t == mtime
+    /// The compiled page at `script`, compiled again when the file changed.
+    fn compiled(&mut self, script: &Path, shown: &str) -> Result<Function, String> {
+        let meta = std::fs::metadata(script).map_err(|e| e.to_string())?;
+        let mtime = meta.modified().map_err(|e| e.to_string())?;
+        if let Some(c) = self.pages.get(script)
+            && c.mtime == mtime
+            && c.len == meta.len()
         {
-            return Ok(s.clone());
+            return Ok(c.func.clone());
         }
-        let text: Arc<str> = Arc::from(std::fs::read_to_string(script)?);
-        self.sources
-            .insert(script.to_path_buf(), (mtime, text.clone()));
-        Ok(text)
+        let src = std::fs::read(script).map_err(|e| e.to_string())?;
+        let func = self
+            .lua
+            .load(&src[..])
+            .set_name(format!("@{shown}"))
+            .into_function()
+            .map_err(|e| e.to_string())?;
+        self.pages.insert(
+            script.to_path_buf(),
+            Compiled {
+                mtime,
+                len: src.len() as u64,
+                func: func.clone(),
+            },
+        );
+        Ok(func)
     }
 
-    fn call(&self, src: &str, shown: &str, req: &PageRequest) -> mlua::Result<Page> {
+    fn call(&self, func: &Function, shown: &str, req: &PageRequest) -> mlua::Result<Page> {
         let lua = &self.lua;
         let env = lua.create_table()?;
-        let meta = lua.create_table()?;
-        meta.set("__index", lua.globals())?;
-        env.set_metatable(Some(meta))?;
+        env.set_metatable(Some(self.env_meta.clone()))?;
         let r = lua.create_table()?;
         r.set("method", req.method.as_str())?;
         r.set("path", req.path.as_str())?;
@@ -190,12 +222,8 @@ impl Cgi {
         }
         r.set("headers", h)?;
         env.set("request", r)?;
-        let f = lua
-            .load(src)
-            .set_name(format!("@{shown}"))
-            .set_environment(env)
-            .into_function()?;
-        let out = f.call::<MultiValue>(())?;
+        func.set_environment(env)?;
+        let out = func.call::<MultiValue>(())?;
         let mut it = out.into_iter();
         let body = match it.next() {
             Some(mlua::Value::String(s)) => Bytes::copy_from_slice(&s.as_bytes()),
@@ -210,6 +238,17 @@ impl Cgi {
             _ => "text/html; charset=utf-8".to_owned(),
         };
         Ok(Page { body, content_type })
+    }
+}
+
+/// The first line of a Lua error ("file:line: message"; a traceback may follow),
+/// prefixed with the page's name when it does not carry it.
+fn first_line(text: &str, shown: &str) -> String {
+    let first = text.lines().next().unwrap_or_default();
+    if first.contains(shown) {
+        first.to_owned()
+    } else {
+        format!("{shown}: {first}")
     }
 }
 
