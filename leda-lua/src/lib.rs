@@ -37,8 +37,9 @@
 //! and the value conversion dominate), and creates instances 1.5–2.3× slower. Lua 5.4 is the
 //! default because its integer subtype keeps 64-bit integers and the integer/float
 //! distinction across Rust stages and msgpack, which LuaJIT (Lua 5.1 numbers) cannot.
-//! To build on LuaJIT, switch the root `[workspace.dependencies] mlua` entry from
-//! `lua54` to `luajit` and enable this crate's `luajit` feature.
+//! To build on LuaJIT: `cargo build -p leda-lua --no-default-features --features luajit`
+//! (the crate's `lua54`/`luajit` features pick mlua's backend; a workspace-wide build is
+//! Lua 5.4).
 //!
 //! ```
 //! use leda_lua::script::{Script, ScriptOptions};
