@@ -1,6 +1,11 @@
 //! Algorithms chosen at run time: the [`Algorithm`] name, the analytic cost from the spec
 //! (§15), and [`DynNode`], a type-erased node whose messages are dynamic [`Value`]s, so that a
 //! Leda stage (or a lock service) can run any algorithm picked by configuration.
+//!
+//! Besides the eleven classic algorithms of [`Algorithm::ALL`], [`Algorithm::Quorum`] names the
+//! crash-tolerant quorum protocol of [`crate::ft_quorum::protocol`] over one of the three quorum
+//! generators (`quorum-grid`, `quorum-tree`, `quorum-vcube`; plain `quorum` means VCube). It is
+//! the only algorithm whose nodes accept crash notices ([`DynNode::failure`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,12 +14,14 @@ use leda_core::value::Value;
 
 use crate::algo::*;
 use crate::error::MutexError;
+use crate::ft_quorum::protocol::{FtQuorumConfig, FtQuorumNode};
+use crate::ft_quorum::{CorrectSet, Generator};
 use crate::node::{Fence, Message, MutexNode, NodeId, Outbox, Output};
 use crate::quorum::grid_quorums;
 use crate::sim::{Report, SimConfig, simulate};
 
 /// The algorithms of the crate, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Centralised coordinator (node 0).
     Centralized,
@@ -38,6 +45,34 @@ pub enum Algorithm {
     Maekawa,
     /// Naive Maekawa voting (no INQUIRE): deadlock-prone, kept to show that the checker sees it.
     MaekawaNaive,
+    /// The crash-tolerant quorum protocol (REQUEST, REPLY, FAILED, INQUIRE, YIELD, RELEASE,
+    /// CANCEL) over the quorums of this generator, recomputed on every crash notice
+    /// ([`FtQuorumNode`]).
+    Quorum(Generator),
+}
+
+impl Algorithm {
+    /// Position in the canonical order: [`Algorithm::ALL`], then [`Algorithm::QUORUM`].
+    fn rank(self) -> usize {
+        match self {
+            Algorithm::Quorum(g) => {
+                Self::ALL.len() + Generator::ALL.iter().position(|x| *x == g).unwrap_or(0)
+            }
+            a => Self::ALL.iter().position(|x| *x == a).unwrap_or(0),
+        }
+    }
+}
+
+impl PartialOrd for Algorithm {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Algorithm {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
 }
 
 /// The kind of workload an analytic figure applies to.
@@ -50,7 +85,15 @@ pub enum Load {
 }
 
 impl Algorithm {
-    /// Every algorithm, the broken naive Maekawa last.
+    /// The crash-tolerant quorum protocol over each generator (grid, tree, VCube).
+    pub const QUORUM: [Algorithm; 3] = [
+        Algorithm::Quorum(Generator::Grid),
+        Algorithm::Quorum(Generator::Tree),
+        Algorithm::Quorum(Generator::VCube),
+    ];
+
+    /// Every classic (failure-free) algorithm, the broken naive Maekawa last. The quorum
+    /// variants are in [`Algorithm::QUORUM`]; [`Algorithm::every`] chains both.
     pub const ALL: [Algorithm; 11] = [
         Algorithm::Centralized,
         Algorithm::TokenRing,
@@ -65,7 +108,25 @@ impl Algorithm {
         Algorithm::MaekawaNaive,
     ];
 
-    /// The ten correct algorithms of the issue (without the broken naive Maekawa).
+    /// Every algorithm: [`Algorithm::ALL`] then [`Algorithm::QUORUM`].
+    pub fn every() -> impl Iterator<Item = Algorithm> {
+        Self::ALL.into_iter().chain(Self::QUORUM)
+    }
+
+    /// The generator of a [`Algorithm::Quorum`] variant.
+    pub fn generator(self) -> Option<Generator> {
+        match self {
+            Algorithm::Quorum(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Whether the algorithm tolerates crashes (accepts crash notices).
+    pub fn tolerates_crashes(self) -> bool {
+        matches!(self, Algorithm::Quorum(_))
+    }
+
+    /// The ten correct classic algorithms of the issue (without the broken naive Maekawa).
     pub fn correct() -> impl Iterator<Item = Algorithm> {
         Self::ALL
             .into_iter()
@@ -86,6 +147,9 @@ impl Algorithm {
             Algorithm::NaimiTrehel => "naimi-trehel",
             Algorithm::Maekawa => "maekawa",
             Algorithm::MaekawaNaive => "maekawa-naive",
+            Algorithm::Quorum(Generator::Grid) => "quorum-grid",
+            Algorithm::Quorum(Generator::Tree) => "quorum-tree",
+            Algorithm::Quorum(Generator::VCube) => "quorum-vcube",
         }
     }
 
@@ -105,10 +169,23 @@ impl Algorithm {
         matches!(self, Algorithm::TokenRing | Algorithm::Misra)
     }
 
-    /// The largest quorum (`max |S_i|`) for the Maekawa variants over `n` nodes.
+    /// The largest quorum (`max |S_i|`) for the Maekawa variants over `n` nodes; for the
+    /// quorum protocol, the largest fault-free quorum of its generator (`None` where the
+    /// generator does not apply, e.g. VCube for a group size that is not a power of two).
     pub fn quorum_size(self, n: usize) -> Option<usize> {
-        matches!(self, Algorithm::Maekawa | Algorithm::MaekawaNaive)
-            .then(|| grid_quorums(n).iter().map(Vec::len).max().unwrap_or(0))
+        match self {
+            Algorithm::Maekawa | Algorithm::MaekawaNaive => {
+                Some(grid_quorums(n).iter().map(Vec::len).max().unwrap_or(0))
+            }
+            Algorithm::Quorum(g) => fault_free_quorum_sizes(g, n)?.into_iter().max(),
+            _ => None,
+        }
+    }
+
+    /// The mean fault-free quorum size `mean |Q_i|` of the quorum protocol over `n` nodes.
+    pub fn mean_quorum_size(self, n: usize) -> Option<f64> {
+        let sizes = fault_free_quorum_sizes(self.generator()?, n)?;
+        (!sizes.is_empty()).then(|| sizes.iter().sum::<usize>() as f64 / sizes.len() as f64)
     }
 
     /// The spec's analytic messages per CS (§15) for `n` nodes, where it gives a number.
@@ -136,6 +213,10 @@ impl Algorithm {
             (Algorithm::Maekawa | Algorithm::MaekawaNaive, Load::Light) => 3.0 * k,
             (Algorithm::Maekawa, Load::Heavy) => 5.0 * k,
             (Algorithm::MaekawaNaive, Load::Heavy) => return None,
+            // Spec §6: 3|Q| without contention (self-messages counted), the requester being
+            // random; FAILED/INQUIRE/YIELD under contention have no closed form.
+            (Algorithm::Quorum(_), Load::Light) => 3.0 * self.mean_quorum_size(n)?,
+            (Algorithm::Quorum(_), Load::Heavy) => return None,
         })
     }
 
@@ -143,7 +224,10 @@ impl Algorithm {
     pub fn theory_sync_delay(self, n: usize) -> Option<f64> {
         let nf = n as f64;
         match self {
-            Algorithm::Centralized | Algorithm::Maekawa | Algorithm::MaekawaNaive => Some(2.0),
+            Algorithm::Centralized
+            | Algorithm::Maekawa
+            | Algorithm::MaekawaNaive
+            | Algorithm::Quorum(_) => Some(2.0),
             Algorithm::Lamport
             | Algorithm::RicartAgrawala
             | Algorithm::RoucairolCarvalho
@@ -185,6 +269,7 @@ impl Algorithm {
                     quorums: None,
                 },
             ),
+            Algorithm::Quorum(g) => make::<FtQuorumNode>(id, n, &FtQuorumConfig::generator(g)),
         }
     }
 
@@ -209,6 +294,7 @@ impl Algorithm {
                     quorums: None,
                 },
             ),
+            Algorithm::Quorum(g) => simulate::<FtQuorumNode>(cfg, &FtQuorumConfig::generator(g)),
         }
     }
 
@@ -230,6 +316,7 @@ impl Algorithm {
             Algorithm::Raymond => get::<Raymond>(probe),
             Algorithm::NaimiTrehel => get::<NaimiTrehel>(probe),
             Algorithm::Maekawa | Algorithm::MaekawaNaive => get::<Maekawa>(probe),
+            Algorithm::Quorum(_) => get::<FtQuorumNode>(probe),
         }
     }
 }
@@ -260,13 +347,15 @@ impl FromStr for Algorithm {
             "nt" | "li-hudak" => "naimi-trehel",
             "sanders" => "maekawa",
             "naive-maekawa" => "maekawa-naive",
+            "quorum" | "ft-quorum" | "quorum-vcube" | "vcube" => "quorum-vcube",
+            "quorum-maekawa" | "ft-quorum-grid" => "quorum-grid",
+            "quorum-agrawal" | "ft-quorum-tree" => "quorum-tree",
             other => other,
         };
-        Algorithm::ALL
-            .into_iter()
+        Algorithm::every()
             .find(|a| a.name() == alias)
             .ok_or_else(|| {
-                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                let names: Vec<&str> = Algorithm::every().map(|a| a.name()).collect();
                 MutexError::Config(format!(
                     "unknown algorithm {s:?}; known: {}",
                     names.join(", ")
@@ -301,6 +390,14 @@ pub enum Effect {
     },
 }
 
+/// The fault-free quorum size of every process, or `None` if the generator does not apply.
+fn fault_free_quorum_sizes(g: Generator, n: usize) -> Option<Vec<usize>> {
+    let all = CorrectSet::all(n);
+    (0..n)
+        .map(|i| g.quorum(i, &all).ok().map(|q| q.len()))
+        .collect()
+}
+
 /// A type-erased [`MutexNode`]: the same five inputs, messages as dynamic [`Value`]s.
 pub trait DynNode: Send {
     /// The node's id.
@@ -318,6 +415,10 @@ pub trait DynNode: Send {
         body: &Value,
         out: &mut Vec<Effect>,
     ) -> Result<(), MutexError>;
+    /// A failure detector reports that `failed` crashed. Only crash-tolerant algorithms
+    /// ([`Algorithm::tolerates_crashes`]) accept it; the others answer
+    /// [`MutexError::FailureNotTolerated`].
+    fn failure(&mut self, failed: NodeId, out: &mut Vec<Effect>) -> Result<(), MutexError>;
     /// Whether this node holds the token (token algorithms).
     fn holds_token(&self) -> bool;
     /// Whether `body` is a token message of this algorithm.
@@ -384,6 +485,9 @@ impl<A: MutexNode + Send + 'static> DynNode for Erased<A> {
         })?;
         self.with(out, |n, o| n.on_message(from, msg, o))
     }
+    fn failure(&mut self, failed: NodeId, out: &mut Vec<Effect>) -> Result<(), MutexError> {
+        self.with(out, |n, o| n.on_failure(failed, o))
+    }
     fn holds_token(&self) -> bool {
         self.node.holds_token()
     }
@@ -398,9 +502,16 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {
-        for a in Algorithm::ALL {
+        for a in Algorithm::every() {
             assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
         }
+        assert_eq!(
+            "quorum".parse::<Algorithm>(),
+            Ok(Algorithm::Quorum(Generator::VCube))
+        );
+        let mut sorted: Vec<Algorithm> = Algorithm::every().collect();
+        sorted.sort();
+        assert_eq!(sorted, Algorithm::every().collect::<Vec<_>>());
         assert_eq!("RA".parse::<Algorithm>(), Ok(Algorithm::RicartAgrawala));
         let err = "bakery".parse::<Algorithm>().unwrap_err();
         assert!(err.to_string().contains("ricart-agrawala"), "{err}");
@@ -422,5 +533,84 @@ mod tests {
         a.message(1, &body, &mut out).unwrap();
         assert!(matches!(out.pop(), Some(Effect::Grant { .. })));
         assert!(b.message(0, &Value::Int(3), &mut out).is_err());
+    }
+}
+
+#[cfg(test)]
+mod quorum_tests {
+    use super::*;
+
+    /// Drives erased quorum nodes by hand: delivers every send at once, FIFO per link.
+    fn pump(nodes: &mut [Box<dyn DynNode>], from: NodeId, out: Vec<Effect>) -> Vec<Fence> {
+        let mut grants = Vec::new();
+        let mut queue: std::collections::VecDeque<(NodeId, Effect)> =
+            out.into_iter().map(|e| (from, e)).collect();
+        while let Some((src, e)) = queue.pop_front() {
+            match e {
+                Effect::Send { to, body, .. } => {
+                    let mut o = Vec::new();
+                    nodes[to].message(src, &body, &mut o).unwrap();
+                    queue.extend(o.into_iter().map(|e| (to, e)));
+                }
+                Effect::Grant { fence } => grants.push(fence),
+                Effect::Local { .. } => {}
+            }
+        }
+        grants
+    }
+
+    #[test]
+    fn quorum_algorithms_are_named_sized_and_run_as_dyn_nodes() {
+        let a: Algorithm = "quorum-tree".parse().unwrap();
+        assert_eq!(a, Algorithm::Quorum(Generator::Tree));
+        assert!(a.requires_fifo() && !a.token_based() && a.tolerates_crashes());
+        assert!(!Algorithm::Maekawa.tolerates_crashes());
+        // VCube fault-free quorums have n/2 + 1 members; 3|Q| messages per CS at light load.
+        let v = Algorithm::Quorum(Generator::VCube);
+        assert_eq!(v.quorum_size(8), Some(5));
+        assert_eq!(v.theory_msgs_per_cs(8, Load::Light), Some(15.0));
+        assert_eq!(v.quorum_size(6), None);
+
+        let n = 8;
+        let mut nodes: Vec<Box<dyn DynNode>> = (0..n).map(|i| v.node(i, n).unwrap()).collect();
+        // Node 1 crashes; everyone else is told (and FLUSHes it) before node 0 asks.
+        for i in (0..n).filter(|&i| i != 1) {
+            let mut o = Vec::new();
+            nodes[i].failure(1, &mut o).unwrap();
+            let flushes = o
+                .iter()
+                .filter(|e| matches!(e, Effect::Send { to, kind: "flush", .. } if *to != 1))
+                .count();
+            assert_eq!(flushes, n - 2, "{o:?}");
+            assert!(pump(&mut nodes, i, o).is_empty());
+        }
+        let mut out = Vec::new();
+        nodes[0].request(&mut out).unwrap();
+        assert!(
+            out.iter().all(|e| !matches!(e, Effect::Send { to: 1, .. })),
+            "nothing goes to the crashed node: {out:?}"
+        );
+        assert_eq!(pump(&mut nodes, 0, out), vec![1]);
+        let mut out = Vec::new();
+        nodes[0].release(&mut out).unwrap();
+        assert!(pump(&mut nodes, 0, out).is_empty());
+
+        // A classic algorithm refuses crash notices with a typed error.
+        let mut ra = Algorithm::RicartAgrawala.node(0, 3).unwrap();
+        assert!(matches!(
+            ra.failure(1, &mut Vec::new()),
+            Err(MutexError::FailureNotTolerated { .. })
+        ));
+    }
+
+    #[test]
+    fn quorum_algorithms_simulate_cleanly() {
+        for a in Algorithm::QUORUM {
+            let mut cfg = SimConfig::new(8, 3);
+            cfg.workload.requests_per_node = 2;
+            let r = a.simulate(cfg).unwrap();
+            assert!(r.verdict.is_ok(), "{a}: {:?}", r.verdict);
+            assert_eq!(r.metrics.cs_entries, 16, "{a}");
+        }
     }
 }

@@ -37,7 +37,7 @@ const FONT_PATHS: [&str; 4] = [
 ];
 
 /// Ten distinguishable colours (Tableau 10).
-const COLORS: [RGBColor; 10] = [
+pub(crate) const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -50,7 +50,7 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-fn ensure_font() -> Result<(), ChartError> {
+pub(crate) fn ensure_font() -> Result<(), ChartError> {
     static FONT: OnceLock<bool> = OnceLock::new();
     let ok = *FONT.get_or_init(|| {
         let candidates = std::env::var("LEDA_CHART_FONT")
@@ -70,7 +70,7 @@ fn ensure_font() -> Result<(), ChartError> {
     if ok { Ok(()) } else { Err(ChartError::NoFont) }
 }
 
-fn draw_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> ChartError + '_ {
+pub(crate) fn draw_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> ChartError + '_ {
     move |e| ChartError::Draw {
         path: path.to_path_buf(),
         detail: e.to_string(),

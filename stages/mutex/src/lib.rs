@@ -27,6 +27,10 @@
 //!   substitution; spec `specs/mutex-vcube-quorum.md`).
 //! - [`experiment`], [`chart`]: the `mutex-exp` experiments (CSV rows, the sweep over N and
 //!   load) and their PNG charts with the analytic values beside the measurements.
+//! - [`quorum_exp`], [`quorum_chart`]: experiments of the crash-tolerant quorum protocol
+//!   (random crash schedules shared by the grid, tree and VCube generators; the
+//!   `--sweep-quorum` matrix, its summary table and PNG charts); [`quorum_soak`]: thousands of
+//!   seeds with up to N/2 crashes and staggered notices through the checker.
 //! - [`metrics`]: messages per CS and per type, response time, synchronisation delay.
 //!
 //! **Fencing tokens.** Every grant carries a `u64` fence, strictly increasing per resource:
@@ -51,6 +55,9 @@ pub mod metrics;
 pub mod multi;
 pub mod node;
 pub mod quorum;
+pub mod quorum_chart;
+pub mod quorum_exp;
+pub mod quorum_soak;
 pub mod rng;
 pub mod sim;
 pub mod stage;

@@ -450,7 +450,11 @@ impl<A: MutexNode> Simulation<A> {
             self.metrics.events += 1;
             match entry.ev {
                 Ev::Request(i) | Ev::Release(i) if self.is_crashed(i) => {
-                    if self.cfg.workload.schedule == Schedule::Serial {
+                    // A crash inside the CS already passed the serial turn on (`crash`); a
+                    // request that fires after its node crashed passes it on here.
+                    if self.cfg.workload.schedule == Schedule::Serial
+                        && matches!(entry.ev, Ev::Request(_))
+                    {
                         self.schedule_next_serial();
                     }
                 }

@@ -12,6 +12,7 @@
 //! | `("release", resource)`                   | the application leaves the CS             |
 //! | `("cancel", resource)`                    | withdraw the request (or release if granted) |
 //! | `("msg", from, resource, kind, body)`     | a protocol message from node `from`       |
+//! | `("failure", j)`                          | a failure detector's notice: node `j` crashed (every resource's state machine gets it; see [`crate::ft_quorum::detector`]) |
 //!
 //! | output port | event                                   |
 //! |-------------|-----------------------------------------|
@@ -190,6 +191,15 @@ impl NodeState {
             let resources: Vec<String> = self.nodes.keys().cloned().collect();
             for r in resources {
                 self.step(&r, ctx, |n, out| n.start(out))?;
+            }
+            return Ok(());
+        }
+        if tag == "failure" {
+            // A crash notice concerns the node, so every resource's state machine gets it.
+            let failed: NodeId = ev.get(1)?;
+            let resources: Vec<String> = self.nodes.keys().cloned().collect();
+            for r in resources {
+                self.step(&r, ctx, |n, out| n.failure(failed, out))?;
             }
             return Ok(());
         }

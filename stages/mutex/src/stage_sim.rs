@@ -8,6 +8,12 @@
 //! [`Observer`] of every node stage, feeds the same [`Checker`] as the state-machine simulator
 //! and collects the same [`Metrics`]. One virtual tick is one microsecond.
 //!
+//! With [`StageSim::detector`] set, every node also runs the VCube failure detector's stages
+//! ([`crate::ft_quorum::detector`]), which send crash notices into the node stages: the run
+//! of a crash-tolerant algorithm then goes on after crashes, and only the clients of nodes that
+//! do not crash count towards the end of the run. The checker learns of each crash at its
+//! virtual time (a holder that crashes inside the CS leaves it).
+//!
 //! The verdict: a safety violation as soon as one happens; otherwise [`Verdict::Ok`] when every
 //! client got all its critical sections, [`Verdict::Stall`] when the time bound was reached
 //! first, and [`Verdict::Deadlock`] when nothing was left to happen.
@@ -22,6 +28,9 @@ use leda_core::sim::{Latency as NetLatency, NetModel, Simulation};
 use crate::algorithm::Algorithm;
 use crate::checker::{Checker, Verdict};
 use crate::error::MutexError;
+use crate::ft_quorum::detector::{
+    DetectorConfig, DetectorSpec, Evidence, NoticeObserver, connect_detectors, wire_detector,
+};
 use crate::metrics::Metrics;
 use crate::node::NodeId;
 use crate::sim::Latency;
@@ -54,6 +63,10 @@ struct MonitorState {
     tokens_may_vanish: bool,
     pending_sync: Option<u64>,
     verdict: Option<Verdict>,
+    /// Crashes not yet told to the checker: (virtual time µs, node), latest first.
+    crashes: Vec<(u64, NodeId)>,
+    /// Crash notices of the detector stages: (time µs, observer, crashed).
+    notices: Vec<(u64, NodeId, NodeId)>,
 }
 
 impl Monitor {
@@ -71,8 +84,25 @@ impl Monitor {
                 tokens_may_vanish: lossy,
                 pending_sync: None,
                 verdict: None,
+                crashes: Vec::new(),
+                notices: Vec::new(),
             }),
         }
+    }
+
+    /// Tells the checker of each crash (node, virtual time µs) once the run reaches its time.
+    pub fn with_crashes(self, crashes: &[(NodeId, u64)]) -> Self {
+        {
+            let mut s = self.lock();
+            s.crashes = crashes.iter().map(|&(node, at)| (at, node)).collect();
+            s.crashes.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        self
+    }
+
+    /// The detector stages' crash notices so far: (virtual time µs, observer, crashed).
+    pub fn notices(&self) -> Vec<(u64, NodeId, NodeId)> {
+        self.lock().notices.clone()
     }
 
     /// Turns the token-uniqueness check off (for multi-threaded runs, see
@@ -113,6 +143,11 @@ impl Observer for Monitor {
             return;
         }
         let s = &mut *s;
+        while s.crashes.last().is_some_and(|&(at, _)| at < t) {
+            if let Some((_, crashed)) = s.crashes.pop() {
+                s.checker.on_crash(crashed);
+            }
+        }
         match ev {
             NodeEvent::Request => {
                 if let Some(w) = s.waiting_since.get_mut(node) {
@@ -186,6 +221,13 @@ impl Observer for Monitor {
     }
 }
 
+impl NoticeObserver for Monitor {
+    fn crashed(&self, time: f64, observer: NodeId, crashed: NodeId, _evidence: Evidence) {
+        let t = (time * 1e6).round() as u64;
+        self.lock().notices.push((t, observer, crashed));
+    }
+}
+
 /// A simulated run of a group's stage graph.
 #[derive(Debug, Clone)]
 pub struct StageSim {
@@ -209,6 +251,10 @@ pub struct StageSim {
     pub crashes: Vec<(NodeId, u64)>,
     /// Virtual-time bound in µs: reaching it with requests unserved is a [`Verdict::Stall`].
     pub max_time: u64,
+    /// Run the VCube failure detector's stages beside every node (period and timeout in
+    /// virtual time, 1 µs per tick), for crash-tolerant algorithms. With it, the clients of
+    /// crashing nodes do not count towards the end of the run.
+    pub detector: Option<DetectorConfig>,
 }
 
 /// The outcome of a [`StageSim`] run.
@@ -222,6 +268,9 @@ pub struct StageReport {
     pub trace: Vec<String>,
     /// Virtual time at the end, µs.
     pub end_time: u64,
+    /// The detector stages' crash notices: (virtual time µs, observer, crashed), in order
+    /// (empty without [`StageSim::detector`]).
+    pub notices: Vec<(u64, NodeId, NodeId)>,
 }
 
 impl StageSim {
@@ -242,6 +291,7 @@ impl StageSim {
             think_time: Latency::Exponential { min: 0, mean: 20.0 },
             crashes: Vec::new(),
             max_time: 10_000_000,
+            detector: None,
         }
     }
 
@@ -264,8 +314,11 @@ impl StageSim {
         let requesting: Vec<bool> = (0..n)
             .map(|i| self.requesters.as_ref().is_none_or(|r| r.contains(&i)))
             .collect();
-        let total = requesting.iter().filter(|&&r| r).count() * self.requests;
+        // With a detector the run goes on after crashes: only nodes that do not crash count.
+        let counts = |i: NodeId| self.detector.is_none() || !self.crashes.iter().any(|c| c.0 == i);
+        let total = (0..n).filter(|&i| requesting[i] && counts(i)).count() * self.requests;
         let remaining = Arc::new(AtomicUsize::new(total));
+        let mut detectors = Vec::new();
         let mut g = Graph::new(format!("mutex-{}", self.algorithm));
         let mut nodes = Vec::with_capacity(n);
         let mut clusters = Vec::with_capacity(n);
@@ -286,14 +339,33 @@ impl StageSim {
                     think_time: self.think_time.clone(),
                     seed: self.seed,
                 },
-                remaining.clone(),
+                if counts(i) {
+                    remaining.clone()
+                } else {
+                    Arc::new(AtomicUsize::new(usize::MAX))
+                },
             );
             g.connect(&client, "mutex", &node).local();
             g.connect(&node, "grant", &client).local();
-            clusters.push(Cluster::of([&node, &client]));
+            let mut cluster = Cluster::of([&node, &client]);
+            if let Some(config) = self.detector {
+                let spec = DetectorSpec {
+                    id: i,
+                    n,
+                    config,
+                    observer: Some(monitor.clone()),
+                };
+                let (detector, timer) = wire_detector(&mut g, spec, &node)
+                    .map_err(|e| MutexError::Config(e.to_string()))?;
+                cluster.insert(&detector);
+                cluster.insert(&timer);
+                detectors.push(detector);
+            }
+            clusters.push(cluster);
             nodes.push(node);
         }
         connect_peers(&mut g, &nodes);
+        connect_detectors(&mut g, &detectors);
         if mapped {
             let addrs: Vec<String> = (0..n).map(sim_addr).collect();
             let graph_err = |e: leda_core::graph::GraphError| MutexError::Config(e.to_string());
@@ -359,6 +431,7 @@ impl StageSim {
             metrics,
             trace: Vec::new(),
             end_time: elapsed,
+            notices: monitor.notices(),
         })
     }
 
@@ -366,7 +439,8 @@ impl StageSim {
     /// under leda-core's simulated executor, and judges it.
     pub fn run(&self) -> Result<StageReport, MutexError> {
         let lossy = self.net.loss > 0.0 || !self.crashes.is_empty();
-        let monitor = Arc::new(Monitor::new(self.algorithm, self.n, lossy));
+        let monitor =
+            Arc::new(Monitor::new(self.algorithm, self.n, lossy).with_crashes(&self.crashes));
         let Built {
             graph: g,
             remaining,
@@ -389,6 +463,7 @@ impl StageSim {
             metrics,
             trace: report.trace,
             end_time,
+            notices: monitor.notices(),
         })
     }
 }

@@ -4,6 +4,11 @@
 //! cargo run --release -p leda-mutex --bin mutex-exp -- --algorithm ricart-agrawala --nodes 16 \
 //!     --requesters all --cs 20 --seed 1 [--latency exp:10] [--cs-time 5] [--think-time 0] [--by-type]
 //! cargo run --release -p leda-mutex --bin mutex-exp -- --sweep --out mutex-sweep
+//! cargo run --release -p leda-mutex --bin mutex-exp -- --sweep-grid --out docs
+//! cargo run --release -p leda-mutex --bin mutex-exp -- --sweep-lejeune --out docs
+//! cargo run --release -p leda-mutex --bin mutex-exp -- --algorithm quorum --quorum vcube \
+//!     --nodes 64 --requesters all --failures half --seed 1 [--notice uniform:0:80]
+//! cargo run --release -p leda-mutex --bin mutex-exp -- --sweep-quorum --seeds 2 --out quorum-sweep
 //! ```
 //!
 //! Durations are in ticks (the one-hop latency is the unit of the theory's T when constant):
@@ -70,6 +75,15 @@ struct Args {
     /// Output directory of --sweep.
     #[arg(long, default_value = "mutex-sweep")]
     out: PathBuf,
+    /// Quorum-protocol options (`--algorithm quorum`, `--sweep-quorum`).
+    #[command(flatten)]
+    quorum: leda_mutex::quorum_exp::QuorumArgs,
+    /// Grid sweep options (`--sweep-grid`).
+    #[command(flatten)]
+    grid: leda_mutex::multi::grid_exp::GridArgs,
+    /// Lejeune et al. sweep options (`--sweep-lejeune`).
+    #[command(flatten)]
+    lejeune: leda_mutex::multi::lejeune_exp::LejeuneArgs,
 }
 
 fn drops(specs: &[String]) -> anyhow::Result<Vec<DropRule>> {
@@ -91,7 +105,30 @@ fn drops(specs: &[String]) -> anyhow::Result<Vec<DropRule>> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.lejeune.sweep_lejeune {
+        let started = Instant::now();
+        let rows = leda_mutex::multi::lejeune_exp::run_lejeune_sweep(
+            &args.out,
+            args.seed,
+            &args.lejeune,
+            |r| eprintln!("{}", r.csv()),
+        )?;
+        eprintln!(
+            "lejeune sweep: {} runs in {:.1}s; wrote multi-lejeune*.csv and 6 charts to {}",
+            rows.len(),
+            started.elapsed().as_secs_f64(),
+            args.out.display()
+        );
+        return Ok(());
+    }
+    if args.grid.sweep_grid {
+        leda_mutex::multi::grid_exp::run_grid_sweep(&args.out, args.seed, &args.grid)?;
+        return Ok(());
+    }
     let requesters: Requesters = args.requesters.parse()?;
+    if args.quorum.wanted(&args.algorithm) {
+        return quorum_main(&args, requesters);
+    }
     let engine = match args.engine.as_str() {
         "state-machines" | "sm" => Engine::StateMachines,
         "stages" => Engine::Stages,
@@ -164,6 +201,109 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("{algorithm} seed {}: {}", e.seed, row.verdict);
             }
         }
+    }
+    if failed {
+        bail!("some runs failed the checker");
+    }
+    Ok(())
+}
+
+/// `--algorithm quorum[-grid|-tree|-vcube] [--quorum G] [--failures F]` and `--sweep-quorum`
+/// (see `leda_mutex::quorum_exp`).
+fn quorum_main(args: &Args, requesters: Requesters) -> anyhow::Result<()> {
+    use leda_mutex::quorum_exp::{QuorumExperiment, csv_header, sweep, write_sweep};
+    let q = &args.quorum;
+    if !args.drop.is_empty() || args.engine != "state-machines" {
+        bail!("--drop and --engine do not apply to the quorum protocol (crashes: --failures)");
+    }
+    let mut base = QuorumExperiment::new(q.generator(&args.algorithm)?, args.nodes, requesters);
+    base.cs = Some(args.cs);
+    base.seed = args.seed;
+    base.latency = parse_latency(&args.latency)?;
+    base.cs_time = parse_latency(&args.cs_time)?;
+    base.think_time = parse_latency(&args.think_time)?;
+    base.failures = q.failures()?;
+    base.notice = parse_latency(&q.notice)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if q.sweep_quorum {
+        base.cs = None;
+        let started = Instant::now();
+        let nodes = q.sweep_nodes();
+        let total = nodes.len() * 3 * 2 * 4 * args.seeds as usize;
+        let mut done = 0;
+        let rows = sweep(&base, &nodes, args.seeds, q.threads(), |r| {
+            done += 1;
+            eprintln!(
+                "[{done}/{total}] {} n={} {} failures={} seed={}: {} msgs/CS, {} crashes{}, {:.1}s",
+                r.row.exp.algorithm,
+                r.row.exp.nodes,
+                r.row.exp.requesters.name(),
+                r.failures,
+                r.row.exp.seed,
+                r.row
+                    .msgs_per_cs()
+                    .map_or("-".into(), |m| format!("{m:.1}")),
+                r.crashes,
+                if r.no_quorum { ", NO QUORUM" } else { "" },
+                started.elapsed().as_secs_f64()
+            );
+        })?;
+        let (cells, files) = write_sweep(&args.out, &rows, true)?;
+        writeln!(out, "{}", leda_mutex::quorum_exp::summary_markdown(&cells))?;
+        let no_quorum = rows.iter().filter(|r| r.no_quorum).count();
+        let failed: Vec<String> = rows
+            .iter()
+            .filter(|r| r.failed())
+            .map(|r| {
+                format!(
+                    "{} n={} seed={}: {}",
+                    r.row.exp.algorithm,
+                    r.row.exp.nodes,
+                    r.row.exp.seed,
+                    r.verdict()
+                )
+            })
+            .collect();
+        eprintln!(
+            "quorum sweep: {} runs in {:.1}s; {no_quorum} runs without a quorum (tree); {} failed the checker; wrote {}",
+            rows.len(),
+            started.elapsed().as_secs_f64(),
+            failed.len(),
+            files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if !failed.is_empty() {
+            bail!("some runs failed the checker:\n{}", failed.join("\n"));
+        }
+        return Ok(());
+    }
+    writeln!(out, "{}", csv_header())?;
+    let mut failed = false;
+    for s in 0..args.seeds {
+        let mut e = base.clone();
+        e.seed = args.seed + s;
+        let row = e.run()?;
+        writeln!(out, "{}", row.csv(args.by_type))?;
+        if row.no_quorum {
+            eprintln!(
+                "{} seed {}: no quorum could be formed ({})",
+                row.row.exp.algorithm,
+                e.seed,
+                row.verdict()
+            );
+        } else if !row.verdict().is_ok() {
+            eprintln!(
+                "{} seed {}: {}",
+                row.row.exp.algorithm,
+                e.seed,
+                row.verdict()
+            );
+        }
+        failed |= row.failed();
     }
     if failed {
         bail!("some runs failed the checker");

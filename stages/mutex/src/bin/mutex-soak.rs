@@ -37,6 +37,11 @@ struct Args {
     /// Run the stage graphs under leda-core's simulated executor instead of the state machines.
     #[arg(long)]
     stages: bool,
+    /// Soak the crash-tolerant quorum protocol instead (grid, tree, VCube; or the generators
+    /// named by --algorithm quorum-*): up to N/2 crashes per seed, simultaneous or staggered
+    /// notices (see `leda_mutex::quorum_soak`).
+    #[arg(long)]
+    crashes: bool,
 }
 
 fn config(seed: u64, fifo: bool, max_nodes: usize) -> SimConfig {
@@ -87,6 +92,9 @@ fn stage_sim(algorithm: Algorithm, cfg: &SimConfig) -> StageSim {
 
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    if args.crashes {
+        return crash_soak(&args);
+    }
     let algorithms: Vec<Algorithm> = if args.algorithm.is_empty() {
         Algorithm::ALL.to_vec()
     } else {
@@ -131,6 +139,53 @@ fn main() -> anyhow::Result<ExitCode> {
             if !expected_broken {
                 failed = true;
             }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `--crashes`: the quorum protocol's crash soak, one line per generator.
+fn crash_soak(args: &Args) -> anyhow::Result<ExitCode> {
+    use leda_mutex::quorum_soak::soak;
+    let generators: Vec<leda_mutex::ft_quorum::Generator> = if args.algorithm.is_empty() {
+        leda_mutex::ft_quorum::Generator::ALL.to_vec()
+    } else {
+        args.algorithm
+            .iter()
+            .map(|a| {
+                a.parse::<Algorithm>()
+                    .ok()
+                    .and_then(Algorithm::generator)
+                    .with_context(|| format!("--crashes soaks quorum-grid|tree|vcube, not {a:?}"))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut failed = false;
+    for g in generators {
+        let started = Instant::now();
+        let t = soak(g, args.first, args.seeds)?;
+        println!(
+            "quorum-{:<7} {:>7} seeds {:>7} ok {:>5} no-quorum (tree, reported)  failures: {} mutual-exclusion, {} fence, {} liveness, {} node-error  ({} crashes, up to {} of {} in one seed; {:.1}s)",
+            g.name(),
+            t.runs,
+            t.ok,
+            t.no_quorum,
+            t.safety,
+            t.fence,
+            t.liveness,
+            t.node_errors,
+            t.crashes,
+            t.max_crashes.0,
+            t.max_crashes.1,
+            started.elapsed().as_secs_f64()
+        );
+        if let Some((seed, outcome)) = &t.first_failure {
+            println!("    first failure: seed {seed}: {outcome}");
+            failed = true;
         }
     }
     Ok(if failed {

@@ -15,6 +15,8 @@
 //! - [`grid`]: Maekawa-style grid quorums (row ∪ column) with a deterministic substitution rule
 //!   for empty cells and cells of failed processes (spec §4.3).
 //! - [`Generator`]: the three generators chosen by name (`grid`, `tree`, `vcube`).
+//! - [`detector`]: the VCube failure detector (testing rounds, even/odd event counters, crash
+//!   notices) as a pure state machine and as Leda stages feeding a node stage's `failure` input.
 //! - [`protocol`]: the crash-tolerant quorum mutual-exclusion protocol (spec §5) as a
 //!   [`crate::MutexNode`], parameterised by the generator.
 //!
@@ -28,6 +30,7 @@
 //! computed from: asking for the quorum of a crashed process is [`QuorumError::NotCorrect`].
 //! Every quorum contains only processes of the view, and contains `i` itself.
 
+pub mod detector;
 pub mod grid;
 pub mod protocol;
 pub mod tree;

@@ -1,6 +1,8 @@
 //! The crash-tolerant quorum mutual-exclusion protocol (spec §5): REQUEST, REPLY, FAILED,
 //! INQUIRE, YIELD, RELEASE and CANCEL with `(Lamport timestamp, pid)` priority, over a quorum
-//! that is recomputed from the process's `correct` view on every crash notice.
+//! that is recomputed from the process's `correct` view on every crash notice; plus FLUSH,
+//! LOCK and REVOKE, which settle each crash so that a quorum change cannot break mutual
+//! exclusion (gap 1 below).
 //!
 //! Every process is both a **requester** and an **arbiter** (one permission, `granted`). The
 //! quorum comes from a [`QuorumSource`]: one of the three generators ([`Generator`]) or, for
@@ -37,13 +39,54 @@
 //! - **Releasing a member that left the quorum (gap 3).** CANCEL: at an arbiter it removes the
 //!   requester's queued request, and if the arbiter was granted to that requester it also frees
 //!   the permission, exactly like RELEASE.
-//! - **Quorum change while in the CS (gap 1).** The CS is finished; RELEASE goes to the old
-//!   `locked` set minus crashed processes; no REQUEST or CANCEL is sent during the CS. This is
-//!   the spec's suggestion and it is **not safe** in general: when every live member of the
-//!   holder's quorum that a later quorum would meet has crashed, the holder's permissions vanish
-//!   with the dead arbiters and another process can enter during the CS (pinned by
-//!   `known_hole_quorum_change_inside_the_cs_is_unsafe` in `tests/ft_quorum.rs`). An open
-//!   problem of the protocol as specified, not fixed here.
+//! - **Quorum change while in the CS (gap 1) — crash settlement.** The spec's suggestion
+//!   (finish the CS, RELEASE the old `locked` set minus the dead) is **not safe**: when every
+//!   live member of the holder's quorum that a later quorum meets has crashed, the holder's
+//!   permissions vanish with the dead arbiters and another process can enter during the CS
+//!   (VCube, n = 8: p0 in the CS with {0,1,2,4,5}; 1, 2, 4, 5 crash; p7's new quorum {3,6,7};
+//!   `quorum_change_inside_the_cs_is_safe` in `tests/ft_quorum.rs`). The same mechanism let a
+//!   fence repeat (a holder's successor whose quorum misses every live process that saw the
+//!   holder's RELEASE). Decision, with three messages beyond the spec's seven:
+//!   1. **LOCK.** A process *inside the CS* that learns of a crash keeps every lock it holds
+//!      (no CANCEL in the CS) and sends LOCK to each member its new quorum gained. An arbiter
+//!      receiving LOCK gives its permission to the holder at once; if it had granted it to
+//!      another requester, it takes it back with **REVOKE** (that requester is not in the CS,
+//!      see below). The revoked grant stays *suspended* until its requester answers — YIELD,
+//!      or, if it entered the CS with that REPLY after the holder had left and before the
+//!      REVOKE arrived, its RELEASE — and until then the permission goes to nobody but the
+//!      holder. RELEASE at exit goes to every locked member, old and new.
+//!   2. **FLUSH.** Every process, on every crash notice `f`, after any LOCK, sends
+//!      FLUSH(`f`, its largest fence) to every process of its view. An arbiter has **settled**
+//!      `f` once it knows `f` crashed and holds FLUSH(`f`) from every process its view holds
+//!      correct (a process that crashes meanwhile is no longer awaited).
+//!   3. **View-stamped REPLYs.** Every REPLY carries the number of crashes its arbiter had
+//!      settled; an arbiter that settles more re-sends its current grantee a REPLY (`refresh`)
+//!      with the new count. A requester enters only when **every** member's REPLY carries
+//!      exactly the number of crashes in its own view. Since a settled crash was FLUSHed by
+//!      every live process, an arbiter's settled set is contained in every live view; equal
+//!      counts therefore mean equal sets: all the permissions were granted under the
+//!      requester's own view, after every live process had processed those crashes.
+//!
+//!   *Why it is safe* (when all processes learn crashes in the same order, e.g. simultaneous
+//!   notices): let p be in the CS, having entered under view V_i, and q enter under V_j. If
+//!   j = i the quorums meet at an arbiter whose single permission p holds (or held until it
+//!   died, so q cannot have its REPLY under V_i). If j > i, every arbiter q used settled V_j,
+//!   so it had p's FLUSH of the j-th crash, so (FIFO) it had processed p's LOCK under V_j
+//!   before; Q_q(V_j) and Q_p(V_j) meet at such an arbiter, whose permission p holds until its
+//!   RELEASE, so q cannot hold it. The same argument shows a REVOKEd requester was not in the
+//!   CS. FLUSH carries the largest fence, so a REPLY given under V_j also carries every fence a
+//!   live process knew when the crashes were settled. *Liveness:* settlement needs only the
+//!   perfect detector (every live process eventually FLUSHes every crash), after which stamps
+//!   match and the protocol is the plain one.
+//!
+//!   *Not proved:* with notices in different orders at different processes (staggered views),
+//!   settled sets at different arbiters can be incomparable and quorums from incomparable views
+//!   need not intersect; closing that needs agreement on one sequence of views (a sequencer
+//!   with a view-change round, i.e. view-synchronous membership over the perfect detector),
+//!   not done. The soaks (`mutex-soak --crashes`) found no violation with staggered notices.
+//!
+//!   *Cost:* n − 1 FLUSHes per live process per crash, i.e. about n² messages per crash, plus
+//!   one refreshed REPLY per arbiter; reported as message types `flush`, `lock`, `revoke`.
 //! - **Arbiter whose locker crashed (§5.4 \[sic\]).** It drops the crashed process's request and
 //!   grants the head of its queue. Requests of correct processes whose quorum no longer contains
 //!   this arbiter are *not* guessed from the arbiter's own view: those requesters send CANCEL.
@@ -53,12 +96,14 @@
 //!   CANCELs its outstanding requests, and a pending or later request stays blocked: it is never
 //!   granted and [`FtQuorumNode::no_quorum`] reports it, so a driver counts such runs instead of
 //!   mistaking them for deadlocks. The arbiter role keeps working.
-//! - **Fencing.** As in Maekawa: REPLY and RELEASE carry the largest fence seen; an entering node
-//!   uses `max_seen + 1`. Strictly increasing fences are guaranteed across releases; a holder that
-//!   crashes inside the CS never publishes its fence, so after such a crash the next fence may
-//!   repeat (see the note in `tests/ft_quorum.rs`).
+//! - **Fencing.** As in Maekawa: REPLY, RELEASE and FLUSH carry the largest fence seen; an
+//!   entering node uses `max_seen + 1`. A holder that crashes inside the CS never publishes its
+//!   fence, so the next fence may equal it (the checker forgets a crashed holder's fence).
+//! - **Grant numbers.** Each arbiter numbers its grants; REPLY carries the number, YIELD echoes
+//!   it and REVOKE names it, so a YIELD that crossed a REVOKE is recognised as void.
 //! - **Channels:** FIFO required (an arbiter's REPLY must precede its INQUIRE, a requester's
-//!   YIELD/CANCEL must precede a later REQUEST).
+//!   YIELD/CANCEL must precede a later REQUEST, a holder's LOCK must precede its FLUSH). Over
+//!   non-FIFO links the protocol is not safe and [`MutexNode::REQUIRES_FIFO`] says so.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -124,7 +169,8 @@ impl FtQuorumConfig {
     }
 }
 
-/// The seven messages of the protocol (spec §5.1).
+/// The seven messages of the protocol (spec §5.1), then the three of crash settlement (FLUSH,
+/// LOCK, REVOKE; see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FtMsg {
     /// Permission request stamped `(ts, sender)`; `attempt` numbers this sending.
@@ -140,6 +186,14 @@ pub enum FtMsg {
         attempt: u64,
         /// Largest fence the arbiter has seen.
         fence: Fence,
+        /// How many crashes the arbiter had *settled* when it sent this (see the module docs):
+        /// the grant is valid for a requester whose view holds exactly that many crashes.
+        view: u64,
+        /// A re-sent REPLY for a permission already granted, after the arbiter settled another
+        /// crash; it only refreshes `view` at a requester that still holds the permission.
+        refresh: bool,
+        /// The arbiter's number for this grant (echoed by YIELD, named by REVOKE).
+        grant: u64,
     },
     /// The arbiter is locked by a higher-priority request.
     Failed,
@@ -151,7 +205,10 @@ pub enum FtMsg {
         attempt: u64,
     },
     /// The requester gives the permission back.
-    Yield,
+    Yield {
+        /// The grant given back (as its REPLY numbered it); a YIELD for an older grant is void.
+        grant: u64,
+    },
     /// The requester left the CS.
     Release {
         /// The releaser's fence.
@@ -159,6 +216,28 @@ pub enum FtMsg {
     },
     /// The requester withdraws its request (it left this arbiter's quorum).
     Cancel,
+    /// Sent to every process on a crash notice, after any LOCK: "I have processed the crash of
+    /// `crashed`; the largest fence I know is `fence`".
+    Flush {
+        /// The crashed process.
+        crashed: NodeId,
+        /// The sender's largest fence.
+        fence: Fence,
+    },
+    /// From a process **inside the CS** to a member its quorum gained on a crash notice: the
+    /// arbiter's permission belongs to the sender until its RELEASE.
+    Lock {
+        /// Timestamp of the holder's request.
+        ts: u64,
+        /// The holder's attempt number for this member.
+        attempt: u64,
+    },
+    /// The arbiter took back the permission it had granted (a LOCK claimed it); the requester
+    /// answers with YIELD, or, if it is in the CS with it, with its RELEASE.
+    Revoke {
+        /// The grant that is void.
+        grant: u64,
+    },
 }
 
 impl Message for FtMsg {
@@ -168,9 +247,12 @@ impl Message for FtMsg {
             Self::Reply { .. } => "reply",
             Self::Failed => "failed",
             Self::Inquire { .. } => "inquire",
-            Self::Yield => "yield",
+            Self::Yield { .. } => "yield",
             Self::Release { .. } => "release",
             Self::Cancel => "cancel",
+            Self::Flush { .. } => "flush",
+            Self::Lock { .. } => "lock",
+            Self::Revoke { .. } => "revoke",
         }
     }
 }
@@ -193,7 +275,8 @@ pub struct FtQuorumNode {
     attempts: u64,
     /// Members holding my current request, with the attempt each one holds.
     locked: BTreeMap<NodeId, u64>,
-    replies: BTreeSet<NodeId>,
+    /// Members whose permission I hold: (settled-crash count of their REPLY, grant number).
+    replies: BTreeMap<NodeId, (u64, u64)>,
     got_failed: bool,
     deferred_inquires: BTreeSet<NodeId>,
     // Arbiter.
@@ -201,6 +284,17 @@ pub struct FtQuorumNode {
     inquired: bool,
     queue: BTreeMap<Stamp, u64>,
     failed_sent: BTreeSet<Stamp>,
+    /// Number of the current (or last) grant of this arbiter's permission.
+    grant_no: u64,
+    /// A grant a LOCK took back, awaiting its holder's answer to REVOKE (YIELD, or RELEASE if
+    /// it had already entered with it, or CANCEL): (request, attempt, grant number). While
+    /// set, the permission goes to nobody but the LOCK holder.
+    suspended: Option<(Stamp, u64, u64)>,
+    // Crash settlement.
+    /// For each crash not yet settled: the processes that sent its FLUSH.
+    flushes: BTreeMap<NodeId, BTreeSet<NodeId>>,
+    /// Crashes settled: known here, and FLUSHed by every process this view holds correct.
+    settled: BTreeSet<NodeId>,
 }
 
 impl FtQuorumNode {
@@ -251,18 +345,87 @@ impl FtQuorumNode {
         self.granted = Some((s, attempt));
         self.inquired = false;
         self.failed_sent.remove(&s);
-        let fence = self.max_fence;
-        self.dispatch(s.node, FtMsg::Reply { attempt, fence }, out);
+        self.grant_no += 1;
+        self.send_reply(s.node, attempt, false, out);
+    }
+
+    fn send_reply(&mut self, to: NodeId, attempt: u64, refresh: bool, out: &mut Outbox<FtMsg>) {
+        let msg = FtMsg::Reply {
+            attempt,
+            fence: self.max_fence,
+            view: self.settled.len() as u64,
+            refresh,
+            grant: self.grant_no,
+        };
+        self.dispatch(to, msg, out);
+    }
+
+    /// Number of crashes in this process's view.
+    fn crashes_known(&self) -> u64 {
+        (self.n - self.correct.len()) as u64
+    }
+
+    /// Settles every crash this process knows of whose FLUSH came from every process its view
+    /// holds correct; on progress, re-sends the current grantee its REPLY with the new count.
+    /// `only`: the one crash whose FLUSH just arrived (the others cannot have progressed).
+    fn settle(&mut self, only: Option<NodeId>, out: &mut Outbox<FtMsg>) {
+        let mut progress = false;
+        let unsettled: Vec<NodeId> = match only {
+            Some(f) => vec![f],
+            None => (0..self.n).collect(),
+        };
+        let others = self.correct.len().saturating_sub(1);
+        for f in unsettled {
+            if self.correct.contains(f) || self.settled.contains(&f) {
+                continue;
+            }
+            let from = self.flushes.get(&f);
+            let done = others == 0
+                || from.is_some_and(|set| {
+                    set.len() >= others
+                        && (0..self.n)
+                            .filter(|&j| j != self.id && self.correct.contains(j))
+                            .all(|j| set.contains(&j))
+                });
+            if done {
+                self.flushes.remove(&f);
+                self.settled.insert(f);
+                progress = true;
+            }
+        }
+        if progress && let Some((s, a)) = self.granted {
+            self.send_reply(s.node, a, true, out);
+        }
     }
 
     /// Grants the head of the queue if the permission is free, then sends the FAILEDs owed.
     fn grant_next(&mut self, out: &mut Outbox<FtMsg>) {
         if self.granted.is_none()
+            && self.suspended.is_none()
             && let Some((s, a)) = self.queue.pop_first()
         {
             self.grant(s, a, out);
         }
         self.send_faileds(out);
+    }
+
+    /// Queues request `s`; INQUIREs the current grantee if `s` beats it (once per grant).
+    fn enqueue(&mut self, s: Stamp, attempt: u64, out: &mut Outbox<FtMsg>) {
+        self.queue.insert(s, attempt);
+        if let Some((g, ga)) = self.granted
+            && s < g
+            && !self.inquired
+        {
+            self.inquired = true;
+            self.dispatch(
+                g.node,
+                FtMsg::Inquire {
+                    ts: g.ts,
+                    attempt: ga,
+                },
+                out,
+            );
+        }
     }
 
     /// Gap 5: every queued request with a higher-priority competitor here gets one FAILED.
@@ -284,6 +447,9 @@ impl FtQuorumNode {
 
     /// Removes every request of `k` from the queue; frees the permission if `k` holds it.
     fn withdraw(&mut self, k: NodeId, out: &mut Outbox<FtMsg>) {
+        if self.suspended.is_some_and(|(s, _, _)| s.node == k) {
+            self.suspended = None;
+        }
         self.queue.retain(|s, _| s.node != k);
         self.failed_sent.retain(|s| s.node != k);
         if self.granted.is_some_and(|(s, _)| s.node == k) {
@@ -303,8 +469,9 @@ impl FtQuorumNode {
     }
 
     fn yield_to(&mut self, j: NodeId, out: &mut Outbox<FtMsg>) {
-        self.replies.remove(&j);
-        self.dispatch(j, FtMsg::Yield, out);
+        if let Some((_, grant)) = self.replies.remove(&j) {
+            self.dispatch(j, FtMsg::Yield { grant }, out);
+        }
     }
 
     fn try_enter(&mut self, out: &mut Outbox<FtMsg>) {
@@ -312,7 +479,10 @@ impl FtQuorumNode {
             && !self.in_cs
             && !self.no_quorum
             && !self.locked.is_empty()
-            && self.locked.keys().all(|j| self.replies.contains(j));
+            && self
+                .locked
+                .keys()
+                .all(|j| self.replies.get(j).map(|r| r.0) == Some(self.crashes_known()));
         if ready {
             self.in_cs = true;
             self.deferred_inquires.clear();
@@ -336,33 +506,35 @@ impl FtQuorumNode {
                 if known {
                     return Err(protocol(self.id, format!("duplicate REQUEST from {from}")));
                 }
-                match self.granted {
-                    None => self.grant(s, attempt, out),
-                    Some((g, ga)) => {
-                        self.queue.insert(s, attempt);
-                        if s < g && !self.inquired {
-                            self.inquired = true;
-                            self.dispatch(
-                                g.node,
-                                FtMsg::Inquire {
-                                    ts: g.ts,
-                                    attempt: ga,
-                                },
-                                out,
-                            );
-                        }
-                    }
+                if self.granted.is_none() && self.suspended.is_none() {
+                    self.grant(s, attempt, out);
+                } else {
+                    self.enqueue(s, attempt, out);
                 }
                 self.send_faileds(out);
             }
-            FtMsg::Reply { attempt, fence } => {
+            FtMsg::Reply {
+                attempt,
+                fence,
+                view,
+                refresh,
+                grant,
+            } => {
                 self.max_fence = self.max_fence.max(fence);
                 if self.locked.get(&from) != Some(&attempt) || self.in_cs {
                     // Stale: sent before our CANCEL reached `from`; that CANCEL frees it.
                     return Ok(());
                 }
-                if !self.replies.insert(from) {
-                    return Err(protocol(self.id, format!("duplicate REPLY from {from}")));
+                match (refresh, self.replies.get_mut(&from)) {
+                    (true, Some(held)) if held.1 == grant => held.0 = view,
+                    // A refresh of a permission given back since (YIELD or REVOKE): void.
+                    (true, _) => return Ok(()),
+                    (false, Some(_)) => {
+                        return Err(protocol(self.id, format!("duplicate REPLY from {from}")));
+                    }
+                    (false, None) => {
+                        self.replies.insert(from, (view, grant));
+                    }
                 }
                 self.try_enter(out);
             }
@@ -380,7 +552,7 @@ impl FtQuorumNode {
                 let current = !self.in_cs
                     && self.my_req.is_some_and(|r| r.ts == ts)
                     && self.locked.get(&from) == Some(&attempt)
-                    && self.replies.contains(&from);
+                    && self.replies.contains_key(&from);
                 if !current {
                     return Ok(());
                 }
@@ -390,17 +562,26 @@ impl FtQuorumNode {
                     self.deferred_inquires.insert(from);
                 }
             }
-            FtMsg::Yield => match self.granted {
-                Some((s, a)) if s.node == from && self.inquired => {
+            FtMsg::Yield { grant } => match (self.granted, self.suspended) {
+                (Some((s, a)), _) if s.node == from && self.inquired && grant == self.grant_no => {
                     self.granted = None;
                     self.queue.insert(s, a);
                     self.grant_next(out);
                 }
+                // The answer to a REVOKE (or an INQUIRE that crossed it): the suspended grant
+                // is given back; the request waits in the queue again.
+                (_, Some((s, a, g))) if s.node == from && grant == g => {
+                    self.suspended = None;
+                    self.enqueue(s, a, out);
+                    self.grant_next(out);
+                }
+                _ if grant < self.grant_no => {}
                 _ => return Err(protocol(self.id, format!("unexpected YIELD from {from}"))),
             },
             FtMsg::Release { fence } => {
                 self.max_fence = self.max_fence.max(fence);
-                if self.granted.is_none_or(|(s, _)| s.node != from) {
+                let suspended = self.suspended.is_some_and(|(s, _, _)| s.node == from);
+                if !suspended && self.granted.is_none_or(|(s, _)| s.node != from) {
                     return Err(protocol(
                         self.id,
                         format!("RELEASE from {from}, which holds no permission here"),
@@ -409,6 +590,44 @@ impl FtQuorumNode {
                 self.withdraw(from, out);
             }
             FtMsg::Cancel => self.withdraw(from, out),
+            FtMsg::Flush { crashed, fence } => {
+                self.max_fence = self.max_fence.max(fence);
+                if !self.settled.contains(&crashed) {
+                    self.flushes.entry(crashed).or_default().insert(from);
+                    self.settle(Some(crashed), out);
+                }
+            }
+            FtMsg::Lock { ts, attempt } => {
+                self.clock.observe(ts);
+                let s = Stamp::new(ts, from);
+                self.queue.retain(|q, _| q.node != from);
+                self.failed_sent.retain(|q| q.node != from);
+                match self.granted {
+                    Some((g, _)) if g.node == from => {}
+                    Some((g, ga)) => {
+                        // The holder is in the CS, so `g` is not (module docs): take it back.
+                        // `g` may still enter with it once the holder has left (before the
+                        // REVOKE arrives), so nobody else gets this permission until `g`
+                        // answers: YIELD, or RELEASE if it did enter.
+                        let grant = self.grant_no;
+                        self.suspended = Some((g, ga, grant));
+                        self.dispatch(g.node, FtMsg::Revoke { grant }, out);
+                    }
+                    None => {}
+                }
+                self.grant_no += 1;
+                self.granted = Some((s, attempt));
+                self.inquired = true; // never INQUIRE a holder: it cannot yield
+                self.send_faileds(out);
+            }
+            FtMsg::Revoke { grant } => {
+                // In the CS the RELEASE will answer; otherwise give the permission back.
+                if !self.in_cs && self.replies.get(&from).is_some_and(|r| r.1 == grant) {
+                    self.replies.remove(&from);
+                    self.deferred_inquires.remove(&from);
+                    self.dispatch(from, FtMsg::Yield { grant }, out);
+                }
+            }
         }
         Ok(())
     }
@@ -447,13 +666,17 @@ impl MutexNode for FtQuorumNode {
             in_cs: false,
             attempts: 0,
             locked: BTreeMap::new(),
-            replies: BTreeSet::new(),
+            replies: BTreeMap::new(),
             got_failed: false,
             deferred_inquires: BTreeSet::new(),
             granted: None,
             inquired: false,
             queue: BTreeMap::new(),
             failed_sent: BTreeSet::new(),
+            grant_no: 0,
+            suspended: None,
+            flushes: BTreeMap::new(),
+            settled: BTreeSet::new(),
         })
     }
 
@@ -544,8 +767,30 @@ impl MutexNode for FtQuorumNode {
             Err(e) => return Err(protocol(self.id, format!("quorum regeneration: {e}"))),
         }
         if self.in_cs {
-            // Gap 1: finish the CS; RELEASE later goes to the old locked set minus the dead.
+            // Gap 1: keep every lock (RELEASE later goes to all of them), and LOCK the members
+            // the new quorum gained, before the FLUSH below (FIFO links).
             self.locked.remove(&failed);
+            if let Some(req) = self.my_req {
+                let added: Vec<NodeId> = self
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|p| !self.locked.contains_key(p))
+                    .collect();
+                for p in added {
+                    self.attempts += 1;
+                    let attempt = self.attempts;
+                    self.locked.insert(p, attempt);
+                    self.dispatch(
+                        p,
+                        FtMsg::Lock {
+                            ts: req.ts,
+                            attempt,
+                        },
+                        out,
+                    );
+                }
+            }
         } else if let Some(req) = self.my_req {
             self.locked.remove(&failed);
             let added: Vec<NodeId> = self
@@ -571,6 +816,23 @@ impl MutexNode for FtQuorumNode {
             }
             self.try_enter(out);
         }
+        // Settlement: tell everyone this crash is processed (after the LOCKs), then settle what
+        // the shrunken view lets settle. FLUSH messages from `failed` are no longer awaited.
+        let fence = self.max_fence;
+        let live: Vec<NodeId> = (0..self.n)
+            .filter(|&j| j != self.id && self.correct.contains(j))
+            .collect();
+        for j in live {
+            out.send(
+                j,
+                FtMsg::Flush {
+                    crashed: failed,
+                    fence,
+                },
+            );
+        }
+        self.settle(None, out);
+        self.try_enter(out);
         self.run_local(out)
     }
 }

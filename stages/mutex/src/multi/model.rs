@@ -258,6 +258,12 @@ pub trait MultiSystem {
         None
     }
 
+    /// How many preemptions the algorithm has made so far (loans for [LJ], CT preemptions for
+    /// [VN]); the driver copies it into [`super::sim::MultiStats::preemptions`]. Default: 0.
+    fn preemptions(&self) -> u64 {
+        0
+    }
+
     /// A message from `from` reaches `to`.
     fn deliver(
         &mut self,

@@ -104,6 +104,10 @@ pub struct MultiSimConfig {
     pub max_time: u64,
     /// Event-count bound.
     pub max_events: u64,
+    /// Each process repeats its first drawn request in every CS ([VN]'s logical-clock runs:
+    /// the same resources each time, differing between processes). Default: a fresh draw per
+    /// request.
+    pub repeat_requests: bool,
 }
 
 impl MultiSimConfig {
@@ -120,6 +124,7 @@ impl MultiSimConfig {
             workload: MultiWorkload::default(),
             max_time: 10_000_000,
             max_events: 5_000_000,
+            repeat_requests: false,
         }
     }
 }
@@ -145,6 +150,8 @@ pub struct MultiStats {
     pub wait_by_size: BTreeMap<usize, WaitAcc>,
     /// Sum over granted instances of the time held (instance-time).
     pub busy_instance_time: u64,
+    /// Preemptions (loans, CT preemptions) the algorithm reports ([`MultiSystem::preemptions`]).
+    pub preemptions: u64,
     /// Virtual time of the last event.
     pub end_time: u64,
     /// Events processed.
@@ -261,6 +268,8 @@ pub struct MultiSim<S: MultiSystem> {
     inflight_tokens: Vec<usize>,
     stats: MultiStats,
     outbox: MultiOutbox<S::Msg>,
+    /// Per process: its request, with [`MultiSimConfig::repeat_requests`].
+    repeated: Vec<Option<MultiRequest>>,
 }
 
 impl<S: MultiSystem> MultiSim<S> {
@@ -310,6 +319,7 @@ impl<S: MultiSystem> MultiSim<S> {
             queue: BinaryHeap::new(),
             stats: MultiStats::default(),
             outbox: MultiOutbox::new(),
+            repeated: vec![None; n],
             cfg,
         })
     }
@@ -353,6 +363,7 @@ impl<S: MultiSystem> MultiSim<S> {
     pub fn run(&mut self) -> MultiReport {
         let verdict = self.run_inner();
         self.stats.end_time = self.now;
+        self.stats.preemptions = self.system.preemptions();
         MultiReport {
             verdict,
             stats: self.stats.clone(),
@@ -450,7 +461,18 @@ impl<S: MultiSystem> MultiSim<S> {
     }
 
     fn on_request(&mut self, node: NodeId) -> Result<(), MultiVerdict> {
-        let req = self.draw_request().map_err(|e| self.node_error(e))?;
+        let req = match self.repeated.get(node).cloned().flatten() {
+            Some(r) => r,
+            None => {
+                let r = self.draw_request().map_err(|e| self.node_error(e))?;
+                if self.cfg.repeat_requests
+                    && let Some(slot) = self.repeated.get_mut(node)
+                {
+                    *slot = Some(r.clone());
+                }
+                r
+            }
+        };
         let c = &mut self.clients[node];
         c.remaining -= 1;
         c.requested_at = self.now;

@@ -1,0 +1,1127 @@
+//! The grid evaluation (`mutex-exp --sweep-grid`, spec §7.1, issue #10 item 5): the grid-aware
+//! algorithm against Bouabdallah–Laforest on processes grouped in clusters, with a **logical**
+//! (latency-weighted causal) and a **simulated-wall** waiting time, remote and local message
+//! counts and preemptions; CSV rows and PNG charts.
+//!
+//! # Logical clock ([`LogicalClock`], spec §6)
+//! Measurement only: a wrapper around any [`MultiSystem`] that piggybacks a stamp on every
+//! message and never changes what the algorithm does. Process `q`'s **logical waiting time** for
+//! a request is the weight of the **longest causal chain of messages from its request to its
+//! grant**, each message weighing its link's nominal latency (`x_local` inside a cluster,
+//! `x_remote` between clusters); CS and think times count 0, as in [VN]'s logical-clock runs.
+//! Each process keeps, per origin `q`, `(epoch, distance)`: the request number of `q` it knows
+//! of and the longest weighted chain from that request to here; a request starts a new epoch at
+//! distance 0 (the reset "at each new request" of §6), a receipt over a link of weight `x`
+//! takes `max(own, stamp + x)` per origin (newer epochs win), a grant reads the process's own
+//! entry. Decisions [D]: `x_local` = 1 (the local latency of the setup, not 0) and
+//! `x_remote` = L; every message kind counts (request forwarding is part of the wait; [VN]
+//! follows only CT and ACK messages, arguing CT requests follow the same path), and a single
+//! chain replaces [VN]'s two vectors (CT wait + token wait) so both algorithms are measured the
+//! same way.
+//!
+//! The wrapper also computes [VN]'s **literal** Alg. 15 ([`LogicalClock::vn_waits`], CSV column
+//! `vn_logical_wait_mean`): two n-entry vectors per process, one riding on control-token
+//! messages and one on ACK messages ([`vn_channel`] classifies by message kind); sending adds the
+//! link weight to every entry of the sender's vector (R.2); receiving a CT sets the CT wait to
+//! the received entry of the receiver, an ACK raises the token wait to it, both merge by maximum
+//! and zero the receiver's own entry (R.1). Wait = CT wait + token wait; [D] both accumulators
+//! reset at each request (a request served without the CT has CT wait 0). It measures the CT's
+//! travel since the receiver last held it, which is not bounded by the request's own wait.
+//!
+//! # Setup (decisions [D] for what §7.1 leaves open)
+//! - Latency: local 1 ms, inter-cluster L ∈ {1, 250, 500, 750} ms (constant), FIFO links.
+//! - α = β = 500 ms (CS and think time, constant); 10 CS per process; 10 seeds per point.
+//! - Requests: a random subset of 1 to `min(3, types)` types, uniformly; for a type with `k`
+//!   instances the count is uniform in `[1, k]` (the driver's generator). In E1–E4 each process
+//!   repeats its first request in all its CSs (the same resources every time, differing between
+//!   processes, as in [VN]'s logical-clock runs; the physical runs E2/E4 share the parameters);
+//!   in E5–E7 every request is drawn afresh ("random subset per request").
+//! - E1/E3 (`latency-v1`, `latency-v2`): 48 processes in 3 clusters of 16, 10 types; v1 one
+//!   instance each; v2 "up to 10 copies": type `r` has `1 + (3r mod 10)` instances (each of
+//!   1..10 once). E5 (`types`): 1, 5, 10, 20 types × 10 instances. E6 (`processes`): 12, 24, 48,
+//!   60 processes in 3 clusters. E7 (`clusters`): 1, 3, 6, 12 clusters of 48 processes.
+//!   E5–E7: 10 types × 10 instances where not varied, L = 500 ms.
+//! - `MAX_PREEMPT` = half the processes per cluster (8 for 16); list-C threshold 2.
+//! - Algorithms: `grid-aware` ([`GridAware`]); `bouabdallah-laforest`
+//!   ([`BouabdallahLaforest`], default configuration: no fast path, every process initially
+//!   pointing at process 0); `bouabdallah-laforest-fp` (the same with its optional local-token
+//!   fast path, which [VN] describes for its own algorithm); and `grid-plain`
+//!   ([`GridMode::Plain`](super::grid_aware::GridMode::Plain): the grid-aware code with every grid feature off but the fast path
+//!   kept, §5.11's reading of [VN]'s baseline — an ablation that separates the grid features
+//!   from the fast path, and a cross-check of the independent BL implementation).
+//! - Simulated-wall waiting time: per CS entry, request to grant, in simulated ms (mean and
+//!   standard deviation over all CS entries of a run).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::chart::{COLORS, ChartError, draw_err, ensure_font};
+use crate::error::MutexError;
+use crate::node::{Message, NodeId};
+use crate::sim::{Channels, Latency};
+
+use super::bouabdallah::{BlConfig, BouabdallahLaforest};
+use super::checker::MultiVerdict;
+use super::grid_aware::{GridAware, GridConfig};
+use super::model::{MultiOutbox, MultiOutput, MultiRequest, MultiSystem, ResourceSpace};
+use super::sim::{Clusters, MultiSim, MultiSimConfig, MultiStats, MultiWorkload};
+
+/// A message with the logical-clock stamp of its sender: per origin process, `(origin, epoch,
+/// distance)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped<M> {
+    /// The algorithm's message.
+    pub msg: M,
+    /// The sender's known chains.
+    pub stamp: Vec<(NodeId, u32, u64)>,
+    /// [VN]'s vector (Alg. 15), on control-token and ACK messages only.
+    pub vn: Option<Vec<u64>>,
+}
+
+/// Which of [VN]'s two logical-clock vectors a message rides on (Alg. 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VnChannel {
+    /// The control token (`control_token`, `ct`).
+    ControlToken,
+    /// A resource-token acknowledgement (`ack1`, `ack2`).
+    Ack,
+}
+
+/// The [`VnChannel`] of a message kind, if any (names used by [`GridAware`] and
+/// [`BouabdallahLaforest`]).
+pub fn vn_channel(kind: &str) -> Option<VnChannel> {
+    match kind {
+        "control_token" | "ct" => Some(VnChannel::ControlToken),
+        "ack1" | "ack2" => Some(VnChannel::Ack),
+        _ => None,
+    }
+}
+
+impl<M: Message> Message for Stamped<M> {
+    fn kind(&self) -> &'static str {
+        self.msg.kind()
+    }
+
+    fn is_token(&self) -> bool {
+        self.msg.is_token()
+    }
+}
+
+/// Logical waiting times of the grants seen so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LogicalWaits {
+    /// Grants measured.
+    pub count: u64,
+    /// Sum of the logical waiting times.
+    pub sum: f64,
+    /// Sum of their squares.
+    pub sum_sq: f64,
+}
+
+impl LogicalWaits {
+    /// Mean (0 if none).
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum / self.count as f64
+        }
+    }
+
+    /// Population standard deviation (0 if none).
+    pub fn std(&self) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.sum_sq / self.count as f64 - m * m).max(0.0).sqrt()
+    }
+}
+
+/// The latency-weighted logical clock of §6 around a [`MultiSystem`] (see the module docs).
+#[derive(Debug, Clone)]
+pub struct LogicalClock<S> {
+    inner: S,
+    cluster: Vec<usize>,
+    x_local: u64,
+    x_remote: u64,
+    /// `clock[p][q]`: the latest request epoch of `q` known at `p` and the longest chain from it.
+    clock: Vec<Vec<Option<(u32, u64)>>>,
+    epoch: Vec<u32>,
+    waits: LogicalWaits,
+    /// [VN]'s vectors per process: control token, ACKs.
+    vn_ct: Vec<Vec<u64>>,
+    vn_ack: Vec<Vec<u64>>,
+    /// [VN]'s accumulators per process (reset at each request).
+    vn_ct_wait: Vec<u64>,
+    vn_token_wait: Vec<u64>,
+    vn_waits: LogicalWaits,
+}
+
+impl<S: MultiSystem> LogicalClock<S> {
+    /// Wraps `inner`; `cluster[p]` is `p`'s cluster, links inside a cluster weigh `x_local`,
+    /// between clusters `x_remote`.
+    pub fn new(inner: S, cluster: Vec<usize>, x_local: u64, x_remote: u64) -> Self {
+        let n = cluster.len();
+        Self {
+            inner,
+            cluster,
+            x_local,
+            x_remote,
+            clock: vec![vec![None; n]; n],
+            epoch: vec![0; n],
+            waits: LogicalWaits::default(),
+            vn_ct: vec![vec![0; n]; n],
+            vn_ack: vec![vec![0; n]; n],
+            vn_ct_wait: vec![0; n],
+            vn_token_wait: vec![0; n],
+            vn_waits: LogicalWaits::default(),
+        }
+    }
+
+    /// The wrapped system.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The logical waiting times measured so far.
+    pub fn waits(&self) -> LogicalWaits {
+        self.waits
+    }
+
+    /// The waiting times by [VN]'s literal Alg. 15 (module docs) measured so far.
+    pub fn vn_waits(&self) -> LogicalWaits {
+        self.vn_waits
+    }
+
+    fn weight(&self, from: NodeId, to: NodeId) -> u64 {
+        if self.cluster[from] == self.cluster[to] {
+            self.x_local
+        } else {
+            self.x_remote
+        }
+    }
+
+    fn check(&self, p: NodeId) -> Result<(), MutexError> {
+        if p < self.cluster.len() {
+            Ok(())
+        } else {
+            Err(MutexError::UnknownNode {
+                node: p,
+                n: self.cluster.len(),
+            })
+        }
+    }
+
+    /// Stamps the inner outputs and measures the grants.
+    fn forward(
+        &mut self,
+        inner_out: &mut MultiOutbox<S::Msg>,
+        out: &mut MultiOutbox<Stamped<S::Msg>>,
+    ) {
+        for o in inner_out.drain() {
+            match o {
+                MultiOutput::Send { from, to, msg } => {
+                    let stamp = self
+                        .clock
+                        .get(from)
+                        .map(|row| {
+                            row.iter()
+                                .enumerate()
+                                .filter_map(|(q, e)| e.map(|(ep, d)| (q, ep, d)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    // Alg. 15 R.2: every entry of the sender's vector grows by the link's weight.
+                    let w = if from < self.cluster.len() && to < self.cluster.len() {
+                        self.weight(from, to)
+                    } else {
+                        0
+                    };
+                    let vectors = match vn_channel(msg.kind()) {
+                        Some(VnChannel::ControlToken) => self.vn_ct.get_mut(from),
+                        Some(VnChannel::Ack) => self.vn_ack.get_mut(from),
+                        None => None,
+                    };
+                    let vn = vectors.map(|v| {
+                        v.iter_mut().for_each(|x| *x += w);
+                        v.clone()
+                    });
+                    out.send(from, to, Stamped { msg, stamp, vn });
+                }
+                MultiOutput::Grant { node, holds } => {
+                    let mine = self
+                        .clock
+                        .get(node)
+                        .and_then(|row| row[node])
+                        .filter(|&(ep, _)| Some(&ep) == self.epoch.get(node));
+                    if let Some((_, d)) = mine {
+                        let d = d as f64;
+                        self.waits.count += 1;
+                        self.waits.sum += d;
+                        self.waits.sum_sq += d * d;
+                    }
+                    if node < self.cluster.len() {
+                        let d = (self.vn_ct_wait[node] + self.vn_token_wait[node]) as f64;
+                        self.vn_waits.count += 1;
+                        self.vn_waits.sum += d;
+                        self.vn_waits.sum_sq += d * d;
+                    }
+                    out.grant(node, holds);
+                }
+            }
+        }
+    }
+}
+
+impl<S: MultiSystem> MultiSystem for LogicalClock<S> {
+    type Msg = Stamped<S::Msg>;
+    const NAME: &'static str = S::NAME;
+    const REQUIRES_FIFO: bool = S::REQUIRES_FIFO;
+
+    fn token_instance(msg: &Self::Msg) -> Option<usize> {
+        S::token_instance(&msg.msg)
+    }
+
+    fn tokens_held(&self) -> Option<Vec<usize>> {
+        self.inner.tokens_held()
+    }
+
+    fn preemptions(&self) -> u64 {
+        self.inner.preemptions()
+    }
+
+    fn request(
+        &mut self,
+        node: NodeId,
+        req: &MultiRequest,
+        out: &mut MultiOutbox<Self::Msg>,
+    ) -> Result<(), MutexError> {
+        self.check(node)?;
+        self.epoch[node] += 1;
+        self.clock[node][node] = Some((self.epoch[node], 0));
+        self.vn_ct_wait[node] = 0;
+        self.vn_token_wait[node] = 0;
+        let mut inner_out = MultiOutbox::new();
+        self.inner.request(node, req, &mut inner_out)?;
+        self.forward(&mut inner_out, out);
+        Ok(())
+    }
+
+    fn release(
+        &mut self,
+        node: NodeId,
+        out: &mut MultiOutbox<Self::Msg>,
+    ) -> Result<(), MutexError> {
+        let mut inner_out = MultiOutbox::new();
+        self.inner.release(node, &mut inner_out)?;
+        self.forward(&mut inner_out, out);
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: Self::Msg,
+        out: &mut MultiOutbox<Self::Msg>,
+    ) -> Result<(), MutexError> {
+        self.check(from)?;
+        self.check(to)?;
+        let w = self.weight(from, to);
+        // Alg. 15 R.1.
+        if let Some(v) = &msg.vn {
+            let (mine, acc) = match vn_channel(msg.msg.kind()) {
+                Some(VnChannel::ControlToken) => (&mut self.vn_ct[to], &mut self.vn_ct_wait[to]),
+                _ => (&mut self.vn_ack[to], &mut self.vn_token_wait[to]),
+            };
+            let got = v.get(to).copied().unwrap_or(0);
+            *acc = if vn_channel(msg.msg.kind()) == Some(VnChannel::ControlToken) {
+                got
+            } else {
+                (*acc).max(got)
+            };
+            for (m, &x) in mine.iter_mut().zip(v) {
+                *m = (*m).max(x);
+            }
+            mine[to] = 0;
+        }
+        let row = &mut self.clock[to];
+        for &(q, ep, d) in &msg.stamp {
+            let Some(e) = row.get_mut(q) else { continue };
+            let cand = (ep, d + w);
+            *e = match *e {
+                None => Some(cand),
+                Some((cur, _)) if cur < ep => Some(cand),
+                Some((cur, cd)) if cur == ep => Some((cur, cd.max(d + w))),
+                keep => keep,
+            };
+        }
+        let mut inner_out = MultiOutbox::new();
+        self.inner.deliver(from, to, msg.msg, &mut inner_out)?;
+        self.forward(&mut inner_out, out);
+        Ok(())
+    }
+}
+
+/// The algorithms of the grid sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GridAlgo {
+    /// [VN]'s grid-aware algorithm.
+    GridAware,
+    /// Bouabdallah–Laforest ([`super::bouabdallah`]).
+    BouabdallahLaforest,
+    /// Bouabdallah–Laforest with its optional local-token fast path.
+    BouabdallahLaforestFastPath,
+    /// The grid-aware code with the grid features off (ablation).
+    GridPlain,
+}
+
+impl GridAlgo {
+    /// Every algorithm of the sweep.
+    pub const ALL: [GridAlgo; 4] = [
+        GridAlgo::GridAware,
+        GridAlgo::BouabdallahLaforest,
+        GridAlgo::BouabdallahLaforestFastPath,
+        GridAlgo::GridPlain,
+    ];
+
+    /// The CSV name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GridAlgo::GridAware => "grid-aware",
+            GridAlgo::BouabdallahLaforest => "bouabdallah-laforest",
+            GridAlgo::BouabdallahLaforestFastPath => "bouabdallah-laforest-fp",
+            GridAlgo::GridPlain => "grid-plain",
+        }
+    }
+}
+
+/// One configuration of the sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridPoint {
+    /// `latency-v1`, `latency-v2`, `types`, `processes` or `clusters`.
+    pub experiment: &'static str,
+    /// Processes.
+    pub nodes: usize,
+    /// Clusters.
+    pub clusters: usize,
+    /// Instances per resource type.
+    pub capacities: Vec<u32>,
+    /// Inter-cluster latency (ms).
+    pub remote_latency: u64,
+    /// Intra-cluster latency (ms).
+    pub local_latency: u64,
+    /// `MAX_PREEMPT`.
+    pub max_preempt: u32,
+    /// CS per process.
+    pub cs_per_node: usize,
+    /// CS time α (ms).
+    pub alpha: u64,
+    /// Think time β (ms).
+    pub beta: u64,
+    /// Largest number of types per request.
+    pub size_req: usize,
+    /// Each process repeats its first request ([`MultiSimConfig::repeat_requests`]).
+    pub repeat_requests: bool,
+}
+
+impl GridPoint {
+    fn new(
+        experiment: &'static str,
+        nodes: usize,
+        clusters: usize,
+        capacities: Vec<u32>,
+        remote: u64,
+        local: u64,
+    ) -> Self {
+        Self {
+            experiment,
+            nodes,
+            clusters,
+            size_req: capacities.len().min(3),
+            capacities,
+            remote_latency: remote,
+            local_latency: local,
+            max_preempt: ((nodes / clusters) / 2).max(1) as u32,
+            cs_per_node: 10,
+            alpha: 500,
+            beta: 500,
+            repeat_requests: experiment.starts_with("latency"),
+        }
+    }
+
+    /// The varied parameter's value (the x axis of the charts).
+    pub fn x(&self) -> f64 {
+        match self.experiment {
+            "types" => self.capacities.len() as f64,
+            "processes" => self.nodes as f64,
+            "clusters" => self.clusters as f64,
+            _ => self.remote_latency as f64,
+        }
+    }
+}
+
+/// Inter-cluster latencies of E1–E4 (ms).
+pub const LATENCIES: [u64; 4] = [1, 250, 500, 750];
+
+/// The network model of the sweep: local latency, the inter-cluster latencies of E1–E4, and
+/// the inter-cluster latency of E5–E7 (all constant, ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GridNet {
+    /// Intra-cluster latency.
+    pub local: u64,
+    /// Inter-cluster latencies swept by `latency-v1` / `latency-v2`.
+    pub latencies: Vec<u64>,
+    /// Inter-cluster latency of `types`, `processes` and `clusters`.
+    pub remote: u64,
+}
+
+impl Default for GridNet {
+    /// [VN]'s: local 1 ms, L ∈ {1, 250, 500, 750} ms, 500 ms for E5–E7.
+    fn default() -> Self {
+        Self {
+            local: 1,
+            latencies: LATENCIES.to_vec(),
+            remote: 500,
+        }
+    }
+}
+
+/// The points of the sweep with [VN]'s network ([`GridNet::default`]).
+pub fn grid_points() -> Vec<GridPoint> {
+    grid_points_with(&GridNet::default())
+}
+
+/// The points of the sweep (module docs) over the network `net`.
+pub fn grid_points_with(net: &GridNet) -> Vec<GridPoint> {
+    let v2: Vec<u32> = (0..10).map(|r| 1 + (3 * r) % 10).collect();
+    let (lo, rem) = (net.local, net.remote);
+    let mut pts = Vec::new();
+    for &l in &net.latencies {
+        pts.push(GridPoint::new("latency-v1", 48, 3, vec![1; 10], l, lo));
+    }
+    for &l in &net.latencies {
+        pts.push(GridPoint::new("latency-v2", 48, 3, v2.clone(), l, lo));
+    }
+    for t in [1, 5, 10, 20] {
+        pts.push(GridPoint::new("types", 48, 3, vec![10; t], rem, lo));
+    }
+    for n in [12, 24, 48, 60] {
+        pts.push(GridPoint::new("processes", n, 3, vec![10; 10], rem, lo));
+    }
+    for c in [1, 3, 6, 12] {
+        pts.push(GridPoint::new("clusters", 48, c, vec![10; 10], rem, lo));
+    }
+    pts
+}
+
+/// One run of the sweep.
+#[derive(Debug, Clone)]
+pub struct GridRow {
+    /// The configuration.
+    pub point: GridPoint,
+    /// The algorithm.
+    pub algo: GridAlgo,
+    /// The seed.
+    pub seed: u64,
+    /// The checker's verdict.
+    pub verdict: MultiVerdict,
+    /// Driver measurements (wall waiting time, messages, preemptions, use rate).
+    pub stats: MultiStats,
+    /// Logical waiting times.
+    pub logical: LogicalWaits,
+    /// Waiting times by [VN]'s literal Alg. 15.
+    pub vn_logical: LogicalWaits,
+}
+
+/// The CSV header of [`GridRow::csv`].
+pub const GRID_CSV_HEADER: &str = "algorithm,experiment,nodes,clusters,types,instances,remote_latency,local_latency,max_preempt,seed,cs,use_rate,wait_mean,wait_std,logical_wait_mean,logical_wait_std,vn_logical_wait_mean,msgs_per_cs,msgs_remote,msgs_local,preemptions,verdict,wait_by_size";
+
+impl GridRow {
+    fn per_cs(&self, x: u64) -> f64 {
+        x as f64 / self.stats.grants.max(1) as f64
+    }
+
+    /// Messages per CS.
+    pub fn msgs_per_cs(&self) -> f64 {
+        self.per_cs(self.stats.messages)
+    }
+
+    /// Remote messages per CS.
+    pub fn remote_per_cs(&self) -> f64 {
+        self.per_cs(self.stats.messages_remote)
+    }
+
+    /// Local messages per CS.
+    pub fn local_per_cs(&self) -> f64 {
+        self.per_cs(self.stats.messages_local)
+    }
+
+    /// The row as CSV ([`GRID_CSV_HEADER`]); `wait_by_size` is `size=mean/std` pairs.
+    pub fn csv(&self) -> String {
+        let p = &self.point;
+        let s = &self.stats;
+        let instances: u32 = p.capacities.iter().sum();
+        let verdict = match &self.verdict {
+            MultiVerdict::Ok => "ok",
+            MultiVerdict::Violation(_) => "violation",
+            MultiVerdict::Deadlock { .. } => "deadlock",
+            MultiVerdict::Stall { .. } => "stall",
+            MultiVerdict::NodeError { .. } => "node-error",
+        };
+        let mut by_size = String::new();
+        for (k, w) in &s.wait_by_size {
+            let _ = write!(
+                by_size,
+                "{}{k}={:.1}/{:.1}",
+                if by_size.is_empty() { "" } else { ";" },
+                w.mean(),
+                w.std()
+            );
+        }
+        format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
+            self.algo.name(),
+            p.experiment,
+            p.nodes,
+            p.clusters,
+            p.capacities.len(),
+            instances,
+            p.remote_latency,
+            p.local_latency,
+            p.max_preempt,
+            self.seed,
+            s.grants,
+            s.use_rate(instances as usize),
+            s.wait_mean(),
+            s.wait_std(),
+            self.logical.mean(),
+            self.logical.std(),
+            self.vn_logical.mean(),
+            self.msgs_per_cs(),
+            s.messages_remote,
+            s.messages_local,
+            s.preemptions,
+            verdict,
+            by_size,
+        )
+    }
+}
+
+fn run_system<S: MultiSystem>(
+    cfg: MultiSimConfig,
+    system: S,
+    point: &GridPoint,
+    cluster: Vec<usize>,
+) -> Result<(MultiVerdict, MultiStats, LogicalWaits, LogicalWaits), MutexError> {
+    let wrapped = LogicalClock::new(system, cluster, point.local_latency, point.remote_latency);
+    let mut sim = MultiSim::new(cfg, wrapped)?;
+    let report = sim.run();
+    let clock = sim.system();
+    Ok((
+        report.verdict,
+        report.stats,
+        clock.waits(),
+        clock.vn_waits(),
+    ))
+}
+
+/// Runs `algo` at `point` with `seed`.
+pub fn run_point(point: &GridPoint, algo: GridAlgo, seed: u64) -> Result<GridRow, MutexError> {
+    let space = ResourceSpace::with_capacities(point.capacities.clone())?;
+    let clusters = Clusters::even(
+        point.nodes,
+        point.clusters,
+        Latency::Constant(point.remote_latency),
+    )?;
+    let cluster = clusters.of.clone();
+    let mut cfg = MultiSimConfig::new(point.nodes, space.clone(), seed);
+    cfg.latency = Latency::Constant(point.local_latency);
+    cfg.clusters = Some(clusters);
+    cfg.channels = Channels::Fifo;
+    cfg.repeat_requests = point.repeat_requests;
+    cfg.workload = MultiWorkload {
+        requests_per_node: point.cs_per_node,
+        size_req: point.size_req,
+        cs_duration: Latency::Constant(point.alpha),
+        cs_per_resource: 0,
+        think_time: Latency::Constant(point.beta),
+    };
+    let mut grid = GridConfig::even(point.nodes, point.clusters)?;
+    grid.max_preempt = point.max_preempt;
+    let (verdict, stats, logical, vn_logical) = match algo {
+        GridAlgo::GridAware => run_system(cfg, GridAware::new(space, grid)?, point, cluster)?,
+        GridAlgo::GridPlain => {
+            run_system(cfg, GridAware::new(space, grid.plain())?, point, cluster)?
+        }
+        GridAlgo::BouabdallahLaforest => run_system(
+            cfg,
+            BouabdallahLaforest::new(point.nodes, space, BlConfig::default())?,
+            point,
+            cluster,
+        )?,
+        GridAlgo::BouabdallahLaforestFastPath => run_system(
+            cfg,
+            BouabdallahLaforest::new(
+                point.nodes,
+                space,
+                BlConfig {
+                    fast_path: true,
+                    ..BlConfig::default()
+                },
+            )?,
+            point,
+            cluster,
+        )?,
+    };
+    Ok(GridRow {
+        point: point.clone(),
+        algo,
+        seed,
+        verdict,
+        stats,
+        logical,
+        vn_logical,
+    })
+}
+
+/// Runs every point × algorithm × `seeds` seeds (from `first_seed`), calling `progress` after
+/// each run.
+pub fn sweep_grid(
+    points: &[GridPoint],
+    first_seed: u64,
+    seeds: u64,
+    mut progress: impl FnMut(&GridRow),
+) -> Result<Vec<GridRow>, MutexError> {
+    let mut rows = Vec::new();
+    for point in points {
+        for algo in GridAlgo::ALL {
+            for s in 0..seeds {
+                let row = run_point(point, algo, first_seed + s)?;
+                progress(&row);
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// Mean over seeds of `f` per x value, for one experiment and algorithm.
+fn series(
+    rows: &[GridRow],
+    experiment: &str,
+    algo: GridAlgo,
+    f: impl Fn(&GridRow) -> f64,
+) -> Vec<(f64, f64)> {
+    let mut xs: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.point.experiment == experiment)
+        .map(|r| r.point.x())
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    xs.into_iter()
+        .filter_map(|x| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.point.experiment == experiment && r.algo == algo && r.point.x() == x)
+                .map(&f)
+                .collect();
+            (!v.is_empty()).then(|| (x, v.iter().sum::<f64>() / v.len() as f64))
+        })
+        .collect()
+}
+
+/// A table of means over seeds: one line per experiment, x and algorithm (Markdown).
+pub fn summary_table(rows: &[GridRow]) -> String {
+    let mut s = String::from(
+        "| experiment | x | algorithm | wait (ms) | wait SD (%) | logical wait (ms) | VN logical (ms) | msgs/CS | remote/CS | local/CS | preemptions | use rate |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut seen: Vec<(&str, f64)> = Vec::new();
+    for r in rows {
+        let key = (r.point.experiment, r.point.x());
+        if !seen.contains(&key) {
+            seen.push(key);
+        }
+    }
+    for (exp, x) in seen {
+        for algo in GridAlgo::ALL {
+            let sel: Vec<&GridRow> = rows
+                .iter()
+                .filter(|r| r.point.experiment == exp && r.point.x() == x && r.algo == algo)
+                .collect();
+            if sel.is_empty() {
+                continue;
+            }
+            let n = sel.len() as f64;
+            let mean = |f: &dyn Fn(&GridRow) -> f64| sel.iter().map(|r| f(r)).sum::<f64>() / n;
+            let wait = mean(&|r| r.stats.wait_mean());
+            let sd = mean(&|r| r.stats.wait_std());
+            let _ = writeln!(
+                s,
+                "| {exp} | {x} | {} | {wait:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.2} | {:.1} | {:.1} | {:.3} |",
+                algo.name(),
+                if wait > 0.0 { 100.0 * sd / wait } else { 0.0 },
+                mean(&|r| r.logical.mean()),
+                mean(&|r| r.vn_logical.mean()),
+                mean(&|r| r.msgs_per_cs()),
+                mean(&|r| r.remote_per_cs()),
+                mean(&|r| r.local_per_cs()),
+                mean(&|r| r.stats.preemptions as f64),
+                mean(&|r| {
+                    r.stats
+                        .use_rate(r.point.capacities.iter().sum::<u32>() as usize)
+                }),
+            );
+        }
+    }
+    s
+}
+
+struct Line {
+    label: String,
+    color: RGBColor,
+    dashed: bool,
+    points: Vec<(f64, f64)>,
+}
+
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lines: &[Line],
+) -> Result<(), ChartError> {
+    let err = draw_err(path);
+    let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let (xmin, xmax) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+    let (xmin, xmax) = if xmin <= xmax {
+        (xmin, xmax)
+    } else {
+        (0.0, 1.0)
+    };
+    let pad = ((xmax - xmin) * 0.05).max(0.5);
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(1e-9f64, f64::max)
+        * (1.1 + 0.09 * lines.len() as f64);
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 17))
+        .margin(8)
+        .x_label_area_size(34)
+        .y_label_area_size(58)
+        .build_cartesian_2d((xmin - pad)..(xmax + pad), 0.0..ymax)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| {
+            if ymax < 10.0 {
+                format!("{y:.1}")
+            } else {
+                format!("{y:.0}")
+            }
+        })
+        .light_line_style(WHITE)
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for l in lines {
+        let style = l.color.stroke_width(2);
+        let pts = l.points.clone();
+        if l.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style))
+                .map_err(|e| err(&e))?
+                .label(l.label.clone())
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (7, 0)], style)
+                        + PathElement::new(vec![(11, 0), (18, 0)], style)
+                });
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(|e| err(&e))?
+                .label(l.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, l.color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 12))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// A series of a panel: label suffix, dashed, and the measure.
+type LineSpec<'a> = (&'a str, bool, &'a dyn Fn(&GridRow) -> f64);
+
+fn lines(rows: &[GridRow], experiment: &str, specs: &[LineSpec<'_>]) -> Vec<Line> {
+    let mut out = Vec::new();
+    for (i, algo) in GridAlgo::ALL.into_iter().enumerate() {
+        for &(suffix, dashed, f) in specs {
+            let points = series(rows, experiment, algo, f);
+            if points.is_empty() {
+                continue;
+            }
+            out.push(Line {
+                label: format!("{}{suffix}", algo.name()),
+                color: COLORS[i % COLORS.len()],
+                dashed,
+                points,
+            });
+        }
+    }
+    out
+}
+
+/// Writes the three charts of the sweep into `dir`: `multi-grid-latency.png` (logical and
+/// simulated-wall waiting time vs L, v1 and v2), `multi-grid-messages.png` (remote and local
+/// messages per CS vs L) and `multi-grid-scaling.png` (waiting time vs types, processes,
+/// clusters). Returns their paths.
+pub fn grid_charts(rows: &[GridRow], dir: &Path) -> Result<Vec<std::path::PathBuf>, ChartError> {
+    ensure_font()?;
+    let wall: &dyn Fn(&GridRow) -> f64 = &|r| r.stats.wait_mean() / 1000.0;
+    let logical: &dyn Fn(&GridRow) -> f64 = &|r| r.logical.mean() / 1000.0;
+    let remote: &dyn Fn(&GridRow) -> f64 = &|r| r.remote_per_cs();
+    let local: &dyn Fn(&GridRow) -> f64 = &|r| r.local_per_cs();
+    let mut written = Vec::new();
+
+    let path = dir.join("multi-grid-latency.png");
+    {
+        let err = draw_err(&path);
+        let root = BitMapBackend::new(&path, (1000, 700)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root
+            .titled(
+                &format!(
+                    "Waiting time vs inter-cluster latency L (48 processes, 3 clusters, local {} ms)",
+                    rows.first().map_or(1, |r| r.point.local_latency)
+                ),
+                ("sans-serif", 19),
+            )
+            .map_err(|e| err(&e))?;
+        let cells = root.split_evenly((2, 2));
+        let specs = [
+            (
+                "latency-v1",
+                "logical",
+                logical,
+                "v1 (1 instance/type): logical wait",
+            ),
+            ("latency-v1", "wall", wall, "v1: simulated-wall wait"),
+            (
+                "latency-v2",
+                "logical",
+                logical,
+                "v2 (1-10 instances/type): logical wait",
+            ),
+            ("latency-v2", "wall", wall, "v2: simulated-wall wait"),
+        ];
+        for (cell, (exp, _, f, title)) in cells.iter().zip(specs) {
+            let l = lines(rows, exp, &[("", false, f)]);
+            panel(cell, &path, title, "L (ms)", "s per CS", &l)?;
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    written.push(path);
+
+    let path = dir.join("multi-grid-messages.png");
+    {
+        let err = draw_err(&path);
+        let root = BitMapBackend::new(&path, (1000, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root
+            .titled(
+                "Messages per CS vs L: remote (solid) and local (dashed)",
+                ("sans-serif", 19),
+            )
+            .map_err(|e| err(&e))?;
+        let cells = root.split_evenly((1, 2));
+        for (cell, (exp, title)) in cells.iter().zip([
+            ("latency-v1", "v1 (1 instance/type)"),
+            ("latency-v2", "v2 (1-10 instances/type)"),
+        ]) {
+            let l = lines(
+                rows,
+                exp,
+                &[(" remote", false, remote), (" local", true, local)],
+            );
+            panel(cell, &path, title, "L (ms)", "messages per CS", &l)?;
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    written.push(path);
+
+    let path = dir.join("multi-grid-scaling.png");
+    {
+        let err = draw_err(&path);
+        let root = BitMapBackend::new(&path, (1300, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root
+            .titled(
+                &format!(
+                    "Simulated-wall (solid) and logical (dashed) wait, L = {} ms, 10 instances/type",
+                    rows.iter()
+                        .find(|r| r.point.experiment == "types")
+                        .map_or(500, |r| r.point.remote_latency)
+                ),
+                ("sans-serif", 19),
+            )
+            .map_err(|e| err(&e))?;
+        let cells = root.split_evenly((1, 3));
+        for (cell, (exp, title, x)) in cells.iter().zip([
+            (
+                "types",
+                "E5: resource types (48 proc., 3 clusters)",
+                "types",
+            ),
+            ("processes", "E6: processes (3 clusters)", "processes"),
+            ("clusters", "E7: clusters (48 processes)", "clusters"),
+        ]) {
+            let l = lines(rows, exp, &[("", false, wall), (" logical", true, logical)]);
+            panel(cell, &path, title, x, "s per CS", &l)?;
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    written.push(path);
+    Ok(written)
+}
+
+/// The grid options of `mutex-exp` (flattened into its arguments).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct GridArgs {
+    /// Run the grid sweep (spec §7.1: latency v1/v2, resource types, processes, clusters) for
+    /// grid-aware, Bouabdallah–Laforest and grid-plain; write `multi-grid.csv`,
+    /// `multi-grid-summary.md` and `multi-grid-*.png` to --out.
+    #[arg(long)]
+    pub sweep_grid: bool,
+    /// Seeds (executions) per point of --sweep-grid.
+    #[arg(long, default_value_t = 10)]
+    pub grid_seeds: u64,
+    /// Intra-cluster latency of --sweep-grid (ms).
+    #[arg(long, default_value_t = 1)]
+    pub grid_local_latency: u64,
+    /// Inter-cluster latencies of the latency experiments of --sweep-grid (ms, comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = LATENCIES)]
+    pub grid_latencies: Vec<u64>,
+    /// Inter-cluster latency of the types/processes/clusters experiments of --sweep-grid (ms).
+    #[arg(long, default_value_t = 500)]
+    pub grid_remote_latency: u64,
+}
+
+impl GridArgs {
+    /// The network model these options describe.
+    pub fn net(&self) -> GridNet {
+        GridNet {
+            local: self.grid_local_latency,
+            latencies: self.grid_latencies.clone(),
+            remote: self.grid_remote_latency,
+        }
+    }
+}
+
+/// Why the grid sweep failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GridSweepError {
+    /// A run could not be set up.
+    #[error(transparent)]
+    Mutex(#[from] MutexError),
+    /// Writing an output failed.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A chart could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    /// Some runs did not pass the checker.
+    #[error("{0} runs of the grid sweep did not pass the checker (see the verdict column)")]
+    Failed(usize),
+}
+
+/// Runs [`sweep_grid`] over [`grid_points_with`] `args.net()` with `args.grid_seeds` seeds from
+/// `first_seed`, and writes `multi-grid.csv`, `multi-grid-summary.md` and the charts of
+/// [`grid_charts`] into `dir`; progress goes to stderr. Returns the rows.
+pub fn run_grid_sweep(
+    dir: &Path,
+    first_seed: u64,
+    args: &GridArgs,
+) -> Result<Vec<GridRow>, GridSweepError> {
+    if args.grid_latencies.is_empty() || args.grid_seeds == 0 {
+        return Err(MutexError::Config(
+            "--sweep-grid needs at least one latency and one seed".into(),
+        )
+        .into());
+    }
+    let points = grid_points_with(&args.net());
+    use std::io::Write as _;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GridSweepError::Io {
+            path: path.clone(),
+            source,
+        }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let started = std::time::Instant::now();
+    let csv_path = dir.join("multi-grid.csv");
+    let mut csv = std::io::BufWriter::new(std::fs::File::create(&csv_path).map_err(io(&csv_path))?);
+    writeln!(csv, "{GRID_CSV_HEADER}").map_err(io(&csv_path))?;
+    let mut io_err = None;
+    let mut done = 0usize;
+    let rows = sweep_grid(&points, first_seed, args.grid_seeds, |row| {
+        done += 1;
+        if let Err(e) = writeln!(csv, "{}", row.csv()) {
+            io_err.get_or_insert(e);
+        }
+        if done.is_multiple_of(50) {
+            eprintln!(
+                "sweep-grid: {done} runs, {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    })?;
+    if let Some(e) = io_err {
+        return Err(io(&csv_path)(e));
+    }
+    csv.flush().map_err(io(&csv_path))?;
+    let md_path = dir.join("multi-grid-summary.md");
+    std::fs::write(&md_path, summary_table(&rows)).map_err(io(&md_path))?;
+    let charts = grid_charts(&rows, dir)?;
+    eprintln!(
+        "sweep-grid: {} runs in {:.1}s; wrote {}, {} and {} charts",
+        rows.len(),
+        started.elapsed().as_secs_f64(),
+        csv_path.display(),
+        md_path.display(),
+        charts.len()
+    );
+    let failed = rows
+        .iter()
+        .filter(|r| r.verdict != MultiVerdict::Ok)
+        .count();
+    if failed > 0 {
+        return Err(GridSweepError::Failed(failed));
+    }
+    Ok(rows)
+}
