@@ -1,0 +1,350 @@
+//! Stopping a page that runs past `cgi_timeout`, in both Lua flavours.
+//!
+//! * **Lua 5.4**: a count hook (every 10,000 VM instructions) compares the clock with
+//!   the armed deadline and raises an error past it. Coroutines inherit the hook.
+//! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
+//!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
+//!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
+//!   another thread. Compiled loops see it only if LuaJIT was built with
+//!   `LUAJIT_ENABLE_CHECKHOOK` (`CFLAGS=-DLUAJIT_ENABLE_CHECKHOOK`, what `bench.sh`
+//!   and CI do): [`Timeout::install`] probes for that and, without it, turns the JIT
+//!   compiler off (LuaJIT's interpreter), so that a runaway page is always stopped.
+
+use std::ffi::CStr;
+use std::time::Instant;
+
+use mlua::Lua;
+
+/// The error message of a page stopped by its deadline.
+const MESSAGE: &CStr = c"script ran past cgi_timeout";
+
+#[cfg(not(feature = "luajit"))]
+pub(super) use count_hook::Timeout;
+#[cfg(feature = "luajit")]
+pub(super) use watchdog::Timeout;
+
+#[cfg(not(feature = "luajit"))]
+mod count_hook {
+    use std::sync::{Arc, Mutex};
+
+    use mlua::{HookTriggers, VmState};
+
+    use super::*;
+
+    /// The deadline of the running page, checked by a count hook.
+    pub(in crate::stage::cgi) struct Timeout {
+        deadline: Arc<Mutex<Option<Instant>>>,
+    }
+
+    impl Timeout {
+        /// Installs the hook in `lua`.
+        pub(in crate::stage::cgi) fn install(lua: &Lua) -> mlua::Result<Timeout> {
+            let deadline: Arc<Mutex<Option<Instant>>> = Arc::default();
+            let d = deadline.clone();
+            lua.set_hook(
+                HookTriggers::new().every_nth_instruction(10_000),
+                move |_, debug| {
+                    let past = d
+                        .lock()
+                        .map(|g| g.is_some_and(|at| Instant::now() > at))
+                        .unwrap_or(false);
+                    if past {
+                        // "file:line: message", as Lua's own errors.
+                        let file = debug.source().short_src.unwrap_or_default().into_owned();
+                        let line = debug.current_line().unwrap_or_default();
+                        return Err(mlua::Error::runtime(format!(
+                            "{file}:{line}: {}",
+                            MESSAGE.to_string_lossy()
+                        )));
+                    }
+                    Ok(VmState::Continue)
+                },
+            )?;
+            Ok(Timeout { deadline })
+        }
+
+        /// Pages run from now on are stopped past `at`.
+        pub(in crate::stage::cgi) fn arm(&self, at: Instant) {
+            if let Ok(mut d) = self.deadline.lock() {
+                *d = Some(at);
+            }
+        }
+
+        /// No deadline until the next [`Timeout::arm`].
+        pub(in crate::stage::cgi) fn disarm(&self) {
+            if let Ok(mut d) = self.deadline.lock() {
+                *d = None;
+            }
+        }
+    }
+}
+
+#[cfg(feature = "luajit")]
+mod watchdog {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
+    use std::thread::JoinHandle;
+
+    use mlua::{HookTriggers, VmState, ffi};
+
+    use super::*;
+
+    /// A `lua_State` of the instance's Lua, anchored in its registry so that it lives as
+    /// long as the Lua does. LuaJIT's hooks are global to a Lua, so any of its threads
+    /// will do.
+    struct RawState(*mut ffi::lua_State);
+
+    // SAFETY: the watchdog thread uses the pointer only for `lua_sethook`, which LuaJIT
+    // allows from another native thread while the Lua runs, and only while a page runs
+    // (armed), that is while the `Lua` is alive.
+    unsafe impl Send for RawState {}
+
+    struct Slot {
+        state: RawState,
+        deadline: Option<Instant>,
+        fired: bool,
+        stop: bool,
+    }
+
+    struct Shared {
+        slot: Mutex<Slot>,
+        wake: Condvar,
+    }
+
+    impl Shared {
+        fn lock(&self) -> MutexGuard<'_, Slot> {
+            self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    /// A watchdog thread that interrupts the running page at its deadline.
+    pub(in crate::stage::cgi) struct Timeout {
+        shared: Arc<Shared>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    /// Raises the timeout error in the page; stays set (count 1) until disarmed, so a
+    /// page's `pcall` cannot swallow it.
+    unsafe extern "C-unwind" fn stop(state: *mut ffi::lua_State, _ar: *mut ffi::lua_Debug) {
+        // SAFETY: `state` is the running Lua thread handed to the hook; `luaL_error`
+        // unwinds out of this frame, which owns nothing.
+        unsafe {
+            ffi::luaL_error(state, c"%s".as_ptr(), MESSAGE.as_ptr());
+        }
+    }
+
+    impl Timeout {
+        /// Starts the watchdog for `lua` (and turns LuaJIT's compiler off when compiled
+        /// loops cannot be interrupted in this build).
+        pub(in crate::stage::cgi) fn install(lua: &Lua) -> mlua::Result<Timeout> {
+            let sees_hooks = compiled_loops_see_hooks(lua)?;
+            tracing::debug!(target: "leda_http::cgi", sees_hooks, "LuaJIT: compiled loops check hooks");
+            if !sees_hooks {
+                static WARN: Once = Once::new();
+                WARN.call_once(|| {
+                    tracing::warn!(
+                        target: "leda_http::cgi",
+                        "LuaJIT was built without LUAJIT_ENABLE_CHECKHOOK: its JIT compiler \
+                         is off for pages so that cgi_timeout can stop them (build with \
+                         CFLAGS=-DLUAJIT_ENABLE_CHECKHOOK for compiled pages)"
+                    )
+                });
+                lua.load("jit.off()").exec()?;
+            }
+            let mut anchored: *mut ffi::lua_State = std::ptr::null_mut();
+            // SAFETY: pushes a new thread and moves it into the registry (balanced stack).
+            unsafe {
+                lua.exec_raw::<()>((), |state| {
+                    anchored = ffi::lua_newthread(state);
+                    ffi::luaL_ref(state, ffi::LUA_REGISTRYINDEX);
+                })?;
+            }
+            let shared = Arc::new(Shared {
+                slot: Mutex::new(Slot {
+                    state: RawState(anchored),
+                    deadline: None,
+                    fired: false,
+                    stop: false,
+                }),
+                wake: Condvar::new(),
+            });
+            let s = shared.clone();
+            static SEQ: AtomicUsize = AtomicUsize::new(0);
+            let name = format!("cgi-watchdog-{}", SEQ.fetch_add(1, Ordering::Relaxed));
+            let thread = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || watch(&s))
+                .map_err(|e| mlua::Error::runtime(format!("cgi watchdog thread: {e}")))?;
+            Ok(Timeout {
+                shared,
+                thread: Some(thread),
+            })
+        }
+
+        /// Pages run from now on are stopped past `at`.
+        pub(in crate::stage::cgi) fn arm(&self, at: Instant) {
+            let mut slot = self.shared.lock();
+            slot.deadline = Some(at);
+            slot.fired = false;
+            drop(slot);
+            self.shared.wake.notify_one();
+        }
+
+        /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
+        pub(in crate::stage::cgi) fn disarm(&self) {
+            let mut slot = self.shared.lock();
+            slot.deadline = None;
+            if slot.fired {
+                // SAFETY: the Lua is alive (we are called between its pages) and the
+                // watchdog cannot set the hook again while we hold the lock.
+                unsafe { ffi::lua_sethook(slot.state.0, None, 0, 0) };
+                slot.fired = false;
+            }
+        }
+    }
+
+    impl Drop for Timeout {
+        fn drop(&mut self) {
+            self.shared.lock().stop = true;
+            self.shared.wake.notify_one();
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn watch(shared: &Shared) {
+        let mut slot = shared.lock();
+        loop {
+            if slot.stop {
+                return;
+            }
+            match slot.deadline {
+                Some(at) if !slot.fired => {
+                    let now = Instant::now();
+                    if now >= at {
+                        // SAFETY: a page is running in the Lua (armed), so it is alive;
+                        // LuaJIT's lua_sethook may be called from another thread.
+                        unsafe {
+                            ffi::lua_sethook(slot.state.0, Some(stop), ffi::LUA_MASKCOUNT, 1)
+                        };
+                        slot.fired = true;
+                    } else {
+                        slot = shared
+                            .wake
+                            .wait_timeout(slot, at - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+                _ => slot = shared.wake.wait(slot).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+    }
+
+    /// Whether JIT-compiled loops exit to the interpreter when a hook is set (LuaJIT
+    /// built with `LUAJIT_ENABLE_CHECKHOOK`): a loop is compiled, then run with a
+    /// count hook; without the check, its iterations never reach the hook.
+    pub(super) fn compiled_loops_see_hooks(lua: &Lua) -> mlua::Result<bool> {
+        let spin: mlua::Function = lua
+            .load(
+                "local function spin(n) local s = 0 for i = 1, n do s = s + i % 7 end return s end
+                 spin(1000) spin(1000)
+                 return spin",
+            )
+            .set_name("=cgi probe")
+            .eval()?;
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(100),
+            move |_, _| {
+                h.fetch_add(1, Ordering::Relaxed);
+                Ok(VmState::Continue)
+            },
+        )?;
+        let run = spin.call::<f64>(100_000);
+        lua.remove_hook();
+        run?;
+        // Interpreted, the loop runs ~500,000 instructions (~5,000 hook calls);
+        // compiled without the check, a handful.
+        Ok(hits.load(Ordering::Relaxed) > 1_000)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn run(lua: &Lua, t: &Timeout, src: &str) -> (mlua::Result<i64>, Duration) {
+        let start = Instant::now();
+        t.arm(start + Duration::from_millis(200));
+        let r = lua.load(src).set_name("@page.lua").eval::<i64>();
+        t.disarm();
+        (r, start.elapsed())
+    }
+
+    #[test]
+    fn runaway_loops_are_stopped_and_later_pages_run() {
+        let lua = Lua::new();
+        let t = Timeout::install(&lua).expect("installs");
+        for src in [
+            "while true do end",
+            "local n = 0\nwhile true do n = n + 1 % 3 end",
+            "local s = 0\nfor i = 1, 1e15 do s = s + i end\nreturn s",
+        ] {
+            let (r, took) = run(&lua, &t, src);
+            let err = r.expect_err(src).to_string();
+            assert!(err.contains("cgi_timeout"), "{src}: {err}");
+            assert!(err.contains("page.lua:"), "{src}: {err}");
+            assert!(took < Duration::from_secs(5), "{src}: {took:?}");
+            // Disarmed: the next page runs to its end.
+            let (r, _) = run(
+                &lua,
+                &t,
+                "local s = 0 for i = 1, 100000 do s = s + 1 end return s",
+            );
+            assert_eq!(r.expect("runs"), 100_000);
+        }
+    }
+
+    /// LuaJIT's hook stays set past the deadline, so `pcall` cannot swallow it. (The
+    /// Lua 5.4 count hook raises only every 10,000 instructions, which an inner
+    /// `pcall` loop can catch each time: not covered there.)
+    #[cfg(feature = "luajit")]
+    #[test]
+    fn pcall_cannot_swallow_the_timeout() {
+        let lua = Lua::new();
+        let t = Timeout::install(&lua).expect("installs");
+        let (r, took) = run(
+            &lua,
+            &t,
+            "while true do pcall(function() while true do end end) end",
+        );
+        assert!(r.expect_err("stopped").to_string().contains("cgi_timeout"));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    /// Built with `CFLAGS=-DLUAJIT_ENABLE_CHECKHOOK` (CI, bench.sh), pages are
+    /// JIT-compiled; without it, the compiler is turned off so that timeouts still work.
+    #[cfg(feature = "luajit")]
+    #[test]
+    fn jit_stays_on_exactly_when_compiled_loops_see_hooks() {
+        let lua = Lua::new();
+        let sees = watchdog::compiled_loops_see_hooks(&lua).expect("probe runs");
+        let _t = Timeout::install(&lua).expect("installs");
+        let on: bool = lua
+            .load("return (jit.status())")
+            .eval()
+            .expect("jit.status");
+        assert_eq!(on, sees);
+        if option_env!("CFLAGS").is_some_and(|f| f.contains("LUAJIT_ENABLE_CHECKHOOK")) {
+            assert!(
+                sees,
+                "CFLAGS names LUAJIT_ENABLE_CHECKHOOK, yet compiled loops ignore hooks"
+            );
+        }
+    }
+}
