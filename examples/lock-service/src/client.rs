@@ -2,6 +2,15 @@
 //! [`Grant`] with its fencing token, [`LockClient::try_acquire`], [`LockClient::release`], and
 //! cancellation of a queued request ([`Pending::cancel`]).
 //!
+//! Multi-resource locks (a group started with [`crate::multi::MultiServiceConfig`]):
+//! [`LockClient::acquire_all`] takes a set of locks at once, [`LockClient::acquire_counts`] a
+//! number of instances of several lock types; both return a [`MultiGrant`] with one fencing
+//! token per instance held, released together by [`LockClient::release_all`]. Timeouts,
+//! cancellation ([`PendingAll::cancel`]) and tries ([`LockClient::try_acquire_all`]) work as
+//! for single locks; bad input (empty set,
+//! unknown lock, a lock named twice, a count of 0 or above the number of instances) is a
+//! [`LockError::Invalid`] with a typed [`MultiRequestError`], and nothing is queued.
+//!
 //! A [`LockClient`] injects requests into the node's front stage and gets the replies through
 //! the [`api_stage`], which routes each reply to the waiting caller by request id. Blocking
 //! calls wait on a channel, never inside a stage.
@@ -14,6 +23,8 @@ use std::time::Duration;
 
 use leda_core::prelude::*;
 use leda_core::runtime::ProcessHandle;
+use leda_mutex::multi::MultiRequestError;
+use leda_mutex::multi::stage::decode_holds;
 
 /// How long [`LockClient::release`] waits for the node to confirm.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
@@ -33,6 +44,9 @@ pub enum LockError {
     /// The node's process does not take events any more (stopped, queue full).
     #[error("lock service unavailable: {0}")]
     Unavailable(String),
+    /// A multi-resource request the service cannot take (nothing was queued).
+    #[error("invalid multi-resource request: {0}")]
+    Invalid(MultiRequestError),
 }
 
 /// A held lock.
@@ -46,13 +60,55 @@ pub struct Grant {
     id: i64,
 }
 
+/// One resource instance held by a [`MultiGrant`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InstanceGrant {
+    /// The lock (resource type).
+    pub resource: String,
+    /// Which of its instances (`0..k`; always 0 for a single-instance lock).
+    pub instance: u32,
+    /// The fencing token of this instance: strictly increasing across the grants of this
+    /// instance.
+    pub fencing_token: u64,
+}
+
+/// Several locks held together (from [`LockClient::acquire_all`] or
+/// [`LockClient::acquire_counts`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct MultiGrant {
+    /// Every instance held, with its own fencing token, sorted by lock then instance.
+    pub holds: Vec<InstanceGrant>,
+    id: i64,
+}
+
+impl MultiGrant {
+    /// The fencing token of instance `instance` of `resource`, if this grant holds it.
+    pub fn fencing_token(&self, resource: &str, instance: u32) -> Option<u64> {
+        self.holds
+            .iter()
+            .find(|h| h.resource == resource && h.instance == instance)
+            .map(|h| h.fencing_token)
+    }
+
+    /// The instances held of `resource`.
+    pub fn instances(&self, resource: &str) -> Vec<u32> {
+        self.holds
+            .iter()
+            .filter(|h| h.resource == resource)
+            .map(|h| h.instance)
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reply {
     Granted(u64),
+    GrantedAll(Vec<InstanceGrant>),
     WouldBlock,
     Cancelled,
     Released,
     Error(String),
+    Invalid(MultiRequestError),
 }
 
 #[derive(Default)]
@@ -94,20 +150,41 @@ pub fn api_stage(node: usize, shared: ApiShared) -> Stage {
     Stage::new(format!("api{node}"), move |ev: Event, ctx: &mut Ctx| {
         let tag: String = ev.get(0)?;
         let id: i64 = ev.get(1)?;
-        let resource: String = ev.get(2)?;
+        let resource = || ev.get::<String>(2);
         let reply = match tag.as_str() {
             "granted" => Reply::Granted(ev.get::<i64>(3)? as u64),
-            "would-block" => Reply::WouldBlock,
-            "cancelled" => Reply::Cancelled,
-            "released" => Reply::Released,
+            "would-block" | "would-block-all" => Reply::WouldBlock,
+            "cancelled" | "cancelled-all" => Reply::Cancelled,
+            "released" | "released-all" => Reply::Released,
             "error" => Reply::Error(ev.get(3)?),
+            "error-all" => Reply::Error(ev.get(2)?),
+            "granted-all" => {
+                let holds = ev.arg(2).ok_or("api: granted-all without holds")?;
+                let mut holds: Vec<InstanceGrant> = decode_holds(holds)?
+                    .into_iter()
+                    .map(|(resource, instance, fencing_token)| InstanceGrant {
+                        resource,
+                        instance,
+                        fencing_token,
+                    })
+                    .collect();
+                holds.sort();
+                Reply::GrantedAll(holds)
+            }
+            "invalid" => Reply::Invalid(MultiRequestError::from_values(
+                ev.args().get(2..).unwrap_or_default(),
+            )?),
             other => return Err(format!("api: unknown reply {other:?}").into()),
         };
         let waiter = shared.waiters.lock().get(&id).cloned();
         let delivered = waiter.is_some_and(|w| w.send(reply.clone()).is_ok());
-        if !delivered && matches!(reply, Reply::Granted(_)) {
+        if !delivered {
             // The caller is gone (timed out and cancelled after the grant): give it back.
-            ctx.send("front", ("release", id, resource))?;
+            match reply {
+                Reply::Granted(_) => ctx.send("front", ("release", id, resource()?))?,
+                Reply::GrantedAll(_) => ctx.send("front", ("release_all", id))?,
+                _ => {}
+            }
         }
         Ok(())
     })
@@ -119,8 +196,11 @@ pub fn api_stage(node: usize, shared: ApiShared) -> Stage {
 pub struct Pending<'a> {
     client: &'a LockClient,
     id: i64,
+    /// The lock, or for a multi-resource request a description of the set.
     resource: String,
     rx: Receiver<Reply>,
+    /// A multi-resource request (cancelled with `cancel_all`).
+    all: bool,
 }
 
 impl Pending<'_> {
@@ -143,13 +223,17 @@ impl Pending<'_> {
     /// Withdraws the request. If it was granted before the withdrawal reached the service,
     /// the grant is released; either way the caller holds nothing when this returns `Ok`.
     pub fn cancel(self) -> Result<(), LockError> {
-        self.client
-            .inject(("cancel", self.id, self.resource.as_str()).into())?;
+        let ev = if self.all {
+            ("cancel_all", self.id).into()
+        } else {
+            ("cancel", self.id, self.resource.as_str()).into()
+        };
+        self.client.inject(ev)?;
         loop {
             match self.rx.recv_timeout(RELEASE_WAIT) {
                 // Granted before the cancel: the front turns the cancel into a release; wait
                 // for it so the lock is free when we return.
-                Ok(Reply::Granted(_)) => {}
+                Ok(Reply::Granted(_) | Reply::GrantedAll(_)) => {}
                 Ok(Reply::Cancelled | Reply::Released) => {
                     self.client.forget(self.id);
                     return Ok(());
@@ -158,6 +242,10 @@ impl Pending<'_> {
                 Ok(Reply::Error(e)) => {
                     self.client.forget(self.id);
                     return Err(LockError::Refused(e));
+                }
+                Ok(Reply::Invalid(e)) => {
+                    self.client.forget(self.id);
+                    return Err(LockError::Invalid(e));
                 }
                 Err(_) => {
                     self.client.forget(self.id);
@@ -174,15 +262,49 @@ impl Pending<'_> {
                 fencing_token: fence,
                 id: self.id,
             }),
-            other => {
-                self.client.forget(self.id);
-                Err(match other {
-                    Reply::WouldBlock | Reply::Cancelled => LockError::Cancelled(self.resource),
-                    Reply::Error(e) => LockError::Refused(e),
-                    _ => LockError::Refused(format!("unexpected reply {other:?}")),
-                })
+            other => Err(self.failed(other)),
+        }
+    }
+
+    /// The error for a reply that is not a grant (the waiter is forgotten).
+    fn failed(self, reply: Reply) -> LockError {
+        self.client.forget(self.id);
+        match reply {
+            Reply::WouldBlock | Reply::Cancelled => LockError::Cancelled(self.resource),
+            Reply::Error(e) => LockError::Refused(e),
+            Reply::Invalid(e) => LockError::Invalid(e),
+            other => LockError::Refused(format!("unexpected reply {other:?}")),
+        }
+    }
+}
+
+/// A pending multi-resource acquisition: wait for it, or cancel it.
+#[derive(Debug)]
+pub struct PendingAll<'a>(Pending<'a>);
+
+impl PendingAll<'_> {
+    /// Waits up to `timeout` for every lock of the request; on timeout the request is
+    /// withdrawn (nothing is held) and [`LockError::Timeout`] returned.
+    pub fn wait(self, timeout: Duration) -> Result<MultiGrant, LockError> {
+        let p = self.0;
+        match p.rx.recv_timeout(timeout) {
+            Ok(Reply::GrantedAll(holds)) => Ok(MultiGrant { holds, id: p.id }),
+            Ok(other) => Err(p.failed(other)),
+            Err(RecvTimeoutError::Timeout) => {
+                let what = p.resource.clone();
+                p.cancel()?;
+                Err(LockError::Timeout(what))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(LockError::Unavailable("reply channel closed".into()))
             }
         }
+    }
+
+    /// Withdraws the request. If it was granted before the withdrawal reached the service,
+    /// everything is released; either way the caller holds nothing when this returns `Ok`.
+    pub fn cancel(self) -> Result<(), LockError> {
+        self.0.cancel()
     }
 }
 
@@ -245,7 +367,139 @@ impl LockClient {
             id,
             resource: resource.to_owned(),
             rx,
+            all: false,
         })
+    }
+
+    fn begin_items(
+        &self,
+        items: Vec<(String, i64)>,
+        try_only: bool,
+    ) -> Result<PendingAll<'_>, LockError> {
+        let what = items
+            .iter()
+            .map(|(r, c)| {
+                if *c == 1 {
+                    r.clone()
+                } else {
+                    format!("{c}x{r}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let list = Value::Array(
+            items
+                .into_iter()
+                .map(|(r, c)| Value::Array(vec![Value::Str(r), Value::Int(c)]))
+                .collect(),
+        );
+        let (id, rx) = self.register();
+        let ev = Event::new()
+            .with("acquire_all")
+            .with(id)
+            .with(list)
+            .with(try_only);
+        if let Err(e) = self.inject(ev) {
+            self.forget(id);
+            return Err(e);
+        }
+        Ok(PendingAll(Pending {
+            client: self,
+            id,
+            resource: format!("[{what}]"),
+            rx,
+            all: true,
+        }))
+    }
+
+    /// Starts acquiring every lock of `resources` at once (one instance of each); wait for it
+    /// or cancel it with the returned [`PendingAll`].
+    pub fn begin_all<S: AsRef<str>>(&self, resources: &[S]) -> Result<PendingAll<'_>, LockError> {
+        self.begin_items(
+            resources
+                .iter()
+                .map(|r| (r.as_ref().to_owned(), 1))
+                .collect(),
+            false,
+        )
+    }
+
+    /// Starts acquiring `count` instances of each lock type of `counts` at once.
+    pub fn begin_counts<S: AsRef<str>>(
+        &self,
+        counts: &[(S, u32)],
+    ) -> Result<PendingAll<'_>, LockError> {
+        self.begin_items(
+            counts
+                .iter()
+                .map(|(r, c)| (r.as_ref().to_owned(), i64::from(*c)))
+                .collect(),
+            false,
+        )
+    }
+
+    /// Acquires every lock of `resources` only if that needs no waiting: nothing waits locally
+    /// and the algorithm grants at once (e.g. every token is here). `Ok(None)` otherwise.
+    pub fn try_acquire_all<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+    ) -> Result<Option<MultiGrant>, LockError> {
+        let items = resources
+            .iter()
+            .map(|r| (r.as_ref().to_owned(), 1))
+            .collect();
+        let p = self.begin_items(items, true)?.0;
+        match p.rx.recv_timeout(RELEASE_WAIT) {
+            Ok(Reply::GrantedAll(holds)) => Ok(Some(MultiGrant { holds, id: p.id })),
+            Ok(Reply::WouldBlock) => {
+                self.forget(p.id);
+                Ok(None)
+            }
+            Ok(other) => Err(p.failed(other)),
+            Err(_) => {
+                self.forget(p.id);
+                Err(LockError::Unavailable("no answer to a try".into()))
+            }
+        }
+    }
+
+    /// Acquires every lock of `resources` together (deadlock-free, whatever other clients
+    /// ask for), waiting at most `timeout`: one fencing token per lock.
+    pub fn acquire_all<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        timeout: Duration,
+    ) -> Result<MultiGrant, LockError> {
+        self.begin_all(resources)?.wait(timeout)
+    }
+
+    /// Acquires `count` instances of each lock type of `counts` together, waiting at most
+    /// `timeout`: one fencing token per instance.
+    pub fn acquire_counts<S: AsRef<str>>(
+        &self,
+        counts: &[(S, u32)],
+        timeout: Duration,
+    ) -> Result<MultiGrant, LockError> {
+        self.begin_counts(counts)?.wait(timeout)
+    }
+
+    /// Releases every instance of a [`MultiGrant`] and waits until the node has let them go.
+    pub fn release_all(&self, grant: MultiGrant) -> Result<(), LockError> {
+        let rx = {
+            let (tx, rx) = mpsc::channel();
+            self.shared.waiters.lock().insert(grant.id, tx);
+            rx
+        };
+        let result = self
+            .inject(("release_all", grant.id).into())
+            .and_then(|()| match rx.recv_timeout(RELEASE_WAIT) {
+                Ok(Reply::Released) => Ok(()),
+                Ok(Reply::Error(e)) => Err(LockError::Refused(e)),
+                Ok(other) => Err(LockError::Refused(format!("unexpected reply {other:?}"))),
+                Err(_) => Err(LockError::Unavailable("no answer to a release".into())),
+            });
+        self.forget(grant.id);
+        result
     }
 
     /// Acquires `resource`, waiting at most `timeout`.
@@ -266,6 +520,7 @@ impl LockClient {
             id,
             resource: resource.to_owned(),
             rx,
+            all: false,
         };
         match pending.rx.recv_timeout(RELEASE_WAIT) {
             Ok(Reply::WouldBlock) => {

@@ -15,10 +15,36 @@
 //!
 //! Local requests are served in arrival order. A try succeeds only when nothing waits locally
 //! and the algorithm grants without waiting for another node (e.g. the token is here).
+//!
+//! **Multi-resource locks** (issue #10): a front configured with multi-resource locks
+//! (attribute `multi`, `[[name, instances], ...]`, disjoint from `resources`) also talks to the
+//! node's multi node stage ([`leda_mutex::multi::stage`], port `multi`, replies on the same
+//! input) and takes:
+//!
+//! | client → front                    | meaning                                      |
+//! |-----------------------------------|----------------------------------------------|
+//! | `("acquire_all", id, items)`      | all of `items` at once: an array of names (one instance each) or of `[name, count]` pairs, or a map `name → count` |
+//! | `("acquire_all", id, items, true)`| try: granted at once or `would-block-all` |
+//! | `("release_all", id)`             | release everything `id` holds                |
+//! | `("cancel_all", id)`              | withdraw `id`'s request (release if granted) |
+//!
+//! | reply                                   | meaning                                  |
+//! |-----------------------------------------|------------------------------------------|
+//! | `("granted-all", id, holds)`            | `id` holds every instance of `holds`, an array of `[name, instance, fence]` (one fencing token per instance) |
+//! | `("released-all", id)`                  | the release (or a cancel after the grant) is done |
+//! | `("cancelled-all", id)`                 | the request was withdrawn                |
+//! | `("would-block-all", id)`               | a try could not be granted at once       |
+//! | `("invalid", id, kind, resource, count, capacity, message)` | bad input, nothing was queued: `kind` is `empty`, `unknown`, `duplicate`, `count` or `malformed` ([`MultiRequestError`]) |
+//! | `("error-all", id, why)`                | release without holding                  |
+//!
+//! Multi-resource requests are served in arrival order, one at a time at the node stage (the
+//! algorithms allow one outstanding request per process). A single-resource `acquire` of a
+//! multi-resource lock's name is refused with an error naming `acquire_all`.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use leda_core::prelude::*;
+use leda_mutex::multi::{MultiRequest, MultiRequestError, NamedSpace};
 
 /// The registry kind of front stages.
 pub const FRONT_KIND: &str = "lock.front";
@@ -46,10 +72,36 @@ struct Resource {
     queue: VecDeque<(i64, bool)>,
 }
 
-/// The front's state: one entry per configured resource.
+/// Where the node's one multi-resource request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MultiSt {
+    Idle,
+    Requested {
+        id: i64,
+        try_only: bool,
+    },
+    Held {
+        id: i64,
+    },
+    /// Withdrawn at the node stage; it reports `multi-released` when the algorithm is done.
+    Withdrawn,
+    Releasing {
+        id: i64,
+    },
+}
+
+#[derive(Debug)]
+struct MultiLocks {
+    space: NamedSpace,
+    st: MultiSt,
+    queue: VecDeque<(i64, MultiRequest, bool)>,
+}
+
+/// The front's state: one entry per configured resource, and the multi-resource locks.
 #[derive(Debug)]
 pub struct Front {
     resources: BTreeMap<String, Resource>,
+    multi: Option<MultiLocks>,
 }
 
 impl Front {
@@ -68,7 +120,28 @@ impl Front {
                     )
                 })
                 .collect(),
+            multi: None,
         }
+    }
+
+    /// A front for `resources` and the multi-resource locks `multi`; fails if a name is in
+    /// both.
+    pub fn with_multi(resources: &[String], multi: Option<NamedSpace>) -> Result<Front, BoxError> {
+        if let Some(m) = &multi
+            && let Some(both) = resources.iter().find(|r| m.contains(r))
+        {
+            return Err(format!(
+                "resource {both:?} is configured both as a lock and as a multi-resource lock"
+            )
+            .into());
+        }
+        let mut front = Front::new(resources);
+        front.multi = multi.map(|space| MultiLocks {
+            space,
+            st: MultiSt::Idle,
+            queue: VecDeque::new(),
+        });
+        Ok(front)
     }
 
     fn reply(ctx: &mut Ctx, ev: Event) -> HandlerResult {
@@ -90,6 +163,18 @@ impl Front {
     /// Handles one event (see the module docs).
     pub fn handle(&mut self, ev: Event, ctx: &mut Ctx) -> HandlerResult {
         let tag: String = ev.get(0)?;
+        if matches!(
+            tag.as_str(),
+            "acquire_all"
+                | "release_all"
+                | "cancel_all"
+                | "multi-grant"
+                | "multi-released"
+                | "multi-would-block"
+                | "multi-refused"
+        ) {
+            return self.handle_multi(&tag, &ev, ctx);
+        }
         let from_client = matches!(tag.as_str(), "acquire" | "release" | "cancel");
         let (id, name): (i64, String) = if from_client {
             (ev.get(1)?, ev.get(2)?)
@@ -97,6 +182,18 @@ impl Front {
             (-1, ev.get(1)?)
         };
         let Some(res) = self.resources.get_mut(&name) else {
+            if from_client && self.multi.as_ref().is_some_and(|m| m.space.contains(&name)) {
+                return Self::reply(
+                    ctx,
+                    (
+                        "error",
+                        id,
+                        name.as_str(),
+                        "a multi-resource lock: use acquire_all",
+                    )
+                        .into(),
+                );
+            }
             if from_client {
                 return Self::reply(ctx, ("error", id, name.as_str(), "unknown resource").into());
             }
@@ -176,16 +273,171 @@ impl Front {
             other => Err(format!("front: unknown event {other:?}").into()),
         }
     }
+
+    fn issue_multi(m: &mut MultiLocks, ctx: &mut Ctx) -> HandlerResult {
+        if m.st != MultiSt::Idle {
+            return Ok(());
+        }
+        if let Some((id, req, try_only)) = m.queue.pop_front() {
+            m.st = MultiSt::Requested { id, try_only };
+            ctx.send(
+                "multi",
+                Event::new()
+                    .with("request")
+                    .with(m.space.request_value(&req))
+                    .with(try_only),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn invalid(ctx: &mut Ctx, id: i64, err: &MultiRequestError) -> HandlerResult {
+        let mut ev = Event::new().with("invalid").with(id);
+        for v in err.to_values() {
+            ev.push(v);
+        }
+        Self::reply(ctx, ev)
+    }
+
+    /// The multi-resource part of the protocol (see the module docs).
+    fn handle_multi(&mut self, tag: &str, ev: &Event, ctx: &mut Ctx) -> HandlerResult {
+        let from_client = matches!(tag, "acquire_all" | "release_all" | "cancel_all");
+        let id: i64 = if from_client { ev.get(1)? } else { -1 };
+        let Some(m) = self.multi.as_mut() else {
+            if tag == "acquire_all" {
+                // No multi-resource lock here: every name is unknown.
+                let err = match NamedSpace::parse_items(ev.arg(2).unwrap_or(&Value::Nil)) {
+                    Ok(items) => match items.first() {
+                        None => MultiRequestError::Empty,
+                        Some((name, _)) => MultiRequestError::UnknownResource(name.clone()),
+                    },
+                    Err(e) => e,
+                };
+                return Self::invalid(ctx, id, &err);
+            }
+            if from_client {
+                return Self::reply(ctx, ("error-all", id, "no multi-resource lock here").into());
+            }
+            return Err(format!("front: {tag:?} without multi-resource locks").into());
+        };
+        match tag {
+            "acquire_all" => {
+                let req = match ev.arg(2) {
+                    None => Err(MultiRequestError::Empty),
+                    Some(v) => m.space.parse_request(v),
+                };
+                let try_only = ev.arg(3).and_then(Value::as_bool).unwrap_or(false);
+                match req {
+                    Ok(_) if try_only && (m.st != MultiSt::Idle || !m.queue.is_empty()) => {
+                        Self::reply(ctx, ("would-block-all", id).into())
+                    }
+                    Ok(req) => {
+                        m.queue.push_back((id, req, try_only));
+                        Self::issue_multi(m, ctx)
+                    }
+                    Err(e) => Self::invalid(ctx, id, &e),
+                }
+            }
+            "release_all" => match m.st {
+                MultiSt::Held { id: holder } if holder == id => {
+                    m.st = MultiSt::Releasing { id };
+                    ctx.send("multi", "release")?;
+                    Ok(())
+                }
+                _ => Self::reply(ctx, ("error-all", id, "release without holding").into()),
+            },
+            "cancel_all" => {
+                if let Some(pos) = m.queue.iter().position(|(q, _, _)| *q == id) {
+                    m.queue.remove(pos);
+                    return Self::reply(ctx, ("cancelled-all", id).into());
+                }
+                match m.st {
+                    MultiSt::Requested { id: r, .. } if r == id => {
+                        m.st = MultiSt::Withdrawn;
+                        ctx.send("multi", "cancel")?;
+                        Self::reply(ctx, ("cancelled-all", id).into())
+                    }
+                    // Granted before the cancel arrived: the cancel releases.
+                    MultiSt::Held { id: h } if h == id => {
+                        m.st = MultiSt::Releasing { id };
+                        ctx.send("multi", "release")?;
+                        Ok(())
+                    }
+                    _ => Self::reply(ctx, ("cancelled-all", id).into()),
+                }
+            }
+            "multi-grant" => {
+                let holds = ev
+                    .arg(1)
+                    .cloned()
+                    .ok_or("front: multi-grant without holds")?;
+                match m.st {
+                    MultiSt::Requested { id, .. } => {
+                        m.st = MultiSt::Held { id };
+                        Self::reply(ctx, Event::new().with("granted-all").with(id).with(holds))
+                    }
+                    // The node releases a withdrawn grant itself.
+                    MultiSt::Withdrawn => Ok(()),
+                    other => Err(format!("front: multi-grant in state {other:?}").into()),
+                }
+            }
+            "multi-released" => {
+                let prev = std::mem::replace(&mut m.st, MultiSt::Idle);
+                if let MultiSt::Releasing { id } = prev {
+                    Self::reply(ctx, ("released-all", id).into())?;
+                }
+                Self::issue_multi(m, ctx)
+            }
+            "multi-would-block" => match m.st {
+                MultiSt::Requested { id, try_only: true } => {
+                    m.st = MultiSt::Withdrawn;
+                    Self::reply(ctx, ("would-block-all", id).into())
+                }
+                other => Err(format!("front: multi-would-block in state {other:?}").into()),
+            },
+            "multi-refused" => {
+                let why: String = ev.get(1).unwrap_or_default();
+                tracing::error!(why, "multi node stage refused a request");
+                if let MultiSt::Requested { id, .. } = m.st {
+                    // The front validated the request, so front and node disagree on the
+                    // configuration: tell the caller and go on with the next request.
+                    m.st = MultiSt::Idle;
+                    Self::reply(ctx, ("error-all", id, why.as_str()).into())?;
+                    return Self::issue_multi(m, ctx);
+                }
+                Err(format!("multi node stage refused: {why}").into())
+            }
+            other => Err(format!("front: unknown event {other:?}").into()),
+        }
+    }
 }
 
-/// A front stage named `front<node>` for `resources` (kind [`FRONT_KIND`], attribute
-/// `resources`).
+/// The multi-resource locks named by a front's `multi` attribute, if it has one.
+fn multi_attr(a: &Attrs) -> Result<Option<NamedSpace>, BoxError> {
+    match a.get("multi") {
+        None | Some(Value::Nil) => Ok(None),
+        Some(v) => Ok(Some(NamedSpace::from_value(v)?)),
+    }
+}
+
+/// The front's single-resource locks: attribute `resources`, which a front with
+/// multi-resource locks only may leave out.
+fn resources_attr(a: &Attrs) -> Result<Vec<String>, BoxError> {
+    match a.get("resources") {
+        None | Some(Value::Nil) if a.get("multi").is_some() => Ok(Vec::new()),
+        _ => Ok(a.get_as("resources")?),
+    }
+}
+
+/// A front stage named `front<node>` for `resources` (kind [`FRONT_KIND`], attributes `node`
+/// and `resources`). Setting its `multi` attribute before the graph starts
+/// (`[[name, instances], ...]`, see [`crate::multi::attach_multi`]) adds multi-resource locks.
 pub fn front_stage(node: usize, resources: &[String]) -> Stage {
     let list: Vec<Value> = resources.iter().map(|r| Value::Str(r.clone())).collect();
     let owned = resources.to_vec();
     Stage::stateful(
         format!("front{node}"),
-        move |_: &Attrs| -> Result<Front, BoxError> { Ok(Front::new(&owned)) },
+        move |a: &Attrs| -> Result<Front, BoxError> { Front::with_multi(&owned, multi_attr(a)?) },
         |f: &mut Front, ev: Event, ctx: &mut Ctx| f.handle(ev, ctx),
     )
     .serial()
@@ -198,17 +450,21 @@ pub fn front_stage(node: usize, resources: &[String]) -> Stage {
 pub fn front_stage_from_attrs(attrs: &Attrs) -> Result<Stage, BoxError> {
     let node: usize = attrs.get_as("node")?;
     let resources: Vec<String> = attrs.get_as("resources")?;
-    Ok(front_stage(node, &resources))
+    let stage = front_stage(node, &resources);
+    if let Some(multi) = attrs.get("multi") {
+        stage.set_attr("multi", multi.clone());
+    }
+    Ok(stage)
 }
 
-/// A front stage configured by its `resources` attribute when it starts (for scripts that set
-/// it after building the stage, e.g. Lua).
+/// A front stage configured by its attributes when it starts (for scripts that set them after
+/// building the stage, e.g. Lua): `resources` (a list of lock names) and/or `multi`
+/// (multi-resource locks, `{{name, instances}, ...}`).
 pub fn front_stage_by_attrs(name: &str) -> Stage {
     Stage::stateful(
         name,
         |a: &Attrs| -> Result<Front, BoxError> {
-            let resources: Vec<String> = a.get_as("resources")?;
-            Ok(Front::new(&resources))
+            Front::with_multi(&resources_attr(a)?, multi_attr(a)?)
         },
         |f: &mut Front, ev: Event, ctx: &mut Ctx| f.handle(ev, ctx),
     )

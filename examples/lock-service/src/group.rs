@@ -4,9 +4,21 @@
 //! counter worker (`app<i>`). Node stages are joined pairwise by decoupled connectors; the
 //! same graph runs in one process ([`LocalGroup`]) or with one process per node
 //! (`lock-service run`, over leda-net).
+//!
+//! With a crash-tolerant algorithm (`quorum-grid`, `quorum-tree`, `quorum-vcube`), node `i`'s
+//! cluster also holds the VCube failure detector's stages (`detector<i>` and its timer
+//! `dtimer<i>`, see [`leda_mutex::ft_quorum::detector`]): the detectors test each other over
+//! decoupled connectors and send `("failure", j)` into `mutex<i>` when node `j` crashed, so the
+//! survivors of a killed node keep the lock going ([`Detection`], [`build_group_with`]).
+
+use std::sync::Arc;
 
 use leda_core::prelude::*;
 use leda_mutex::Algorithm;
+use leda_mutex::ft_quorum::detector::{
+    DETECTOR_KIND, DETECTOR_TIMER_KIND, DetectorConfig, DetectorSpec, NoticeObserver,
+    connect_detectors, detector_stage_from_attrs, detector_timer_stage_from_attrs, wire_detector,
+};
 use leda_mutex::stage::{
     NODE_KIND, NodeSpec, connect_peers, node_name, node_stage, node_stage_from_attrs,
 };
@@ -54,14 +66,62 @@ pub struct GroupGraph {
     pub clusters: Vec<Cluster>,
 }
 
+/// How a group detects crashed nodes.
+#[derive(Clone, Default)]
+pub struct Detection {
+    /// The failure detector's timing; `None`: no detector stages.
+    pub config: Option<DetectorConfig>,
+    /// Sees the crash notices of the detector stages that run in this process (stages rebuilt
+    /// by a daemon have none; they log each notice at `info`).
+    pub observer: Option<Arc<dyn NoticeObserver>>,
+}
+
+impl std::fmt::Debug for Detection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detection")
+            .field("config", &self.config)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl Detection {
+    /// The default for `algorithm`: detector stages with [`DetectorConfig::default`] timing for
+    /// the crash-tolerant algorithms, none for the others.
+    pub fn for_algorithm(algorithm: Algorithm) -> Self {
+        Detection {
+            config: algorithm.tolerates_crashes().then(DetectorConfig::default),
+            observer: None,
+        }
+    }
+}
+
 /// Builds the group's graph; `sides[i]` is node `i`'s application side. With `done` set, the
 /// workers report to a `done` stage in node 0's cluster, which quits the run after `done`
-/// reports.
+/// reports. Crash-tolerant algorithms get detector stages ([`Detection::for_algorithm`]).
 pub fn build_group(
     cfg: &ServiceConfig,
     sides: &[Side],
     done: Option<usize>,
 ) -> Result<GroupGraph, leda_mutex::MutexError> {
+    build_group_with(cfg, sides, done, &Detection::for_algorithm(cfg.algorithm))
+}
+
+/// [`build_group`] with an explicit failure-detection setting. Detector stages are refused for
+/// an algorithm that does not tolerate crashes (its nodes would fail on the first notice).
+pub fn build_group_with(
+    cfg: &ServiceConfig,
+    sides: &[Side],
+    done: Option<usize>,
+    detection: &Detection,
+) -> Result<GroupGraph, leda_mutex::MutexError> {
+    if detection.config.is_some() && !cfg.algorithm.tolerates_crashes() {
+        return Err(leda_mutex::MutexError::Config(format!(
+            "{} does not tolerate crashes: no failure detector for it (use quorum-grid, \
+             quorum-tree or quorum-vcube)",
+            cfg.algorithm
+        )));
+    }
     if sides.len() != cfg.nodes {
         return Err(leda_mutex::MutexError::Config(format!(
             "{} application sides for {} nodes",
@@ -73,6 +133,7 @@ pub fn build_group(
     let done = done.map(done_stage);
     let mut nodes = Vec::new();
     let mut clusters = Vec::new();
+    let mut detectors = Vec::new();
     for (i, side) in sides.iter().enumerate() {
         let node = node_stage(NodeSpec {
             algorithm: cfg.algorithm,
@@ -107,10 +168,24 @@ pub fn build_group(
         {
             cluster.insert(done);
         }
+        if let Some(config) = detection.config {
+            let spec = DetectorSpec {
+                id: i,
+                n: cfg.nodes,
+                config,
+                observer: detection.observer.clone(),
+            };
+            let (detector, timer) = wire_detector(&mut g, spec, &node)
+                .map_err(|e| leda_mutex::MutexError::Config(e.to_string()))?;
+            cluster.insert(&detector);
+            cluster.insert(&timer);
+            detectors.push(detector);
+        }
         clusters.push(cluster);
         nodes.push(node);
     }
     connect_peers(&mut g, &nodes);
+    connect_detectors(&mut g, &detectors);
     Ok(GroupGraph { graph: g, clusters })
 }
 
@@ -120,6 +195,13 @@ pub fn registry() -> Registry {
         .with(NODE_KIND, |a| Ok(node_stage_from_attrs(a)?))
         .with(FRONT_KIND, front_stage_from_attrs)
         .with(APP_KIND, app_stage_from_attrs)
+        .with(DETECTOR_KIND, |a| Ok(detector_stage_from_attrs(a)?))
+        .with(DETECTOR_TIMER_KIND, |a| {
+            Ok(detector_timer_stage_from_attrs(a)?)
+        })
+        .with(leda_mutex::multi::stage::MULTI_KIND, |a| {
+            Ok(leda_mutex::multi::stage::multi_node_stage_from_attrs(a)?)
+        })
 }
 
 /// A whole group running in this process, with a [`LockClient`] per node.
@@ -139,10 +221,23 @@ impl std::fmt::Debug for LocalGroup {
 impl LocalGroup {
     /// Starts the group on `threads` worker threads.
     pub fn start(cfg: &ServiceConfig, threads: usize) -> Result<LocalGroup, LockError> {
+        Self::start_with_multi(cfg, None, threads)
+    }
+
+    /// Starts the group with multi-resource locks too ([`crate::multi`]).
+    pub fn start_with_multi(
+        cfg: &ServiceConfig,
+        multi: Option<&crate::multi::MultiServiceConfig>,
+        threads: usize,
+    ) -> Result<LocalGroup, LockError> {
         let shared: Vec<ApiShared> = (0..cfg.nodes).map(|_| ApiShared::new()).collect();
         let sides: Vec<Side> = shared.iter().cloned().map(Side::Api).collect();
-        let built =
+        let mut built =
             build_group(cfg, &sides, None).map_err(|e| LockError::Refused(e.to_string()))?;
+        if let Some(m) = multi {
+            crate::multi::attach_multi(&mut built, &cfg.resources, m)
+                .map_err(|e| LockError::Refused(e.to_string()))?;
+        }
         let running = built
             .graph
             .start(Run::default().threads(threads))

@@ -9,6 +9,8 @@
 //!   `try_acquire`, `release`, cancellation of a queued request.
 //! - [`front`]: the front stage and its protocol.
 //! - [`group`]: the group's graph, the daemon registry, an in-process group.
+//! - [`multi`]: multi-resource locks in a group (`acquire_all([r1, r2, ...], timeout)` and the
+//!   multi-instance form), a multi node stage per node beside the single-resource one.
 //! - [`etcd`]: a minimal etcd v3 lock client (JSON gateway), for the benchmark.
 //! - [`app`]: the example's counter workers (guarded increments of a shared file, checked
 //!   with the fencing token) and the results collector.
@@ -22,9 +24,11 @@ pub mod client;
 pub mod etcd;
 pub mod front;
 pub mod group;
+pub mod multi;
 
-pub use client::{Grant, LockClient, LockError, Pending};
+pub use client::{Grant, InstanceGrant, LockClient, LockError, MultiGrant, Pending, PendingAll};
 pub use group::{LocalGroup, ServiceConfig};
+pub use multi::MultiServiceConfig;
 
 use leda_core::stage::Stage;
 
@@ -39,7 +43,12 @@ pub type StageMaker = fn() -> Stage;
 ///   node `j`'s copy and `grant` to the front;
 /// - `leda.stage.lock.front`: a front stage; set `resources`, connect `mutex` to the node and
 ///   `reply` to the client, which sends `("acquire", id, resource, try)`, `("release", id,
-///   resource)` and `("cancel", id, resource)` (protocol in [`front`]).
+///   resource)` and `("cancel", id, resource)` (protocol in [`front`]);
+/// - `leda.stage.mutex.multi`: a multi-resource node stage; set `algorithm` (`incremental`...),
+///   `id`, `n` and `resources` (`{{name, instances}, ...}`), connect `peer<j>` to process `j`'s
+///   copy and `grant` to the front, and set the front's `multi` to the same list and connect
+///   its `multi` port to it; clients then send `("acquire_all", id, {names...})`,
+///   `("release_all", id)` and `("cancel_all", id)`.
 pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
     vec![
         ("leda.stage.mutex.node", || {
@@ -47,6 +56,9 @@ pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
         }),
         ("leda.stage.lock.front", || {
             front::front_stage_by_attrs("lock.front")
+        }),
+        ("leda.stage.mutex.multi", || {
+            leda_mutex::multi::stage::multi_node_stage_by_attrs("mutex.multi")
         }),
     ]
 }

@@ -7,9 +7,25 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, bail};
 use leda_core::prelude::*;
 use leda_core::runtime::ProcessHandle;
+use leda_lock_service::app::set_multi_work;
 use leda_lock_service::client::{ApiShared, LockClient};
-use leda_lock_service::group::{ServiceConfig, Side, build_group};
+use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with};
+use leda_lock_service::multi::{MultiServiceConfig, attach_multi};
 use leda_net::{LaunchReport, Launched, Launcher};
+
+/// Multi-resource locks for a run: the group's configuration, and who uses them.
+#[derive(Debug, Clone)]
+pub struct MultiWork {
+    /// The algorithm and the locks.
+    pub cfg: MultiServiceConfig,
+    /// Daemon nodes whose worker clients also do `acquire_all` rounds (after their
+    /// single-lock increments).
+    pub workers: Vec<usize>,
+    /// `acquire_all` rounds per client.
+    pub rounds: usize,
+    /// Seed of the random subsets.
+    pub seed: u64,
+}
 
 /// The launcher's identity in the mapping.
 const ME: &str = "launcher:1";
@@ -25,12 +41,27 @@ pub struct Group {
 
 impl Group {
     /// Deploys `daemon_sides[i]` as node `i + 1` on `daemons[i]`, node 0 here; the run ends
-    /// after `reports` reports to `done`.
+    /// after `reports` reports to `done`. Crash-tolerant algorithms get the default detector.
     pub fn start(
         cfg: &ServiceConfig,
         daemon_sides: Vec<Side>,
         reports: usize,
         daemons: &[String],
+    ) -> anyhow::Result<Group> {
+        let detection = Detection::for_algorithm(cfg.algorithm);
+        Self::start_with(cfg, daemon_sides, reports, daemons, &detection, None)
+    }
+
+    /// [`Group::start`] with an explicit failure-detection setting, and multi-resource locks
+    /// (a `multi<i>` stage beside every node, see [`attach_multi`], and multi rounds for the
+    /// workers of `multi.workers`) when `multi` is given.
+    pub fn start_with(
+        cfg: &ServiceConfig,
+        daemon_sides: Vec<Side>,
+        reports: usize,
+        daemons: &[String],
+        detection: &Detection,
+        multi: Option<&MultiWork>,
     ) -> anyhow::Result<Group> {
         if daemons.len() + 1 != cfg.nodes || daemon_sides.len() != daemons.len() {
             bail!("{} daemons for {} nodes", daemons.len(), cfg.nodes);
@@ -38,7 +69,18 @@ impl Group {
         let shared = ApiShared::new();
         let mut sides = vec![Side::Api(shared.clone())];
         sides.extend(daemon_sides);
-        let mut built = build_group(cfg, &sides, Some(reports))?;
+        let mut built = build_group_with(cfg, &sides, Some(reports), detection)?;
+        if let Some(multi) = multi {
+            attach_multi(&mut built, &cfg.resources, &multi.cfg)
+                .context("adding the multi locks")?;
+            for &i in &multi.workers {
+                let app = built
+                    .graph
+                    .stage(&format!("app{i}"))
+                    .with_context(|| format!("node {i} has no worker stage"))?;
+                set_multi_work(app, &multi.cfg.resources, multi.rounds, multi.seed);
+            }
+        }
         let mut addrs: Vec<&str> = vec![ME];
         addrs.extend(daemons.iter().map(String::as_str));
         built.graph.part(built.clusters.clone())?.map(addrs)?;
