@@ -17,7 +17,8 @@
 #   static 300 KB and 5 MB files at each connection count: ours vs nginx;
 #   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours (LuaJIT), ours_lua54,
 #   nginx+lua (LuaJIT) and Apache+mod_lua (Lua 5.3).
-# Servers are measured alternately, ROUNDS times after a warm-up; the median round is
+# Servers are measured alternately, ROUNDS times after a warm-up, each on an idle machine
+# (`settle` waits for the previous server's leftover work to finish); the median round is
 # printed as
 #   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... [ours_lua54=...] nginx=... [apache=...]
 # followed by p99 latency (ms) and error counts (socket errors + non-2xx) per server.
@@ -199,15 +200,31 @@ run_wrk() {
     END { printf "%s %s %d\n", rps, p99, err }' <<<"$out"
 }
 
+# settle: waits (at most 20 s) until the machine is idle again (< 10 % of the CPUs busy
+# over 200 ms). A server may keep computing after wrk has gone (Apache's mod_lua finishes
+# every Lua page it accepted; at 200 connections that is seconds of CPU): without this,
+# the next server in the round would be measured beside that tail.
+settle() {
+  local i a b
+  for i in $(seq 1 100); do
+    a=$(awk '/^cpu /{ print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat)
+    sleep 0.2
+    b=$(awk '/^cpu /{ print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8 }' /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
+      t = y[2] - x[2]; exit !(t > 0 && (y[1] - x[1]) / t < 0.10) }' && return 0
+  done
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # bench CASE PATH CONNS SERVERS...   (SERVERS: name:port)
 bench() {
   local case=$1 path=$2 conns=$3; shift 3
   declare -A rps p99 err
-  for s in "$@"; do run_wrk "${s#*:}" "$path" "$conns" "$WARMUP" >/dev/null; done
+  for s in "$@"; do settle; run_wrk "${s#*:}" "$path" "$conns" "$WARMUP" >/dev/null; done
   for _ in $(seq 1 "$ROUNDS"); do
     for s in "$@"; do
+      settle
       read -r r p e < <(run_wrk "${s#*:}" "$path" "$conns" "$DURATION")
       rps[${s%%:*}]+="$r "; p99[${s%%:*}]+="$p "; err[${s%%:*}]+="$e "
     done
