@@ -77,6 +77,27 @@ pub(crate) fn draw_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> ChartE
     }
 }
 
+/// Draws `chart`'s legend in the style every sweep chart uses (upper left, on a translucent
+/// white box with a black border), labels at `font_size` points.
+pub(crate) fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+    err: &dyn Fn(&dyn std::fmt::Display) -> ChartError,
+) -> Result<(), ChartError>
+where
+    DB: DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", font_size))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| err(&e))
+}
+
 /// Mean over seeds of `f` for each N of the sweep, for one algorithm and requesters kind.
 fn series(
     rows: &[Row],
@@ -227,14 +248,7 @@ pub fn wait_chart(rows: &[Row], requesters: Requesters, path: &Path) -> Result<(
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, 13, &err)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

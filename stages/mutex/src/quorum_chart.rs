@@ -12,7 +12,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::chart::{COLORS, ChartError, draw_err, ensure_font};
+use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font};
 use crate::experiment::Requesters;
 use crate::ft_quorum::Generator;
 use crate::quorum_exp::{Cell, Failures, MESSAGE_TYPES};
@@ -145,14 +145,7 @@ pub fn msgs_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result
                 }))
                 .map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut chart, 12, &err)?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
@@ -232,14 +225,7 @@ pub fn types_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Resul
             }
         }
         if k == 0 {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 10))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(|e| err(&e))?;
+            draw_legend(&mut chart, 10, &err)?;
         }
     }
     root.present().map_err(|e| err(&e))?;

@@ -58,7 +58,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::chart::{COLORS, ChartError, draw_err, ensure_font};
+use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font};
 use crate::error::MutexError;
 use crate::node::{Message, NodeId};
 use crate::sim::{Channels, Latency};
@@ -858,14 +858,7 @@ fn panel<DB: DrawingBackend>(
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, l.color.filled())))
             .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 12))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, 12, &err)?;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::chart::{COLORS, ChartError, draw_err, ensure_font};
+use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font};
 use crate::error::MutexError;
 use crate::sim::{Channels, Latency};
 
@@ -658,13 +658,7 @@ fn line_chart(
                 c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
                     .map_err(|e| err(&e))?;
             }
-            c.configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 13))
-                .position(SeriesLabelPosition::UpperLeft)
-                .draw()
-                .map_err(|e| err(&e))?;
+            draw_legend(&mut c, 13, &err)?;
         }};
     }
     if log_y {
