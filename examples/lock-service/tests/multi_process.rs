@@ -6,44 +6,13 @@
 //! stale fencing token was accepted.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lock-service");
-
-/// A child process, killed and reaped on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon() -> (Proc, String) {
-    let mut child = Proc(
-        Command::new(BIN)
-            .args(["daemon", "--listen", "127.0.0.1:0"])
-            .env_remove("LEDA_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning a daemon"),
-    );
-    let mut out = BufReader::new(child.0.stdout.take().expect("piped stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("reading LISTENING");
-    let addr = line
-        .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .trim()
-        .to_owned();
-    (child, addr)
-}
+mod common;
+use common::{BIN, Proc, daemon};
 
 /// Waits for `p` to exit, at most `limit`.
 fn wait(p: &mut Proc, limit: Duration, what: &str) -> std::process::ExitStatus {
@@ -59,8 +28,8 @@ fn wait(p: &mut Proc, limit: Duration, what: &str) -> std::process::ExitStatus {
 
 /// Runs the launcher with two daemons; returns its success and stdout.
 fn run(args: &[&str], counter: &Path) -> (bool, String) {
-    let (mut d1, a1) = daemon();
-    let (mut d2, a2) = daemon();
+    let (mut d1, a1) = daemon(&[]);
+    let (mut d2, a2) = daemon(&[]);
     let mut launcher = Proc(
         Command::new(BIN)
             .args(["run", "--daemons", &format!("{a1},{a2}")])

@@ -2,45 +2,15 @@
 //! launcher (node 0), every client incrementing one counter file under the lock. The final
 //! count proves that no update was lost, and no stale fencing token was accepted.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lock-service");
-
-/// A child process, killed and reaped on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon() -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args(["daemon", "--listen", "127.0.0.1:0"])
-        .env_remove("LEDA_SECRET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning a daemon");
-    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut line = String::new();
-    out.read_line(&mut line).expect("reading LISTENING");
-    let addr = line
-        .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .trim()
-        .to_owned();
-    (Proc(child), addr)
-}
+mod common;
+use common::{BIN, Proc, daemon};
 
 fn run(algorithm: &str, counter: &std::path::Path) -> (bool, String) {
-    let (d1, a1) = daemon();
-    let (d2, a2) = daemon();
+    let (d1, a1) = daemon(&[]);
+    let (d2, a2) = daemon(&[]);
     let mut launcher = Proc(
         Command::new(BIN)
             .args(["run", "--algorithm", algorithm, "--daemons"])

@@ -11,43 +11,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lock-service");
-
-/// A child process, killed (SIGKILL) and reaped on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn daemon() -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args(["daemon", "--listen", "127.0.0.1:0"])
-        .env_remove("LEDA_SECRET")
-        .env("LEDA_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning a daemon");
-    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let proc = Proc(child);
-    let mut line = String::new();
-    out.read_line(&mut line).expect("reading LISTENING");
-    let addr = line
-        .strip_prefix("LISTENING ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .trim()
-        .to_owned();
-    (proc, addr)
-}
+mod common;
+use common::{BIN, Proc, daemon};
 
 /// The counter file's count, if it can be read now (it is rewritten under the lock).
 fn count(path: &Path) -> Option<u64> {
@@ -67,7 +36,7 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 fn run(generator: &str, dir: &Path) {
     let counter = dir.join(format!("{generator}.counter"));
     let _ = std::fs::remove_file(&counter);
-    let daemons: Vec<(Proc, String)> = (0..3).map(|_| daemon()).collect();
+    let daemons: Vec<(Proc, String)> = (0..3).map(|_| daemon(&[("LEDA_LOG", "error")])).collect();
     let addrs: Vec<&str> = daemons.iter().map(|d| d.1.as_str()).collect();
     let mut launcher = Proc(
         Command::new(BIN)
