@@ -1245,17 +1245,16 @@ mod tests {
         }
     }
 
-    /// Two transports over a loopback connection: events reach the destination stage
-    /// and are acknowledged; events for a stage the receiver does not run are refused
-    /// and reported failed to the sending stage, with the credit window enforced.
-    #[test]
-    fn delivery_refusal_and_credits_over_a_link() {
+    /// A sender (`s:1`) and a receiver (`r:1`) transport for `routes`, joined by one
+    /// loopback connection, on a one-thread runtime.
+    fn linked_pair(
+        routes: Vec<RouteInfo>,
+    ) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let routes = vec![route("a", "b"), route("a", "zzz")];
         let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
         let receiver = Transport::new("r:1", routes, rt.handle().clone());
         let (client, server) = rt.block_on(async {
@@ -1267,6 +1266,15 @@ mod tests {
         });
         sender.attach("r:1", client);
         receiver.attach("s:1", server);
+        (rt, sender, receiver)
+    }
+
+    /// Two transports over a loopback connection: events reach the destination stage
+    /// and are acknowledged; events for a stage the receiver does not run are refused
+    /// and reported failed to the sending stage, with the credit window enforced.
+    #[test]
+    fn delivery_refusal_and_credits_over_a_link() {
+        let (rt, sender, receiver) = linked_pair(vec![route("a", "b"), route("a", "zzz")]);
 
         let got = Arc::new(AtomicU64::new(0));
         let seen = got.clone();
@@ -1333,27 +1341,11 @@ mod tests {
     /// the byte window returning as acknowledgements come back.
     #[test]
     fn mixed_payloads_arrive_intact_and_in_order() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let routes = vec![RouteInfo {
+        let (rt, sender, receiver) = linked_pair(vec![RouteInfo {
             from: "a".into(),
             to: "b".into(),
             window: 64,
-        }];
-        let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
-        let receiver = Transport::new("r:1", routes, rt.handle().clone());
-        let (client, server) = rt.block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = l.local_addr().unwrap();
-            let c = TcpStream::connect(addr).await.unwrap();
-            let (s, _) = l.accept().await.unwrap();
-            (c, s)
-        });
-        sender.attach("r:1", client);
-        receiver.attach("s:1", server);
+        }]);
 
         const N: u64 = 600;
         // Event i: (i, binary of a size cycling through small, spliced and large
