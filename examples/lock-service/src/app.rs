@@ -10,6 +10,7 @@ use std::path::Path;
 
 use leda_core::prelude::*;
 use leda_mutex::multi::stage::decode_holds;
+use leda_mutex::rng::SplitMix64;
 
 /// The registry kind of worker stages.
 pub const APP_KIND: &str = "lock.app";
@@ -88,7 +89,7 @@ struct Worker {
     /// `acquire_all` rounds per client after its single-lock increments.
     multi_rounds: i64,
     multi_done: Vec<i64>,
-    rng: SplitMix,
+    rng: SplitMix64,
     tally: MultiTally,
     reported: bool,
 }
@@ -205,7 +206,7 @@ pub fn app_stage(
                 multi: multi.unwrap_or_default(),
                 multi_rounds: a.get_as::<Option<i64>>("multi_rounds")?.unwrap_or(0),
                 multi_done: vec![0; clients.max(0) as usize],
-                rng: SplitMix::new(
+                rng: SplitMix64::new(
                     (seed.unwrap_or(0) as u64) ^ (node as u64).wrapping_mul(0x9E37_79B9),
                 ),
                 tally: MultiTally::default(),
@@ -465,45 +466,20 @@ pub enum MultiClientError {
     },
 }
 
-/// A small deterministic generator (SplitMix64) for the clients' random subsets.
-#[derive(Debug, Clone)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// Seeded generator.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi` (`lo ≤ hi`).
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-}
-
 /// A random request over `locks` (`(name, instances)`): a subset of at least 2 locks (sorted
 /// by name), and for a lock with `k` instances a count in `1..=k`.
-pub fn random_request(locks: &[(String, u32)], rng: &mut SplitMix) -> Vec<(String, u32)> {
+pub fn random_request(locks: &[(String, u32)], rng: &mut SplitMix64) -> Vec<(String, u32)> {
     let mut order: Vec<usize> = (0..locks.len()).collect();
-    let size = rng.range(2.min(locks.len() as u64), locks.len() as u64) as usize;
+    let size = rng.range_inclusive(2.min(locks.len() as u64), locks.len() as u64) as usize;
     for i in 0..size {
-        let j = rng.range(i as u64, (order.len() - 1) as u64) as usize;
+        let j = rng.range_inclusive(i as u64, (order.len() - 1) as u64) as usize;
         order.swap(i, j);
     }
     let mut picked: Vec<(String, u32)> = order[..size]
         .iter()
         .map(|&i| {
             let (name, k) = &locks[i];
-            (name.clone(), rng.range(1, u64::from(*k)) as u32)
+            (name.clone(), rng.range_inclusive(1, u64::from(*k)) as u32)
         })
         .collect();
     picked.sort();
@@ -524,7 +500,7 @@ pub fn multi_client(
     if locks.len() < 2 {
         return Err(MultiClientError::TooFewLocks(locks.len()));
     }
-    let mut rng = SplitMix::new(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut tally = MultiTally::default();
     for _ in 0..rounds {
         let asked = random_request(locks, &mut rng);
@@ -615,7 +591,7 @@ mod tests {
     #[test]
     fn random_requests_pick_two_or_more_distinct_locks_within_capacity() {
         let locks: Vec<(String, u32)> = vec![("a".into(), 1), ("b".into(), 3), ("c".into(), 1)];
-        let mut rng = SplitMix::new(7);
+        let mut rng = SplitMix64::new(7);
         let mut sizes = std::collections::BTreeSet::new();
         for _ in 0..200 {
             let req = random_request(&locks, &mut rng);
