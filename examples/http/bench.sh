@@ -14,13 +14,15 @@
 # Installs wrk, nginx, libnginx-mod-http-lua and apache2 with apt (as root), configures
 # each peer in a temporary directory with as many workers as our threads (nginx:
 # worker_processes, sendfile on; Apache: event MPM, one process per thread), and runs:
-#   static 300 KB and 5 MB files at each connection count: ours vs nginx;
+#   static 300 KB and 5 MB files at each connection count: ours (files up to
+#   --cache-max-file, 8 MiB by default, from the memory cache) and ours_sendfile (every
+#   file kept open by the cache and sent with sendfile: --cache-max-file 0) vs nginx;
 #   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours (LuaJIT), ours_lua54,
 #   nginx+lua (LuaJIT) and Apache+mod_lua (Lua 5.3).
 # Servers are measured alternately, ROUNDS times after a warm-up, each on an idle machine
 # (`settle` waits for the previous server's leftover work to finish); the median round is
 # printed as
-#   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... [ours_lua54=...] nginx=... [apache=...]
+#   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... [ours_sendfile=...] [ours_lua54=...] nginx=... [apache=...]
 # followed by p99 latency (ms) and error counts (socket errors + non-2xx) per server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +35,7 @@ CONNS=${CONNS:-"50 200 1000"}
 DYN_CONNS=${DYN_CONNS:-"50 200"}
 WRK_THREADS=${WRK_THREADS:-2}
 CASES=${CASES:-"static dynamic"}
-P_OURS=18080 P_NGINX=18081 P_APACHE=18082 P_OURS54=18083
+P_OURS=18080 P_NGINX=18081 P_APACHE=18082 P_OURS54=18083 P_OURSSF=18084
 
 need=()
 for p in wrk nginx libnginx-mod-http-lua apache2; do
@@ -85,6 +87,13 @@ for flavour in luajit:$P_OURS lua54:$P_OURS54; do
     >"$WORK/logs/ours-${flavour%%:*}.out" 2>&1 &
   PIDS+=($!)
 done
+
+# The same LuaJIT build with every file (static cases only) kept open by the cache and
+# sent with sendfile(2) (--cache-max-file 0), nginx's way: `ours_sendfile`.
+"$WORK/leda-httpd-luajit" --root "$WORK/www" --listen "127.0.0.1:$P_OURSSF" \
+  --threads "$THREADS" --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 \
+  --cache-max-file 0 >"$WORK/logs/ours-sendfile.out" 2>&1 &
+PIDS+=($!)
 
 # --- nginx (+ lua) ------------------------------------------------------------------
 NGX_MODS=/usr/lib/nginx/modules
@@ -176,7 +185,7 @@ wait_port() {
   echo "bench: nothing listens on port $1" >&2
   exit 1
 }
-wait_port $P_OURS; wait_port $P_OURS54; wait_port $P_NGINX; wait_port $P_APACHE
+wait_port $P_OURS; wait_port $P_OURS54; wait_port $P_OURSSF; wait_port $P_NGINX; wait_port $P_APACHE
 for p in $P_OURS $P_OURS54 $P_NGINX $P_APACHE; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/loop.lua")
   [ "$code" = 200 ] || { echo "bench: port $p answers $code for /loop.lua" >&2; exit 1; }
@@ -241,13 +250,14 @@ bench() {
 }
 
 echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads=$THREADS rounds=$ROUNDS duration=$DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# ours = leda-httpd with LuaJIT, ours_lua54 = leda-httpd with Lua 5.4 (default build)"
+echo "# ours = leda-httpd with LuaJIT, ours_lua54 = leda-httpd with Lua 5.4 (default build),"
+echo "# ours_sendfile = ours with --cache-max-file 0 (every file sent with sendfile from an open descriptor)"
 if [[ " $CASES " == *" static "* ]]; then
   for c in $CONNS; do
-    bench static300k /300k.bin "$c" ours:$P_OURS nginx:$P_NGINX
+    bench static300k /300k.bin "$c" ours:$P_OURS ours_sendfile:$P_OURSSF nginx:$P_NGINX
   done
   for c in $CONNS; do
-    bench static5m /5m.bin "$c" ours:$P_OURS nginx:$P_NGINX
+    bench static5m /5m.bin "$c" ours:$P_OURS ours_sendfile:$P_OURSSF nginx:$P_NGINX
   done
 fi
 if [[ " $CASES " == *" dynamic "* ]]; then

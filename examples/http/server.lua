@@ -11,8 +11,8 @@ local listen = arg[2] or '127.0.0.1:8080'
 
 local accept      = require 'leda.stage.http.accept'          -- wait client (async)
 local handle      = require 'leda.stage.http.handle_request'  -- read + parse (httparse)
-local cache       = require 'leda.stage.http.cache'           -- serial LRU
-local send_file   = require 'leda.stage.http.send_file'       -- miss: async read / sendfile
+local cache       = require 'leda.stage.http.cache'           -- serial LRU (memory + open fds)
+local send_file   = require 'leda.stage.http.send_file'       -- sendfile hits; misses
 local cgi         = require 'leda.stage.http.cgi'             -- dynamic .lua pages
 local send_buffer = require 'leda.stage.http.send_buffer'     -- in-memory responses
 local close       = require 'leda.stage.http.close'           -- graceful close
@@ -32,6 +32,7 @@ local server = leda.graph{
   leda.connect(handle, 'reply', send_buffer, 'local'),
   leda.connect(handle, 'close', close, 'local'),
   leda.connect(cache, 'hit', send_buffer, 'local'),
+  leda.connect(cache, 'file', send_file, 'local'),    -- hit on an open descriptor: sendfile
   leda.connect(cache, 'miss', send_file, 'local'),
   leda.connect(send_file, 'insert', cache, 'local'),
   leda.connect(send_file, 'next', handle, 'local'),   -- keep-alive loop

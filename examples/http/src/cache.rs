@@ -1,106 +1,290 @@
-//! The file cache: least-recently-used entries, bounded by the total bytes they hold.
-//! Owned by the serial `cache` stage, so it needs no lock.
+//! The file cache, owned by the serial `cache` stage (so it needs no lock), in two
+//! least-recently-used parts under one map:
+//!
+//! * **in memory**: the contents of small files (at most `cache_max_file` bytes),
+//!   bounded by their total bytes (`cache_bytes`); a hit is written with one `writev`
+//!   of head and body;
+//! * **open descriptors**: larger files kept open (nginx's `open_file_cache`), bounded
+//!   by their number (`max_open_files`); a hit is sent with `sendfile(2)` from the page
+//!   cache, at an explicit offset, so any number of connections share one descriptor.
+//!   A descriptor unused for [`OPEN_INACTIVE`] is closed, so that a deleted file's
+//!   space is not held for long.
+//!
+//! Every entry remembers the [`Version`] of the file it was made from (length,
+//! modification time, inode, device); a lookup must present the file's current version
+//! (from the `stat` that `handle_request` does on every request), and a stale entry is
+//! dropped. A file replaced on disk has another inode (the old one cannot be reused
+//! while a descriptor holds it), one changed in place another length or mtime.
+//! Descriptors travel as `Arc<File>`: an evicted entry's descriptor is closed only
+//! when the last response still sending from it is done.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, Metadata};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-/// A cached file.
-#[derive(Clone, Debug)]
-pub struct Entry {
-    /// The file's contents.
-    pub body: Bytes,
-    /// Its modification time when read (an entry is valid only while it matches).
+/// How long an open descriptor may go unused before it is closed.
+pub const OPEN_INACTIVE: Duration = Duration::from_secs(60);
+
+/// How long a file being read into memory keeps other misses on it from reading it too
+/// (they are sent with `sendfile` meanwhile). A read that fails never inserts anything,
+/// so the claim just expires.
+pub const LOAD_CLAIM: Duration = Duration::from_secs(5);
+
+/// What identifies one version of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Length in bytes.
+    pub len: u64,
+    /// Modification time.
     pub mtime: SystemTime,
-    tick: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Device number.
+    pub dev: u64,
 }
 
-/// An LRU map from canonical paths to file contents, bounded by total bytes.
+impl Version {
+    /// The version `meta` describes.
+    pub fn of(meta: &Metadata) -> Version {
+        Version {
+            len: meta.len(),
+            mtime: meta.modified().unwrap_or(UNIX_EPOCH),
+            ino: meta.ino(),
+            dev: meta.dev(),
+        }
+    }
+}
+
+/// Where a file of some length is cached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Its contents, in memory.
+    Memory,
+    /// An open descriptor, sent from with `sendfile`.
+    Open,
+    /// Not at all (it is opened and sent per request).
+    None,
+}
+
+/// The sizes that decide placement and bound the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Total bytes of file contents held in memory.
+    pub memory_bytes: usize,
+    /// Largest file held in memory; larger ones are kept open instead.
+    pub memory_max_file: usize,
+    /// Most descriptors kept open (0: none).
+    pub max_open: usize,
+}
+
+impl Limits {
+    /// Where a file of `len` bytes goes.
+    pub fn placement(&self, len: u64) -> Placement {
+        if usize::try_from(len).is_ok_and(|n| n <= self.memory_max_file.min(self.memory_bytes)) {
+            Placement::Memory
+        } else if self.max_open > 0 {
+            Placement::Open
+        } else {
+            Placement::None
+        }
+    }
+}
+
+/// A cache hit.
+#[derive(Clone, Debug)]
+pub enum Hit {
+    /// The file's contents.
+    Memory(Bytes),
+    /// An open descriptor of the file (send it with an explicit offset).
+    Open(Arc<File>),
+}
+
 #[derive(Debug)]
-pub struct Lru {
-    map: HashMap<PathBuf, Entry>,
-    order: BTreeMap<u64, PathBuf>,
+struct Slot {
+    hit: Hit,
+    version: Version,
+    tick: u64,
+    used: Instant,
+}
+
+/// The cache: one map from canonical paths to entries, one LRU order per kind.
+#[derive(Debug)]
+pub struct FileCache {
+    map: HashMap<PathBuf, Slot>,
+    memory_order: BTreeMap<u64, PathBuf>,
+    open_order: BTreeMap<u64, PathBuf>,
     tick: u64,
     bytes: usize,
-    max_bytes: usize,
-    max_entry: usize,
+    limits: Limits,
+    /// Files being read into memory by a miss, and since when.
+    loading: HashMap<PathBuf, Instant>,
 }
 
-impl Lru {
-    /// A cache holding at most `max_bytes`, with no entry above `max_entry` bytes.
-    pub fn new(max_bytes: usize, max_entry: usize) -> Lru {
-        Lru {
+impl FileCache {
+    /// An empty cache under `limits`.
+    pub fn new(limits: Limits) -> FileCache {
+        FileCache {
             map: HashMap::new(),
-            order: BTreeMap::new(),
+            memory_order: BTreeMap::new(),
+            open_order: BTreeMap::new(),
             tick: 0,
             bytes: 0,
-            max_bytes,
-            max_entry: max_entry.min(max_bytes),
+            limits,
+            loading: HashMap::new(),
         }
     }
 
-    /// Whether a file of `len` bytes may be cached at all.
-    pub fn admits(&self, len: u64) -> bool {
-        usize::try_from(len).is_ok_and(|n| n <= self.max_entry)
+    /// Whether a miss on `path` should read it into memory: only one at a time per
+    /// file (for [`LOAD_CLAIM`] at most), so that a thousand simultaneous misses on a
+    /// large file do not read a thousand copies of it.
+    pub fn claim_load(&mut self, path: &Path, now: Instant) -> bool {
+        if let Some(since) = self.loading.get(path)
+            && now.saturating_duration_since(*since) < LOAD_CLAIM
+        {
+            return false;
+        }
+        if self.loading.len() >= 1024 {
+            self.loading
+                .retain(|_, since| now.saturating_duration_since(*since) < LOAD_CLAIM);
+        }
+        self.loading.insert(path.to_path_buf(), now);
+        true
     }
 
-    /// The entry for `path` if it is still current (same length and mtime); a stale
-    /// entry is dropped. A hit becomes the most recently used.
-    pub fn get(&mut self, path: &Path, len: u64, mtime: SystemTime) -> Option<Bytes> {
-        let e = self.map.get_mut(path)?;
-        if e.mtime != mtime || e.body.len() as u64 != len {
+    /// The limits it was made with.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The entry for `path` if it was made from `version` (the file's current one); a
+    /// stale entry is dropped. A hit becomes the most recently used of its kind.
+    pub fn get(&mut self, path: &Path, version: &Version, now: Instant) -> Option<Hit> {
+        self.close_inactive(now);
+        let slot = self.map.get_mut(path)?;
+        if slot.version != *version {
             self.remove(path);
             return None;
         }
-        self.order.remove(&e.tick);
+        let order = match slot.hit {
+            Hit::Memory(_) => &mut self.memory_order,
+            Hit::Open(_) => &mut self.open_order,
+        };
+        order.remove(&slot.tick);
         self.tick += 1;
-        e.tick = self.tick;
-        self.order.insert(self.tick, path.to_path_buf());
-        Some(e.body.clone())
+        slot.tick = self.tick;
+        slot.used = now;
+        order.insert(self.tick, path.to_path_buf());
+        Some(slot.hit.clone())
     }
 
-    /// Inserts (or replaces) an entry, evicting the least recently used ones to fit.
-    pub fn put(&mut self, path: PathBuf, mtime: SystemTime, body: Bytes) {
-        if !self.admits(body.len() as u64) {
+    /// Keeps the contents of `path` (if its size belongs in memory), evicting the least
+    /// recently used contents to fit.
+    pub fn put_memory(&mut self, path: PathBuf, version: Version, body: Bytes, now: Instant) {
+        self.loading.remove(&path);
+        if body.len() as u64 != version.len
+            || self.limits.placement(version.len) != Placement::Memory
+        {
             return;
         }
         self.remove(&path);
-        while self.bytes + body.len() > self.max_bytes {
-            let Some((_, oldest)) = self.order.pop_first() else {
+        while self.bytes + body.len() > self.limits.memory_bytes {
+            let Some((_, oldest)) = self.memory_order.pop_first() else {
                 break;
             };
-            if let Some(e) = self.map.remove(&oldest) {
-                self.bytes -= e.body.len();
-            }
+            self.forget(&oldest);
         }
-        self.tick += 1;
         self.bytes += body.len();
-        self.order.insert(self.tick, path.clone());
+        self.insert(path, version, Hit::Memory(body), now);
+    }
+
+    /// Keeps `file` open for `path` (if its size belongs there), closing the least
+    /// recently used descriptor past `max_open`.
+    pub fn put_open(&mut self, path: PathBuf, version: Version, file: Arc<File>, now: Instant) {
+        if self.limits.placement(version.len) != Placement::Open {
+            return;
+        }
+        self.remove(&path);
+        while self.open_order.len() >= self.limits.max_open {
+            let Some((_, oldest)) = self.open_order.pop_first() else {
+                break;
+            };
+            self.forget(&oldest);
+        }
+        self.insert(path, version, Hit::Open(file), now);
+    }
+
+    fn insert(&mut self, path: PathBuf, version: Version, hit: Hit, now: Instant) {
+        self.tick += 1;
+        match hit {
+            Hit::Memory(_) => &mut self.memory_order,
+            Hit::Open(_) => &mut self.open_order,
+        }
+        .insert(self.tick, path.clone());
+        let tick = self.tick;
         self.map.insert(
             path,
-            Entry {
-                body,
-                mtime,
-                tick: self.tick,
+            Slot {
+                hit,
+                version,
+                tick,
+                used: now,
             },
         );
     }
 
-    fn remove(&mut self, path: &Path) {
-        if let Some(e) = self.map.remove(path) {
-            self.order.remove(&e.tick);
-            self.bytes -= e.body.len();
+    /// Closes the least recently used descriptors that went unused for [`OPEN_INACTIVE`].
+    fn close_inactive(&mut self, now: Instant) {
+        while let Some(first) = self.open_order.first_entry() {
+            let idle = self
+                .map
+                .get(first.get())
+                .is_none_or(|s| now.saturating_duration_since(s.used) >= OPEN_INACTIVE);
+            if !idle {
+                break;
+            }
+            let oldest = first.remove();
+            self.forget(&oldest);
         }
     }
 
-    /// Bytes held.
+    /// Drops the entry for `path` and its place in its order.
+    fn remove(&mut self, path: &Path) {
+        if let Some(slot) = self.map.get(path) {
+            match slot.hit {
+                Hit::Memory(_) => self.memory_order.remove(&slot.tick),
+                Hit::Open(_) => self.open_order.remove(&slot.tick),
+            };
+            self.forget(path);
+        }
+    }
+
+    /// Drops the entry for `path` (its order entry is already gone).
+    fn forget(&mut self, path: &Path) {
+        if let Some(Slot {
+            hit: Hit::Memory(body),
+            ..
+        }) = self.map.remove(path)
+        {
+            self.bytes -= body.len();
+        }
+    }
+
+    /// Bytes of file contents held in memory.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
-    /// Entries held.
+    /// Descriptors held open by the cache.
+    pub fn open_files(&self) -> usize {
+        self.open_order.len()
+    }
+
+    /// Entries held (both kinds).
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -113,24 +297,111 @@ impl Lru {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
+    fn version(len: u64, secs: u64) -> Version {
+        Version {
+            len,
+            mtime: UNIX_EPOCH + Duration::from_secs(secs),
+            ino: 1,
+            dev: 1,
+        }
+    }
+
+    fn limits(memory_bytes: usize, memory_max_file: usize, max_open: usize) -> Limits {
+        Limits {
+            memory_bytes,
+            memory_max_file,
+            max_open,
+        }
+    }
+
     #[test]
-    fn evicts_least_recent_by_bytes() {
-        let t = SystemTime::UNIX_EPOCH;
-        let mut c = Lru::new(10, 8);
-        c.put("a".into(), t, Bytes::from_static(b"aaaa"));
-        c.put("b".into(), t, Bytes::from_static(b"bbbb"));
-        assert!(c.get(Path::new("a"), 4, t).is_some()); // a is now the most recent
-        c.put("c".into(), t, Bytes::from_static(b"cccc")); // evicts b
-        assert!(c.get(Path::new("b"), 4, t).is_none());
-        assert!(c.get(Path::new("a"), 4, t).is_some());
+    fn memory_evicts_least_recent_by_bytes() {
+        let now = Instant::now();
+        let v = version(4, 0);
+        let mut c = FileCache::new(limits(10, 8, 0));
+        c.put_memory("a".into(), v, Bytes::from_static(b"aaaa"), now);
+        c.put_memory("b".into(), v, Bytes::from_static(b"bbbb"), now);
+        assert!(c.get(Path::new("a"), &v, now).is_some()); // a is now the most recent
+        c.put_memory("c".into(), v, Bytes::from_static(b"cccc"), now); // evicts b
+        assert!(c.get(Path::new("b"), &v, now).is_none());
+        assert!(c.get(Path::new("a"), &v, now).is_some());
         assert_eq!((c.len(), c.bytes()), (2, 8));
-        c.put("big".into(), t, Bytes::from_static(b"123456789")); // above max_entry
+        // Above memory_max_file, and a body that is not the version's length.
+        c.put_memory(
+            "big".into(),
+            version(9, 0),
+            Bytes::from_static(b"123456789"),
+            now,
+        );
+        c.put_memory(
+            "odd".into(),
+            version(3, 0),
+            Bytes::from_static(b"1234"),
+            now,
+        );
         assert_eq!(c.len(), 2);
-        // A changed file is a miss and drops the stale entry.
-        let later = t + std::time::Duration::from_secs(1);
-        assert!(c.get(Path::new("a"), 4, later).is_none());
+        // A changed file (mtime, length or inode) is a miss and drops the stale entry.
+        assert!(c.get(Path::new("a"), &version(4, 1), now).is_none());
         assert_eq!((c.len(), c.bytes()), (1, 4));
+        let moved = Version { ino: 2, ..v };
+        assert!(c.get(Path::new("c"), &moved, now).is_none());
+        assert!(c.is_empty() && c.bytes() == 0);
+    }
+
+    #[test]
+    fn one_load_per_file_at_a_time() {
+        let now = Instant::now();
+        let mut c = FileCache::new(limits(100, 10, 0));
+        assert!(c.claim_load(Path::new("a"), now));
+        assert!(!c.claim_load(Path::new("a"), now));
+        assert!(c.claim_load(Path::new("b"), now));
+        // The load lands: the next miss (a changed file) may load again.
+        c.put_memory("a".into(), version(1, 0), Bytes::from_static(b"a"), now);
+        assert!(c.claim_load(Path::new("a"), now));
+        // A load that never lands expires.
+        assert!(!c.claim_load(Path::new("b"), now));
+        assert!(c.claim_load(Path::new("b"), now + LOAD_CLAIM));
+    }
+
+    #[test]
+    fn open_descriptors_bounded_by_count_and_idle_time() {
+        let now = Instant::now();
+        let l = limits(100, 10, 2);
+        assert_eq!(l.placement(10), Placement::Memory);
+        assert_eq!(l.placement(11), Placement::Open);
+        assert_eq!(limits(100, 10, 0).placement(11), Placement::None);
+        let mut c = FileCache::new(l);
+        let file = || Arc::new(tempfile::tempfile().unwrap());
+        let v = version(50, 0);
+        let (fa, fb) = (file(), file());
+        c.put_open("a".into(), v, fa.clone(), now);
+        c.put_open("b".into(), v, fb.clone(), now);
+        c.put_open("small".into(), version(5, 0), file(), now); // belongs in memory
+        assert_eq!(c.open_files(), 2);
+        assert!(
+            matches!(c.get(Path::new("a"), &v, now), Some(Hit::Open(f)) if Arc::ptr_eq(&f, &fa))
+        );
+        // A third descriptor closes the least recently used one (b), which stays valid
+        // for whoever still holds it.
+        c.put_open("c".into(), v, file(), now);
+        assert_eq!(c.open_files(), 2);
+        assert!(c.get(Path::new("b"), &v, now).is_none());
+        assert_eq!(Arc::strong_count(&fb), 1);
+        (&*fb).write_all(b"still open").unwrap();
+        // Memory and descriptors are bounded separately.
+        c.put_memory("m".into(), version(4, 0), Bytes::from_static(b"mmmm"), now);
+        assert_eq!((c.len(), c.open_files(), c.bytes()), (3, 2, 4));
+        // A path whose file grew past the memory limit: the memory entry is replaced.
+        c.put_open("m".into(), version(40, 1), file(), now);
+        assert_eq!((c.open_files(), c.bytes()), (2, 0));
+        // Unused for OPEN_INACTIVE: closed on the next lookup.
+        let later = now + OPEN_INACTIVE + Duration::from_secs(1);
+        assert!(c.get(Path::new("zzz"), &v, later).is_none());
+        assert_eq!(c.open_files(), 0);
+        assert!(c.is_empty());
     }
 }

@@ -1,8 +1,9 @@
 //! The client connection: the local attachment that travels between stages (socket,
 //! bytes read ahead, a slot under the connection limit), and its I/O with timeouts.
 
+use std::fs::File;
 use std::io::{self, IoSlice};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::request::{self, Parsed, Request};
+use crate::sys;
 
 /// Counts open connections against a limit.
 #[derive(Clone, Debug)]
@@ -175,30 +177,16 @@ impl Conn {
     /// Writes a response head that a file body follows at once: `MSG_MORE` lets the
     /// kernel put the head and the first file bytes in the same segment.
     pub async fn write_head_more(&mut self, head: &[u8], limit: Duration) -> io::Result<()> {
-        let sock = self.stream.as_raw_fd();
         let mut rest = head;
         while !rest.is_empty() {
             timeout(limit, self.stream.writable())
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
-            let r = self.stream.try_io(Interest::WRITABLE, || {
-                // SAFETY: `rest` is a valid readable buffer of `rest.len()` bytes and the
-                // socket is owned by `self.stream` for the whole call.
-                let n = unsafe {
-                    libc::send(
-                        sock,
-                        rest.as_ptr().cast(),
-                        rest.len(),
-                        libc::MSG_MORE | libc::MSG_NOSIGNAL,
-                    )
-                };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match r {
+            let sock = self.stream.as_fd();
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || sys::send_more(sock, rest))
+            {
                 Ok(n) => rest = &rest[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
@@ -207,36 +195,21 @@ impl Conn {
         Ok(())
     }
 
-    /// Sends `len` bytes of `file` from offset 0 with `sendfile(2)`: the kernel copies
-    /// from the page cache to the socket, no user-space buffer.
-    pub async fn send_file(
-        &mut self,
-        file: &std::fs::File,
-        len: u64,
-        limit: Duration,
-    ) -> io::Result<()> {
-        let mut offset: libc::off_t = 0;
-        let end = libc::off_t::try_from(len).map_err(|_| io::Error::other("file too large"))?;
-        let (sock, fd) = (self.stream.as_raw_fd(), file.as_raw_fd());
-        while offset < end {
+    /// Sends bytes `0..len` of `file` with `sendfile(2)`: the kernel copies from the
+    /// page cache to the socket, no user-space buffer. The offset is explicit, so
+    /// `file` may be a descriptor shared with other connections sending at once. Each
+    /// wait for the socket to drain is bounded by `limit`; no thread is held meanwhile.
+    pub async fn send_file(&mut self, file: &File, len: u64, limit: Duration) -> io::Result<()> {
+        let mut offset = 0u64;
+        while offset < len {
             timeout(limit, self.stream.writable())
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
-            let chunk = usize::try_from(end - offset)
-                .unwrap_or(usize::MAX)
-                .min(1 << 30);
-            let r = self.stream.try_io(Interest::WRITABLE, || {
-                // SAFETY: both descriptors are open for the whole call (the socket is
-                // owned by `self.stream`, the file by the caller's borrow) and `offset`
-                // is a valid, exclusively borrowed off_t.
-                let n = unsafe { libc::sendfile(sock, fd, &mut offset, chunk) };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match r {
+            let (sock, fd) = (self.stream.as_fd(), file.as_fd());
+            let chunk = usize::try_from(len - offset).unwrap_or(usize::MAX);
+            match self.stream.try_io(Interest::WRITABLE, || {
+                sys::sendfile(sock, fd, &mut offset, chunk)
+            }) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

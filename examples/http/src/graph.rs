@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! accept ─client→ handle_request ─static→ cache ─hit→ send_buffer ─next→ handle_request
-//!    │                 │  │  │              └miss→ send_file ─insert→ cache
-//!    └reject→ send_buffer  │  └dynamic→ cgi ─reply→ send_buffer      ├next→ handle_request
-//!                          └reply→ send_buffer                      └close→ close
+//!    │                 │  │  │              ├file→ send_file ─insert→ cache
+//!    │                 │  │  │              └miss→ send_file ├next→ handle_request
+//!    └reject→ send_buffer  │  └dynamic→ cgi ─reply→ send_buffer  └close→ close
+//!                          └reply→ send_buffer
 //! ```
+//! `hit`: a file in memory; `file`: an open descriptor, sent with `sendfile`; `miss`:
+//! opened (and inserted) by `send_file`.
 //! Every connector is local: client sockets travel on the events.
 
 use std::net::TcpListener;
@@ -63,6 +66,7 @@ pub fn build(cfg: &Config) -> Server {
     g.connect(&handle, "reply", &send_buffer).local();
     g.connect(&handle, "close", &close).local();
     g.connect(&cache, "hit", &send_buffer).local();
+    g.connect(&cache, "file", &send_file).local();
     g.connect(&cache, "miss", &send_file).local();
     g.connect(&send_file, "insert", &cache).local();
     g.connect(&send_file, "next", &handle).local();

@@ -1,17 +1,19 @@
 //! # leda-http: the staged HTTP server (thesis §5.2.1, Fig. 5.6)
 //!
 //! A web server as a Leda stage graph: `accept` → `handle_request` → static files
-//! through a serial LRU `cache` (misses through `send_file`, zero-copy `sendfile(2)` for
-//! large files) or dynamic `.lua` pages through `cgi` → `send_buffer` → back to
-//! `handle_request` (keep-alive) or `close`. Client sockets travel between stages as
-//! local attachments on local connectors, so the whole server is one cluster.
+//! through a serial LRU `cache` (small files in memory; larger ones kept open and sent
+//! zero-copy with `sendfile(2)` by `send_file`, which also serves misses) or dynamic
+//! `.lua` pages through `cgi` → `send_buffer` → back to `handle_request` (keep-alive)
+//! or `close`. Client sockets travel between stages as local attachments on local
+//! connectors, so the whole server is one cluster.
 //!
 //! Module map:
 //! * [`config`]: limits, timeouts and sizes (stage attributes);
 //! * [`request`], [`response`], [`mime`], [`path`]: HTTP itself (parsing under limits,
 //!   heads and error bodies, content types, safe path resolution);
 //! * [`conn`]: the connection attachment and its timed I/O;
-//! * [`cache`]: the byte-bounded LRU;
+//! * [`cache`]: the LRU file cache (small files in memory, larger ones as open
+//!   descriptors); [`sys`]: the `sendfile(2)` and `MSG_MORE` calls, safely wrapped;
 //! * [`stage`]: the seven stages; [`graph`]: wiring them and starting the server;
 //! * [`site`]: the embedded default site; [`error`]: typed errors.
 
@@ -26,6 +28,7 @@ pub mod request;
 pub mod response;
 pub mod site;
 pub mod stage;
+pub mod sys;
 
 use leda_core::stage::Stage;
 

@@ -4,10 +4,14 @@
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::io::ErrorKind;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::HttpError;
+use crate::sys;
 
 /// Decodes `%XX` escapes. Malformed escapes and NUL bytes are refused.
 pub fn percent_decode(s: &[u8]) -> Result<Vec<u8>, HttpError> {
@@ -58,6 +62,98 @@ pub enum Resolved {
         /// The path with a trailing slash.
         location: String,
     },
+}
+
+/// The document root: its canonical path, and a descriptor of it for the fast path of
+/// [`Root::resolve`].
+#[derive(Debug)]
+pub struct Root {
+    path: PathBuf,
+    dir: Option<OwnedFd>,
+}
+
+impl Root {
+    /// The root at `path`, which must be canonical. Without a descriptor of it (it
+    /// cannot be opened), every request takes the slow path.
+    pub fn new(path: PathBuf) -> Root {
+        let dir = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(&path)
+            .ok()
+            .map(OwnedFd::from);
+        Root { path, dir }
+    }
+
+    /// The root at `path` (canonical), shared: every instance of every stage serving
+    /// the same root uses one descriptor of it (an async stage has one instance per
+    /// connection it is waiting on).
+    pub fn shared(path: PathBuf) -> Arc<Root> {
+        static ROOTS: Mutex<Vec<Weak<Root>>> = Mutex::new(Vec::new());
+        let mut roots = ROOTS.lock().unwrap_or_else(|e| e.into_inner());
+        roots.retain(|w| w.strong_count() > 0);
+        if let Some(r) = roots
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|r| r.path == path)
+        {
+            return r;
+        }
+        let r = Arc::new(Root::new(path));
+        roots.push(Arc::downgrade(&r));
+        r
+    }
+
+    /// Its canonical path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What [`resolve`] answers, found faster in the common case, a regular file
+    /// reached through no symlink: one `openat2(2)` walk from the root's descriptor,
+    /// which the kernel keeps beneath the root and fails on any symlink (see
+    /// [`sys::open_beneath`]), then an `fstat` (three system calls, where `resolve`
+    /// makes one `readlink` per path component and a `stat`, each walking from `/`).
+    /// Without symlinks and `..` the joined path is canonical, so it is the same answer.
+    /// Anything else (a symlink, a directory, an error, an old kernel) goes through
+    /// [`resolve`], unchanged.
+    pub fn resolve(&self, decoded: &[u8]) -> Result<Resolved, HttpError> {
+        if let Some(dir) = &self.dir
+            && let Some(found) = self.plain_file(dir.as_fd(), decoded)
+        {
+            return Ok(found);
+        }
+        resolve(&self.path, decoded)
+    }
+
+    fn plain_file(&self, dir: BorrowedFd<'_>, decoded: &[u8]) -> Option<Resolved> {
+        if decoded.first() != Some(&b'/') {
+            return None;
+        }
+        let mut rel = Vec::with_capacity(decoded.len());
+        for seg in decoded.split(|&b| b == b'/') {
+            match seg {
+                b"" | b"." => {}
+                b".." => return None,
+                s => {
+                    if !rel.is_empty() {
+                        rel.push(b'/');
+                    }
+                    rel.extend_from_slice(s);
+                }
+            }
+        }
+        if rel.is_empty() {
+            return None;
+        }
+        let fd = sys::open_beneath(dir, &rel).ok()?;
+        let meta = std::fs::File::from(fd).metadata().ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let path = self.path.join(OsStr::from_bytes(&rel));
+        Some(Resolved::File { path, meta })
+    }
 }
 
 /// Resolves the decoded path `decoded` (it must start with `/`) under `root` (which
@@ -149,7 +245,40 @@ mod tests {
         std::fs::write(root.join("a.txt"), "a").unwrap();
         std::fs::write(dir.path().join("secret"), "s").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink("a.txt", root.join("in")).unwrap();
         let root = std::fs::canonicalize(&root).unwrap();
+        let fast = Root::shared(root.clone());
+        assert!(fast.dir.is_some());
+        assert!(Arc::ptr_eq(&fast, &Root::shared(root.clone())));
+        // The fast path answers exactly as the slow one, for every kind of path.
+        for p in [
+            &b"/a.txt"[..],
+            b"//a.txt",
+            b"/./a.txt",
+            b"/a.txt/",
+            b"/in",
+            b"/out",
+            b"/../secret",
+            b"/sub/../a.txt",
+            b"/sub/",
+            b"/sub",
+            b"/nope",
+            b"/sub/nope",
+            b"/",
+            b"a.txt",
+        ] {
+            let show = |r: Result<Resolved, HttpError>| match r {
+                Ok(Resolved::File { path, meta }) => format!("file {path:?} {}", meta.len()),
+                Ok(Resolved::Redirect { location }) => format!("redirect {location}"),
+                Err(e) => format!("error {e}"),
+            };
+            let p_text = String::from_utf8_lossy(p);
+            assert_eq!(show(fast.resolve(p)), show(resolve(&root, p)), "{p_text}");
+        }
+        assert!(matches!(
+            fast.resolve(b"/in"),
+            Ok(Resolved::File { path, .. }) if path == root.join("a.txt")
+        ));
         assert!(matches!(
             resolve(&root, b"/a.txt"),
             Ok(Resolved::File { .. })

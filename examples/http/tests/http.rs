@@ -203,7 +203,8 @@ fn files_large_and_cached_and_changed() {
     let expect: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let mut c = Client::connect(s.addr);
     for _ in 0..2 {
-        // Above cache_max_file: sent with sendfile every time.
+        // Above cache_max_file: opened once, then sent with sendfile from the cached
+        // descriptor (tests/open_files.rs covers that path in depth).
         let r = c.get("/big.bin", "");
         assert_eq!(r.header("content-type"), Some("application/octet-stream"));
         assert!(r.body == expect, "large body differs");

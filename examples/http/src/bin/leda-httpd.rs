@@ -26,9 +26,14 @@ struct Args {
     /// Total bytes of file data the cache may hold.
     #[arg(long, default_value_t = Config::default().cache_bytes)]
     cache_bytes: usize,
-    /// Largest file the cache keeps; larger files are sent with sendfile(2).
+    /// Largest file the cache keeps in memory; larger files are kept open and sent
+    /// with sendfile(2).
     #[arg(long, default_value_t = Config::default().cache_max_file)]
     cache_max_file: usize,
+    /// Most files the cache keeps open (for files above --cache-max-file); 0 opens
+    /// them per request.
+    #[arg(long, default_value_t = Config::default().max_open_files)]
+    max_open_files: usize,
     /// Most connections open at once; more get 503.
     #[arg(long, default_value_t = Config::default().max_connections)]
     max_connections: usize,
@@ -69,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         root,
         cache_bytes: args.cache_bytes,
         cache_max_file: args.cache_max_file,
+        max_open_files: args.max_open_files,
         max_connections: args.max_connections,
         idle_timeout: secs("idle-timeout", args.idle_timeout)?,
         header_timeout: secs("header-timeout", args.header_timeout)?,

@@ -1,66 +1,112 @@
-//! `cache`: the only serial stage. Keeps file contents in an LRU bounded by total
-//! bytes (`cache_bytes`). `get` events: a hit goes to `send_buffer` (port `hit`), a miss
-//! to `send_file` (port `miss`). `put` events from `send_file` insert what it read.
+//! `cache`: the only serial stage. Owns the [`FileCache`]: small files' contents in
+//! memory (bounded by `cache_bytes`), larger files as open descriptors (bounded by
+//! `max_open_files`). `get` events: a memory hit goes to `send_buffer` (port `hit`), a
+//! descriptor hit to `send_file` (port `file`, sent there with `sendfile`), a miss to
+//! `send_file` (port `miss`). `put` and `open` events from `send_file` insert what it
+//! read or opened.
 
+use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
 
-use bytes::Bytes;
 use leda_core::prelude::*;
 
+use super::send_file::FileHit;
 use super::{from_nanos, reply_event, take_bytes, take_conn};
-use crate::cache::Lru;
+use crate::cache::{FileCache, Hit, Placement, Version};
 use crate::config::Config;
 use crate::mime;
 use crate::response::{self, Status};
 
+/// Reads the [`Version`] carried by an event: `len`, `mtime_ns`, `ino`, `dev` at
+/// `len_at`, `mtime_at`, `id_at` and `id_at + 1` (inode and device as i64 bits).
+pub(crate) fn event_version(
+    ev: &Event,
+    len_at: usize,
+    mtime_at: usize,
+    id_at: usize,
+) -> Result<Version, BoxError> {
+    Ok(Version {
+        len: ev.get(len_at)?,
+        mtime: from_nanos(ev.get(mtime_at)?),
+        ino: ev.get::<i64>(id_at)? as u64,
+        dev: ev.get::<i64>(id_at + 1)? as u64,
+    })
+}
+
 /// The `cache` stage. Inputs:
-/// * `("get", path, len, mtime_ns, keep_alive, head_only)` + conn;
-/// * `("put", path, mtime_ns, body)`.
+/// * `("get", path, len, mtime_ns, keep_alive, head_only, ino, dev)` + conn;
+/// * `("put", path, len, mtime_ns, ino, dev, body)`: contents read by `send_file`;
+/// * `("open", path, len, mtime_ns, ino, dev)` + `Arc<File>`: a descriptor it opened.
 ///
-/// Outputs: `hit` (a `send_buffer` event), `miss` (`(path, keep_alive, head_only)` + conn).
+/// Outputs: `hit` (a `send_buffer` event); `file` (`(path, keep_alive, head_only, len,
+/// mtime_ns)` + [`FileHit`]), or `miss` when `file` is not connected; `miss`
+/// (`(path, keep_alive, head_only, load)` + conn, `load`: whether this miss may read
+/// the file into memory and insert it).
 pub fn stage() -> Stage {
     Stage::stateful(
         "cache",
-        |attrs: &Attrs| {
-            let cfg = Config::from_attrs(attrs)?;
-            Ok(Lru::new(cfg.cache_bytes, cfg.cache_max_file))
-        },
-        |lru: &mut Lru, mut ev: Event, ctx: &mut Ctx| {
+        |attrs: &Attrs| Ok(FileCache::new(Config::from_attrs(attrs)?.cache_limits())),
+        |cache: &mut FileCache, mut ev: Event, ctx: &mut Ctx| {
             let op: String = ev.get(0)?;
+            let now = Instant::now();
             match op.as_str() {
                 "get" => {
                     let conn = take_conn(&mut ev, "cache")?;
                     let path: String = ev.get(1)?;
-                    let len: u64 = ev.get(2)?;
-                    let mtime = from_nanos(ev.get(3)?);
+                    let version = event_version(&ev, 2, 3, 6)?;
                     let keep_alive: bool = ev.get(4)?;
                     let head_only: bool = ev.get(5)?;
                     let path = PathBuf::from(path);
-                    match lru.get(&path, len, mtime) {
-                        Some(body) => {
+                    match cache.get(&path, &version, now) {
+                        Some(Hit::Memory(body)) => {
                             let head = response::head(
                                 Status::OK,
                                 Some(mime::content_type(&path)),
-                                len,
-                                Some(mtime),
+                                version.len,
+                                Some(version.mtime),
                                 keep_alive,
                                 &[],
                             );
                             let ev = reply_event(conn, head, body, keep_alive, head_only);
                             ctx.send_or_wait("hit", ev)?;
                         }
-                        None => {
+                        Some(Hit::Open(file)) if ctx.has_output("file") => {
+                            let ev = Event::from((
+                                path.to_string_lossy().into_owned(),
+                                keep_alive,
+                                head_only,
+                                version.len,
+                                ev.take(3),
+                            ))
+                            .attach(FileHit { conn, file });
+                            ctx.send_or_wait("file", ev)?;
+                        }
+                        _ => {
+                            // Only one miss at a time reads a file into memory.
+                            let load = !head_only
+                                && cache.limits().placement(version.len) == Placement::Memory
+                                && cache.claim_load(&path, now);
                             let path = path.to_string_lossy().into_owned();
-                            let ev = Event::from((path, keep_alive, head_only)).attach(conn);
+                            let ev = Event::from((path, keep_alive, head_only, load)).attach(conn);
                             ctx.send_or_wait("miss", ev)?;
                         }
                     }
                 }
                 "put" => {
                     let path: String = ev.get(1)?;
-                    let mtime = from_nanos(ev.get(2)?);
-                    let body: Bytes = take_bytes(&mut ev, 3)?;
-                    lru.put(PathBuf::from(path), mtime, body);
+                    let version = event_version(&ev, 2, 3, 4)?;
+                    let body = take_bytes(&mut ev, 6)?;
+                    cache.put_memory(PathBuf::from(path), version, body, now);
+                }
+                "open" => {
+                    let file = ev
+                        .take_attachment::<Arc<File>>()
+                        .ok_or("cache: 'open' without a file descriptor")?;
+                    let path: String = ev.get(1)?;
+                    let version = event_version(&ev, 2, 3, 4)?;
+                    cache.put_open(PathBuf::from(path), version, file, now);
                 }
                 other => return Err(format!("cache: unknown operation '{other}'").into()),
             }

@@ -3,7 +3,8 @@
 //! the CGI stage), `reply` (errors, redirects, `304`, straight to `send_buffer`), or
 //! `close` (client gone, idle too long).
 
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,18 +14,18 @@ use super::{ASYNC_MAXPAR, forward, reply_event, take_conn, to_nanos};
 use crate::config::Config;
 use crate::conn::{Conn, Next};
 use crate::error::HttpError;
-use crate::path::{Resolved, percent_decode, resolve};
+use crate::path::{Resolved, Root, percent_decode};
 use crate::request::{Method, Request};
 use crate::response::{self, Status};
 
-/// The instance state: settings and the canonical root.
+/// The instance state: settings and the root.
 struct Handle {
     cfg: Config,
-    root: PathBuf,
+    root: Arc<Root>,
 }
 
 /// The `handle_request` stage. Input: a conn. Outputs:
-/// * `static`: `("get", path, len, mtime_ns, keep_alive, head_only)` + conn;
+/// * `static`: `("get", path, len, mtime_ns, keep_alive, head_only, ino, dev)` + conn;
 /// * `dynamic`: `(script, keep_alive, head_only, method, path, query, headers)` + conn;
 /// * `reply`: a `send_buffer` event; `close`: a conn.
 pub fn stage() -> Stage {
@@ -34,7 +35,10 @@ pub fn stage() -> Stage {
             let cfg = Config::from_attrs(attrs)?;
             let root = std::fs::canonicalize(&cfg.root)
                 .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
-            Ok(Arc::new(Handle { cfg, root }))
+            Ok(Arc::new(Handle {
+                cfg,
+                root: Root::shared(root),
+            }))
         },
         |h: &mut Arc<Handle>, mut ev: Event, ctx: &mut Ctx| {
             let conn = take_conn(&mut ev, "handle_request")?;
@@ -60,7 +64,7 @@ impl Handle {
             Ok(d) => d,
             Err(e) => return refuse(out, conn, &e, false, head_only).await,
         };
-        let (path, meta) = match resolve(&self.root, &decoded) {
+        let (path, meta) = match self.root.resolve(&decoded) {
             Ok(Resolved::File { path, meta }) => (path, meta),
             Ok(Resolved::Redirect { mut location }) => {
                 if let Some(q) = &req.query {
@@ -85,6 +89,7 @@ impl Handle {
             let ev = reply_event(conn, head, bytes::Bytes::new(), keep_alive, true);
             return forward(out, "reply", ev).await;
         }
+        // The inode and device travel bit for bit in i64s (events carry signed integers).
         let ev = Event::from((
             "get",
             path.to_string_lossy().into_owned(),
@@ -93,6 +98,8 @@ impl Handle {
             keep_alive,
             head_only,
         ))
+        .with(meta.ino() as i64)
+        .with(meta.dev() as i64)
         .attach(conn);
         forward(out, "static", ev).await
     }

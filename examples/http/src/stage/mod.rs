@@ -6,8 +6,8 @@
 //! |------------------|---------------------|--------------------------------|--------------------------------------|
 //! | `accept`         | async, serial       | start (optional listener)      | `client`, `reject`                   |
 //! | `handle_request` | async               | conn                           | `static`, `dynamic`, `reply`, `close`|
-//! | `cache`          | sync, serial (LRU)  | `get` + conn, or `put`         | `hit`, `miss`                        |
-//! | `send_file`      | async (sendfile)    | miss + conn                    | `insert`, `next`, `close`            |
+//! | `cache`          | sync, serial (LRU)  | `get` + conn, `put`, `open`    | `hit`, `file`, `miss`                |
+//! | `send_file`      | async (sendfile)    | file hit or miss + conn        | `insert`, `next`, `close`            |
 //! | `cgi`            | sync, Lua state     | script + conn                  | `reply`                              |
 //! | `send_buffer`    | async               | head, body + conn              | `next`, `close`                      |
 //! | `close`          | async               | conn                           | none                                 |

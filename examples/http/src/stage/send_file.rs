@@ -1,116 +1,228 @@
-//! `send_file`: a cache miss. Small files (ones the cache admits) are read with async
-//! file I/O, written, and sent back to the cache (port `insert`); larger ones go from
-//! the page cache to the socket with `sendfile(2)`, without a user-space copy. The
-//! connection then goes back to `handle_request` (`next`) or to `close`.
+//! `send_file`: file responses that do not come from memory.
+//!
+//! * A **descriptor hit** (from the cache's port `file`): the file is already open;
+//!   the head goes out with `MSG_MORE`, then the body with `sendfile(2)` from the page
+//!   cache at an explicit offset (the descriptor is shared with every other connection
+//!   sending the same file).
+//! * A **miss**: the file is opened here (`O_NOFOLLOW`: the canonical path has no
+//!   symlink, so one that appeared since `handle_request` checked it is refused) and
+//!   `fstat`ed. A file the cache keeps in memory is read from that descriptor, written
+//!   with one `writev`, and sent back to the cache (port `insert`, `put`) — by one miss
+//!   per file at a time, the others are sent with `sendfile` meanwhile; a larger file
+//!   is sent with `sendfile` and its descriptor given to the cache (`insert`, `open`).
+//!
+//! Either way the connection then goes back to `handle_request` (`next`) or to `close`.
+//! Waiting for a slow client holds no worker thread: each wait for writability is an
+//! await, bounded by `send_timeout`.
 
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 use leda_core::prelude::*;
 
-use super::{ASYNC_MAXPAR, forward, take_conn, to_nanos};
-use crate::cache::Lru;
+use super::{ASYNC_MAXPAR, forward, from_nanos, take_conn, to_nanos};
+use crate::cache::{Placement, Version};
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::error::HttpError;
 use crate::mime;
 use crate::response::{self, Status};
 
-/// The `send_file` stage. Input: `(path, keep_alive, head_only)` + conn.
+/// A connection and the cached descriptor of the file to send it (a cache hit).
+#[derive(Debug)]
+pub struct FileHit {
+    /// The client.
+    pub conn: Conn,
+    /// The open file, shared with the cache and other connections.
+    pub file: Arc<File>,
+}
+
+/// The `send_file` stage. Inputs: a miss, `(path, keep_alive, head_only[, load])` +
+/// conn (`load`, default true: this miss may read the file into memory for the cache);
+/// a descriptor hit, `(path, keep_alive, head_only, len, mtime_ns)` + [`FileHit`].
 pub fn stage() -> Stage {
     Stage::stateful(
         "send_file",
         |attrs: &Attrs| Ok(Arc::new(Config::from_attrs(attrs)?)),
         |cfg: &mut Arc<Config>, mut ev: Event, ctx: &mut Ctx| {
-            let conn = take_conn(&mut ev, "send_file")?;
+            let hit = ev.take_attachment::<FileHit>();
             let path: String = ev.get(0)?;
             let keep_alive: bool = ev.get(1)?;
             let head_only: bool = ev.get(2)?;
             let (cfg, mut out) = (cfg.clone(), ctx.clone());
-            ctx.wait(async move { send(&cfg, conn, path, keep_alive, head_only, &mut out).await });
+            match hit {
+                Some(FileHit { conn, file }) => {
+                    let len: u64 = ev.get(3)?;
+                    let mtime = from_nanos(ev.get(4)?);
+                    let head = response::head(
+                        Status::OK,
+                        Some(mime::content_type(Path::new(&path))),
+                        len,
+                        Some(mtime),
+                        keep_alive,
+                        &[],
+                    );
+                    ctx.wait(async move {
+                        let body = (!head_only).then_some((file, len));
+                        send_open(&cfg, conn, &head, body, keep_alive, &path, &mut out).await
+                    });
+                }
+                None => {
+                    let conn = take_conn(&mut ev, "send_file")?;
+                    let load = ev.get::<Option<bool>>(3)?.unwrap_or(true);
+                    ctx.wait(async move {
+                        let m = Miss {
+                            path,
+                            keep_alive,
+                            head_only,
+                            load,
+                        };
+                        miss(&cfg, conn, m, &mut out).await
+                    });
+                }
+            }
             Ok(())
         },
     )
     .maxpar(ASYNC_MAXPAR)
 }
 
-async fn send(
+/// Sends `head`, then `body` (a file and its length) with `sendfile`, then passes the
+/// connection on. The file is let go as soon as it is sent (an evicted descriptor
+/// closes then). A failed write closes the connection (drops it).
+async fn send_open(
     cfg: &Config,
     mut conn: Conn,
+    head: &[u8],
+    body: Option<(Arc<File>, u64)>,
+    keep_alive: bool,
+    path: &str,
+    out: &mut Ctx,
+) -> HandlerResult {
+    let written = match body {
+        Some((file, len)) if len > 0 => match conn.write_head_more(head, cfg.send_timeout).await {
+            Ok(()) => conn.send_file(&file, len, cfg.send_timeout).await,
+            Err(e) => Err(e),
+        },
+        _ => conn.write_all(head, &[], cfg.send_timeout).await,
+    };
+    match written {
+        Ok(()) => next(out, conn, keep_alive).await,
+        Err(e) => {
+            tracing::debug!(%path, error = %e, "send_file: client write failed");
+            Ok(())
+        }
+    }
+}
+
+async fn next(out: &mut Ctx, conn: Conn, keep_alive: bool) -> HandlerResult {
+    let port = if keep_alive { "next" } else { "close" };
+    forward(out, port, Event::new().attach(conn)).await
+}
+
+/// Opens `path` (refusing a symlink) and reads its version from the descriptor.
+fn open(path: &str) -> std::io::Result<(File, Version)> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok((file, Version::of(&meta)))
+}
+
+/// The event that inserts a version of `path` into the cache.
+fn insert_event(op: &str, path: &str, v: &Version) -> Event {
+    Event::from((op, path, v.len, to_nanos(v.mtime)))
+        .with(v.ino as i64)
+        .with(v.dev as i64)
+}
+
+/// A cache miss to serve.
+struct Miss {
     path: String,
     keep_alive: bool,
     head_only: bool,
-    out: &mut Ctx,
-) -> HandlerResult {
-    let opened = std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m)));
-    let (file, meta) = match opened {
+    /// Whether to read the file into memory and insert it (when its size belongs
+    /// there): one miss per file at a time does (see [`crate::cache::FileCache::claim_load`]).
+    load: bool,
+}
+
+async fn miss(cfg: &Config, mut conn: Conn, m: Miss, out: &mut Ctx) -> HandlerResult {
+    let Miss {
+        path,
+        keep_alive,
+        head_only,
+        load,
+    } = m;
+    let (file, version) = match open(&path) {
         Ok(x) => x,
         Err(e) => {
-            // Removed or made unreadable since handle_request looked at it.
+            // Removed, replaced by a symlink or made unreadable since handle_request
+            // looked at it.
             tracing::debug!(%path, error = %e, "send_file: open failed");
             let (head, body) = response::error(&HttpError::NotFound, keep_alive);
             let body: &[u8] = if head_only { &[] } else { &body };
             if conn.write_all(&head, body, cfg.send_timeout).await.is_err() {
                 return Ok(());
             }
-            let port = if keep_alive { "next" } else { "close" };
-            return forward(out, port, Event::new().attach(conn)).await;
+            return next(out, conn, keep_alive).await;
         }
     };
-    let len = meta.len();
-    let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
     let head = response::head(
         Status::OK,
-        Some(mime::content_type(std::path::Path::new(&path))),
-        len,
-        Some(mtime),
+        Some(mime::content_type(Path::new(&path))),
+        version.len,
+        Some(version.mtime),
         keep_alive,
         &[],
     );
-    let cacheable = Lru::new(cfg.cache_bytes, cfg.cache_max_file).admits(len);
-    let mut insert = None;
-    let written = if head_only || len == 0 {
-        conn.write_all(&head, &[], cfg.send_timeout).await
-    } else if cacheable && out.has_output("insert") {
-        drop(file);
-        match tokio::fs::read(&path).await {
-            Ok(data) if data.len() as u64 == len => {
-                let body = Bytes::from(data);
-                let r = conn.write_all(&head, &body, cfg.send_timeout).await;
-                insert = Some(body);
-                r
+    let insert = out.has_output("insert");
+    match cfg.cache_limits().placement(version.len) {
+        Placement::Memory if insert && load && !head_only => {
+            // One trip to the blocking pool, reading the descriptor that was stat'ed.
+            let cap = usize::try_from(version.len).unwrap_or(0);
+            let read = tokio::task::spawn_blocking(move || {
+                let mut data = Vec::with_capacity(cap);
+                (&file).read_to_end(&mut data).map(|_| data)
+            })
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+            let body = match read {
+                Ok(data) if data.len() as u64 == version.len => Bytes::from(data),
+                // Changed under us: close rather than send a wrong length.
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "send_file: read failed");
+                    return Ok(());
+                }
+            };
+            let written = conn.write_all(&head, &body, cfg.send_timeout).await;
+            let ev = insert_event("put", &path, &version).with(Value::Bytes(body));
+            forward(out, "insert", ev).await?;
+            match written {
+                Ok(()) => next(out, conn, keep_alive).await,
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "send_file: client write failed");
+                    Ok(())
+                }
             }
-            // Changed under us: close rather than send a wrong length.
-            Ok(_) => return Ok(()),
-            Err(e) => {
-                tracing::debug!(%path, error = %e, "send_file: read failed");
-                return Ok(());
+        }
+        placement => {
+            let file = Arc::new(file);
+            if insert && placement == Placement::Open {
+                let ev = insert_event("open", &path, &version).attach(file.clone());
+                forward(out, "insert", ev).await?;
             }
+            let body = (!head_only).then_some((file, version.len));
+            send_open(cfg, conn, &head, body, keep_alive, &path, out).await
         }
-    } else {
-        match conn.write_head_more(&head, cfg.send_timeout).await {
-            Ok(()) => conn.send_file(&file, len, cfg.send_timeout).await,
-            Err(e) => Err(e),
-        }
-    };
-    let delivered = match written {
-        Ok(()) => {
-            let port = if keep_alive { "next" } else { "close" };
-            forward(out, port, Event::new().attach(conn)).await
-        }
-        Err(e) => {
-            tracing::debug!(%path, error = %e, "send_file: client write failed");
-            Ok(())
-        }
-    };
-    if let Some(body) = insert {
-        forward(
-            out,
-            "insert",
-            Event::from(("put", path, to_nanos(mtime), Value::Bytes(body))),
-        )
-        .await?;
     }
-    delivered
 }

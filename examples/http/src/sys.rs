@@ -1,0 +1,137 @@
+//! The system calls the server makes itself, safely wrapped: the only `unsafe` of the
+//! static-file path lives here.
+//!
+//! * [`send_more`] and [`sendfile`]: non-blocking on a non-blocking socket, they return
+//!   [`io::ErrorKind::WouldBlock`] when the socket buffer is full, and the caller waits
+//!   for writability (see [`crate::conn::Conn::send_file`]);
+//! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// Sends `buf` on `sock` with `MSG_MORE` (more data follows at once, so the kernel may
+/// hold a partial segment back: the head of a response and the first bytes of its
+/// file body share a packet) and `MSG_NOSIGNAL`. Returns the bytes queued.
+pub fn send_more(sock: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a valid readable buffer of `buf.len()` bytes, and `sock` is a
+    // descriptor kept open by the borrow for the whole call.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_MORE | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Sends up to `count` bytes of `file` from `*offset` to `sock` with `sendfile(2)`, from
+/// the page cache, without a user-space copy; advances `*offset` by what was sent.
+///
+/// The offset is explicit (like `pread`): the file's own position is neither used nor
+/// moved, so any number of connections may send from one shared descriptor at once.
+/// `Ok(0)` means the file ended before `offset + count` (it shrank).
+pub fn sendfile(
+    sock: BorrowedFd<'_>,
+    file: BorrowedFd<'_>,
+    offset: &mut u64,
+    count: usize,
+) -> io::Result<usize> {
+    let mut off = libc::off_t::try_from(*offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file offset too large"))?;
+    // Linux sends at most 0x7ffff000 bytes per call anyway.
+    let count = count.min(0x7fff_f000);
+    // SAFETY: both descriptors are kept open by their borrows for the whole call, and
+    // `off` is a valid, exclusively borrowed off_t that the kernel reads and updates.
+    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, count) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    *offset = u64::try_from(off).unwrap_or(*offset);
+    Ok(n as usize)
+}
+
+/// Opens `rel` (a relative path) under the directory `dir` as an `O_PATH` descriptor
+/// (enough to `fstat` it), in one `openat2(2)` walk that the kernel keeps beneath `dir`
+/// (`RESOLVE_BENEATH`: no `..` above it, no absolute path) and that fails on any
+/// symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`). Kernels without `openat2`
+/// (before 5.6) answer `ENOSYS`.
+pub fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
+    let path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain old data (three integers); all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: `dir` is kept open by its borrow, `path` is a NUL-terminated string and
+    // `how` a valid open_how of the size passed; the kernel only reads them.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("descriptor out of range"))?;
+    // SAFETY: the kernel just returned this new descriptor, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// Two interleaved senders from one descriptor: the explicit offsets keep them
+    /// apart (the shared file position is never used).
+    #[test]
+    fn sendfile_with_explicit_offsets_shares_one_descriptor() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+        f.write_all(&data).unwrap();
+        f.seek(SeekFrom::Start(7)).unwrap();
+        let (mut a_tx, mut a_rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b_tx, mut b_rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (mut oa, mut ob) = (0u64, 50_000u64);
+        let reader = std::thread::spawn(move || {
+            let (mut ra, mut rb) = (Vec::new(), Vec::new());
+            a_rx.read_to_end(&mut ra).unwrap();
+            b_rx.read_to_end(&mut rb).unwrap();
+            (ra, rb)
+        });
+        // Alternating chunks of 7,000 bytes from the same descriptor.
+        while oa < 50_000 || ob < 100_000 {
+            if oa < 50_000 {
+                let count = (50_000 - oa).min(7_000) as usize;
+                assert!(sendfile(a_tx.as_fd(), f.as_fd(), &mut oa, count).unwrap() > 0);
+            }
+            if ob < 100_000 {
+                let count = (100_000 - ob).min(7_000) as usize;
+                assert!(sendfile(b_tx.as_fd(), f.as_fd(), &mut ob, count).unwrap() > 0);
+            }
+        }
+        assert_eq!((oa, ob), (50_000, 100_000));
+        // Past the end: nothing more to send.
+        let mut past = 100_000u64;
+        assert_eq!(sendfile(a_tx.as_fd(), f.as_fd(), &mut past, 10).unwrap(), 0);
+        a_tx.flush().unwrap();
+        drop((a_tx, b_tx));
+        let (ra, rb) = reader.join().unwrap();
+        assert_eq!(ra, data[..50_000]);
+        assert_eq!(rb, data[50_000..]);
+        // The descriptor's own position did not move.
+        assert_eq!(f.stream_position().unwrap(), 7);
+    }
+}
