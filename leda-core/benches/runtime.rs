@@ -22,29 +22,34 @@ fn env(name: &str, default: usize) -> usize {
 /// Queue/channel capacity for every contender.
 const CAP: usize = 4096;
 
+/// The median, or NaN for a contender that did not run.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Runs each contender `rounds` times, alternating, and returns the median of each.
+///
+/// `LEDA_BENCH_OURS_ONLY=1` runs only our side (the first contender; for profiling),
+/// `LEDA_BENCH_PEERS_ONLY=1` only the peers (to check their figures alone); the
+/// others report NaN.
 fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) -> Vec<f64> {
-    // LEDA_BENCH_OURS_ONLY=1 runs only our side (for profiling).
     let ours_only = std::env::var("LEDA_BENCH_OURS_ONLY").is_ok();
-    let contenders = if ours_only {
-        &mut contenders[..1]
-    } else {
-        contenders
-    };
-    for (_, f) in contenders.iter_mut() {
-        f(); // warm-up
+    let peers_only = std::env::var("LEDA_BENCH_PEERS_ONLY").is_ok();
+    let runs = |i: usize| !(ours_only && i > 0 || peers_only && i == 0);
+    for (i, (_, f)) in contenders.iter_mut().enumerate() {
+        if runs(i) {
+            f(); // warm-up
+        }
     }
     let mut results = vec![Vec::new(); contenders.len()];
     for _ in 0..rounds {
         for (i, (name, f)) in contenders.iter_mut().enumerate() {
-            let v = f();
-            eprintln!("detail {name} {v:.4}");
-            results[i].push(v);
+            if runs(i) {
+                let v = f();
+                eprintln!("detail {name} {v:.4}");
+                results[i].push(v);
+            }
         }
     }
     results.into_iter().map(median).collect()

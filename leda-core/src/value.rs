@@ -41,6 +41,15 @@ pub enum Value {
 }
 
 impl Value {
+    /// `true` if dropping this value frees memory (a string, bytes, array or map).
+    #[inline]
+    pub(crate) fn owns_memory(&self) -> bool {
+        !matches!(
+            self,
+            Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_)
+        )
+    }
+
     /// The name of this value's type, as used in error messages.
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -9,7 +9,9 @@
 //! of a replicated cluster), encodes the event straight into the open `events` frame
 //! of the link's outbound buffer (`wire::EventsFrame`) and keeps the event in
 //! the route's *unacknowledged* queue; with no credit anywhere it returns `QueueFull`
-//! at once. The link also bounds its unacknowledged *bytes* (`BYTE_WINDOW`), so a
+//! at once, and [`RemoteSink::room`] gives the core a future that completes when
+//! credit returns (a waiting sender retries then, not after a back-off). The link
+//! also bounds its unacknowledged *bytes* (`BYTE_WINDOW`), so a
 //! receiver that falls behind on large events holds tens of megabytes, not a window of
 //! them. Binaries of `SPLICE_MIN` bytes or more are not copied: the buffer keeps a
 //! reference and the writer sends them from the event's memory with vectored writes.
@@ -21,14 +23,19 @@
 //! # Receiving
 //!
 //! The reader decodes each `events` frame whole into buffers reused from frame to frame
-//! (`wire::decode_events_into`), then injects its events in order per route. An
-//! event whose destination queue is full waits in a per-route pending queue (bounded by
-//! the credit window) and is retried; other routes are not held up. Outcomes go back in
+//! (`wire::decode_events_into`; tiny binaries are cut from shared, recycled chunks),
+//! then injects each route group as one batch (`ProcessHandle::inject_batch`: one
+//! queue lock, at most one wake-up). Events a full destination queue has no room for
+//! wait in a per-route pending queue (bounded by the credit window) and are retried,
+//! in order; other routes are not held up. Outcomes go back in
 //! [`Reply`] frames, in processing order, coalesced: while more bytes are already
 //! waiting on the connection they are handled first (up to `REPLY_BATCH` events), and
-//! the replies leave as soon as it has nothing more for now. An acknowledgement returns
-//! the credits and releases the sender's copies (in short chunks under the outbox lock,
-//! dropped outside it); a refusal (unknown stage, run ended, credit exceeded) is
+//! the replies leave as soon as it has nothing more for now. An acknowledgement is only
+//! counted by the sender's reader (an atomic per route): the sending worker takes the
+//! count in under the outbox lock it holds anyway (credits, byte window, `delivered`)
+//! and drops two acknowledged copies per send; the reader drops a chunk when the lock
+//! is free, and idle checks drop the rest, so the two never wait for each other. A
+//! refusal (unknown stage, run ended, credit exceeded) is
 //! reported by the sender through `ProcessHandle::report_failed`, so it reaches the
 //! sending stage's `error` port.
 //!
@@ -39,7 +46,7 @@
 //! at once (or go to a live replica).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -100,7 +107,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Counters of one process' transport.
 #[derive(Debug, Default)]
 pub struct TransportStats {
-    /// Events taken by remote sinks.
+    /// Events taken by remote sinks on links replaced since (live links count theirs
+    /// under their outbox lock, without an atomic operation per event).
     pub sent: AtomicU64,
     /// Of those, acknowledged by the receiver (queued at the destination).
     pub delivered: AtomicU64,
@@ -130,8 +138,24 @@ struct RouteOut {
     /// Events taken and not yet acknowledged or reported failed.
     in_flight: u64,
     /// Events taken and not yet acknowledged, in order (kept for failure reports),
-    /// with their encoded sizes.
+    /// with their encoded sizes; the first `stale` of them were acknowledged and
+    /// only wait to be dropped.
     unacked: VecDeque<(Event, u32)>,
+    /// Acknowledged events still at the front of `unacked`.
+    stale: usize,
+    /// The link's acknowledgement count of this route already taken in.
+    absorbed: u64,
+}
+
+impl RouteOut {
+    /// Pops one acknowledged event, if any.
+    fn pop_stale(&mut self) -> Option<Event> {
+        if self.stale == 0 {
+            return None;
+        }
+        self.stale -= 1;
+        self.unacked.pop_front().map(|(ev, _)| ev)
+    }
 }
 
 /// What a link has to send, under one lock: encoded frames, the open `events` frame,
@@ -144,6 +168,9 @@ struct Outbox {
     routes: Box<[RouteOut]>,
     /// Encoded bytes of the unacknowledged events, all routes.
     unacked_bytes: usize,
+    /// Events taken for the peer (idle detection: counted before the bytes can be
+    /// taken by the writer, which takes them under this lock).
+    sent: u64,
     /// The writer was woken since it last took the buffer.
     signalled: bool,
     /// The writer is to write what is queued, then close the connection.
@@ -153,6 +180,62 @@ struct Outbox {
 }
 
 impl Outbox {
+    /// Takes in the acknowledgements the reader counted for `route` since the last
+    /// call: credits, in-flight count, byte window and the `delivered` counter are
+    /// exact afterwards; the events stay at the front of the queue (`stale`) until
+    /// they are popped, a few at a time, by later sends or by the reader. (An
+    /// acknowledgement for more than is unacknowledged, from a faulty peer, counts
+    /// only what there is.)
+    fn absorb(&mut self, route: usize, acked: &AtomicU64, stats: &TransportStats) {
+        let Some(rs) = self.routes.get_mut(route) else {
+            return;
+        };
+        let a = acked.load(Acquire);
+        if a == rs.absorbed {
+            return;
+        }
+        let k = usize::try_from(a.wrapping_sub(rs.absorbed))
+            .unwrap_or(usize::MAX)
+            .min(rs.unacked.len() - rs.stale);
+        rs.absorbed = a;
+        let bytes: usize = rs
+            .unacked
+            .range(rs.stale..rs.stale + k)
+            .map(|e| e.1 as usize)
+            .sum();
+        rs.stale += k;
+        rs.in_flight = rs.in_flight.saturating_sub(k as u64);
+        rs.credit += k as i64;
+        self.unacked_bytes = self.unacked_bytes.saturating_sub(bytes);
+        stats.delivered.fetch_add(k as u64, Relaxed);
+    }
+
+    /// [`Outbox::absorb`] for every route.
+    fn absorb_all(&mut self, acked: &[AtomicU64], stats: &TransportStats) {
+        for (r, a) in acked.iter().enumerate() {
+            self.absorb(r, a, stats);
+        }
+    }
+
+    /// Pops up to `max` acknowledged events (all routes) into `out`.
+    fn pop_stale(&mut self, mut max: usize, out: &mut Vec<Event>) {
+        for rs in self.routes.iter_mut() {
+            let n = rs.stale.min(max);
+            out.extend(rs.unacked.drain(..n).map(|(ev, _)| ev));
+            rs.stale -= n;
+            max -= n;
+        }
+    }
+
+    /// `true` if an event of `route` may be taken now: the route has credit (the
+    /// receiver's queue bounds it), and neither the copied bytes waiting for the
+    /// writer nor the unacknowledged bytes are at their bounds.
+    fn has_room(&self, route: usize) -> bool {
+        self.buf.bytes.len() < MAX_BACKLOG
+            && self.unacked_bytes < BYTE_WINDOW
+            && self.routes.get(route).is_some_and(|rs| rs.credit > 0)
+    }
+
     /// Marks that there is something to write; `true` if the writer must be woken.
     fn signal(&mut self) -> bool {
         !std::mem::replace(&mut self.signalled, true)
@@ -214,8 +297,9 @@ pub(crate) struct Link {
     outbox: Mutex<Outbox>,
     /// Wakes the writer task.
     wake: Notify,
-    /// Events handed to this link for the peer (idle detection).
-    sent: AtomicU64,
+    /// Events acknowledged by the peer, per route, counted by the reader (taken in by
+    /// [`Outbox::absorb`] under the outbox lock, which the reader does not wait for).
+    acked: Box<[AtomicU64]>,
     /// Events received from the peer and handled here (idle detection).
     received: AtomicU64,
     dead: AtomicBool,
@@ -296,6 +380,11 @@ pub struct Transport {
     routes: Vec<RouteInfo>,
     route_ids: HashMap<(String, String), u32>,
     links: Mutex<HashMap<String, Arc<Link>>>,
+    /// Links replaced by a newer one to the same peer (kept for their counters).
+    retired: Mutex<Vec<Arc<Link>>>,
+    /// Wakes senders waiting for room ([`RemoteSink::room`]): credit returned, or a
+    /// backlog written.
+    room: Arc<Notify>,
     handle_tx: watch::Sender<Option<ProcessHandle>>,
     indexes: Mutex<Option<Arc<RouteIndexes>>>,
     stats: Arc<TransportStats>,
@@ -333,6 +422,8 @@ impl Transport {
             routes,
             route_ids,
             links: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
+            room: Arc::new(Notify::new()),
             handle_tx: watch::channel(None).0,
             indexes: Mutex::new(None),
             stats: Arc::new(TransportStats::default()),
@@ -350,8 +441,14 @@ impl Transport {
 
     /// Counters now.
     pub fn counts(&self) -> TransportCounts {
+        let mut sent = self.stats.sent.load(Relaxed);
+        for l in self.links().iter().chain(lock(&self.retired).iter()) {
+            let mut ob = lock(&l.outbox);
+            ob.absorb_all(&l.acked, &self.stats);
+            sent += ob.sent;
+        }
         TransportCounts {
-            sent: self.stats.sent.load(Relaxed),
+            sent,
             delivered: self.stats.delivered.load(Relaxed),
             failed: self.stats.failed.load(Relaxed),
             accepted: self.stats.accepted.load(Relaxed),
@@ -390,7 +487,7 @@ impl Transport {
             .filter(|(_, l)| !l.is_dead())
             .map(|(peer, l)| LinkCount {
                 peer: peer.clone(),
-                sent: l.sent.load(Acquire),
+                sent: lock(&l.outbox).sent,
                 received: l.received.load(Acquire),
             })
             .collect();
@@ -455,15 +552,18 @@ impl Transport {
                         credit: r.window.into(),
                         in_flight: 0,
                         unacked: VecDeque::new(),
+                        stale: 0,
+                        absorbed: 0,
                     })
                     .collect(),
                 unacked_bytes: 0,
+                sent: 0,
                 signalled: false,
                 close: false,
                 down: false,
             }),
             wake: Notify::new(),
-            sent: AtomicU64::new(0),
+            acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
             received: AtomicU64::new(0),
             dead: AtomicBool::new(false),
             dead_notify: Notify::new(),
@@ -476,6 +576,7 @@ impl Transport {
         if let Some(old) = lock(&self.links).insert(peer.into(), link.clone()) {
             tracing::warn!(peer, "replacing an existing link");
             old.mark_dead();
+            lock(&self.retired).push(old);
         }
         let (rd, wr) = stream.into_split();
         let reader = self.rt.spawn(read_loop(self.clone(), link.clone(), rd));
@@ -552,6 +653,7 @@ impl RemoteLinks for Transport {
         }
         Ok(Arc::new(Sink {
             stats: self.stats.clone(),
+            room: self.room.clone(),
             route,
             to: to.into(),
             peers,
@@ -574,6 +676,7 @@ impl RemoteLinks for Transport {
 
 struct Sink {
     stats: Arc<TransportStats>,
+    room: Arc<Notify>,
     route: u32,
     to: String,
     peers: Vec<Arc<Link>>,
@@ -590,6 +693,9 @@ impl RemoteSink for Sink {
         };
         let route = self.route as usize;
         let mut all_dead = true;
+        // Acknowledged events this send pops (two at most: the queue shrinks while
+        // sends go on), dropped once the lock is released.
+        let mut released: [Option<Event>; 2] = [None, None];
         for k in 0..n {
             let link = &self.peers[(start + k) % n];
             if link.is_dead() {
@@ -600,12 +706,16 @@ impl RemoteSink for Sink {
                 continue;
             }
             all_dead = false;
-            // No credit (the receiver's queue bounds it), or too many copied bytes
-            // waiting for the writer: full, for now.
-            if ob.buf.bytes.len() >= MAX_BACKLOG
-                || ob.unacked_bytes >= BYTE_WINDOW
-                || ob.routes.get(route).is_none_or(|rs| rs.credit <= 0)
-            {
+            if let Some(acked) = link.acked.get(route) {
+                ob.absorb(route, acked, &self.stats);
+                if let Some(rs) = ob.routes.get_mut(route)
+                    && rs.stale > 0
+                    && released[0].is_none()
+                {
+                    released = [rs.pop_stale(), rs.pop_stale()];
+                }
+            }
+            if !ob.has_room(route) {
                 continue;
             }
             let before = ob.buf.len();
@@ -618,7 +728,7 @@ impl RemoteSink for Sink {
             }
             // Counted before the bytes can be taken by the writer (it takes them under
             // this lock), so that no status ever shows it received and not sent.
-            link.sent.fetch_add(1, AcqRel);
+            ob.sent += 1;
             let size = ob.buf.len().saturating_sub(before);
             ob.unacked_bytes += size;
             let rs = &mut ob.routes[route];
@@ -628,10 +738,10 @@ impl RemoteSink for Sink {
                 .push_back((event, u32::try_from(size).unwrap_or(u32::MAX)));
             let wake = ob.signal();
             drop(ob);
+            drop(released);
             if wake {
                 link.wake.notify_one();
             }
-            self.stats.sent.fetch_add(1, Relaxed);
             return Ok(());
         }
         let error = if all_dead {
@@ -647,33 +757,74 @@ impl RemoteSink for Sink {
         Err(Rejected { error, event })
     }
 
+    fn room(&self) -> Option<leda_core::runtime::executor::BoxFuture<()>> {
+        let (room, peers, stats) = (self.room.clone(), self.peers.clone(), self.stats.clone());
+        let route = self.route as usize;
+        Some(Box::pin(async move {
+            // Registered before the check: room made after it wakes this wait.
+            let notified = room.notified();
+            for l in &peers {
+                let mut ob = lock(&l.outbox);
+                if ob.down {
+                    continue;
+                }
+                if let Some(acked) = l.acked.get(route) {
+                    ob.absorb(route, acked, &stats);
+                }
+                if ob.has_room(route) {
+                    return;
+                }
+            }
+            if peers.iter().all(|l| l.is_dead()) {
+                return; // the retry fails at once, with the reason
+            }
+            notified.await;
+        }))
+    }
+
     fn in_flight(&self) -> u64 {
-        self.peers
-            .iter()
-            .filter_map(|l| {
-                lock(&l.outbox)
-                    .routes
-                    .get(self.route as usize)
-                    .map(|r| r.in_flight)
-            })
-            .sum()
+        let route = self.route as usize;
+        let mut released = Vec::new();
+        let mut n = 0;
+        for l in &self.peers {
+            let mut ob = lock(&l.outbox);
+            if let Some(acked) = l.acked.get(route) {
+                ob.absorb(route, acked, &self.stats);
+            }
+            // Asked when the process may be idle: nothing acknowledged is kept.
+            ob.pop_stale(usize::MAX, &mut released);
+            n += ob.routes.get(route).map_or(0, |r| r.in_flight);
+            drop(ob);
+            released.clear();
+        }
+        n
     }
 }
 
 fn push_reply(replies: &mut Vec<Reply>, route: u32, refused: Option<Refusal>) {
+    push_replies(replies, route, refused, 1);
+}
+
+/// Appends the outcome of `n` events of `route` (merged with the last reply when it
+/// is the same outcome).
+fn push_replies(replies: &mut Vec<Reply>, route: u32, refused: Option<Refusal>, mut n: usize) {
     if let Some(last) = replies.last_mut()
         && last.route == route
         && last.refused == refused
-        && last.count < u32::MAX
     {
-        last.count += 1;
-        return;
+        let k = n.min((u32::MAX - last.count) as usize);
+        last.count += k as u32;
+        n -= k;
     }
-    replies.push(Reply {
-        route,
-        count: 1,
-        refused,
-    });
+    while n > 0 {
+        let k = n.min(u32::MAX as usize);
+        replies.push(Reply {
+            route,
+            count: k as u32,
+            refused: refused.clone(),
+        });
+        n -= k;
+    }
 }
 
 struct Inbound {
@@ -689,6 +840,10 @@ struct Inbound {
     /// and the events of all groups in order.
     groups: Vec<(u32, usize)>,
     events: Vec<Event>,
+    /// The events of one group of a frame with several (reused).
+    batch: Vec<Event>,
+    /// The chunks small binaries are decoded into.
+    arena: crate::wire::Arena,
 }
 
 impl Inbound {
@@ -702,6 +857,48 @@ impl Inbound {
             t.stats
                 .accepted
                 .fetch_add(std::mem::take(&mut self.accepted), Relaxed);
+        }
+    }
+
+    /// Injects the events of one group of `route` (in order behind any pending ones),
+    /// as a batch: one queue lock and at most one wake-up for all that fit. `evs` is
+    /// left empty.
+    fn deliver_group(
+        &mut self,
+        t: &Transport,
+        h: &ProcessHandle,
+        dest: usize,
+        route: u32,
+        evs: &mut Vec<Event>,
+    ) {
+        if self.pending_total > 0 && self.pending.get(&route).is_some_and(|q| !q.is_empty()) {
+            for ev in evs.drain(..) {
+                self.deliver(t, h, dest, route, ev);
+            }
+            return;
+        }
+        let total = evs.len();
+        match h.inject_batch(dest, evs) {
+            Ok(n) => {
+                self.accepted += n as u64;
+                push_replies(&mut self.replies, route, None, n);
+                if !evs.is_empty() {
+                    // The rest waits for room, in order.
+                    let k = evs.len();
+                    self.pending.entry(route).or_default().extend(evs.drain(..));
+                    self.pending_total += k;
+                    t.pending_inbound.fetch_add(k as u64, Relaxed);
+                }
+            }
+            Err(SendError::Stopped) => {
+                evs.clear();
+                push_replies(&mut self.replies, route, Some(Refusal::Stopped), total);
+            }
+            Err(e) => {
+                evs.clear();
+                let why = Refusal::UnknownStage(e.to_string());
+                push_replies(&mut self.replies, route, Some(why), total);
+            }
         }
     }
 
@@ -800,6 +997,8 @@ async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: tokio::net::tcp::
         acked: Vec::new(),
         groups: Vec::new(),
         events: Vec::new(),
+        batch: Vec::new(),
+        arena: crate::wire::Arena::default(),
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -837,6 +1036,7 @@ async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: tokio::net::tcp::
                 let ok = match crate::wire::decode_events_into(
                     &body,
                     Some(&body),
+                    &mut inb.arena,
                     &mut groups,
                     &mut events,
                 ) {
@@ -897,6 +1097,9 @@ async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: tokio::net::tcp::
         inb.publish_accepted(&t);
         if !inb.replies.is_empty() {
             link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+            // Let the writer send them now: on a busy connection the next read is
+            // ready at once, and the writer may share this thread.
+            tokio::task::yield_now().await;
         }
         let read = if inb.pending_len() > 0 {
             tokio::select! {
@@ -957,13 +1160,23 @@ async fn deliver_events(
     let Some((h, idx)) = ready.as_ref() else {
         return false;
     };
+    if let [(route, n)] = *groups
+        && let Some(dest) = idx.to.get(route as usize).copied().flatten()
+    {
+        // One group (the usual case): its events are the whole list.
+        inb.deliver_group(t, h, dest, route, events);
+        // Counted once the events are queued, pending (not quiescent) or refused,
+        // never before.
+        link.received.fetch_add(n as u64, AcqRel);
+        return true;
+    }
+    let mut batch = std::mem::take(&mut inb.batch);
     let mut events = events.drain(..);
     for &(route, n) in groups {
         match idx.to.get(route as usize).copied().flatten() {
             Some(dest) => {
-                for ev in events.by_ref().take(n) {
-                    inb.deliver(t, h, dest, route, ev);
-                }
+                batch.extend(events.by_ref().take(n));
+                inb.deliver_group(t, h, dest, route, &mut batch);
             }
             None => {
                 let why = Refusal::UnknownStage(format!(
@@ -979,6 +1192,7 @@ async fn deliver_events(
         // never before.
         link.received.fetch_add(n as u64, AcqRel);
     }
+    inb.batch = batch;
     true
 }
 
@@ -1013,63 +1227,64 @@ async fn handle_frame(
         Frame::Replies(replies) => {
             for r in replies {
                 let route = r.route as usize;
-                // Acknowledged: released at once. Refused: reported (outside the lock)
-                // before the in-flight count is released, so that idle detection never
-                // sees neither.
                 if route >= t.routes.len() {
                     tracing::warn!(peer = %link.peer, route = r.route, "reply for an unknown route");
                     return false;
                 }
-                let mut left = r.count as usize;
-                let mut refused = None;
-                // Acknowledged events are released in chunks, each under a short hold
-                // of the lock (the sending worker takes it for every event), and dropped
-                // outside it.
-                while left > 0 {
+                let Some(why) = &r.refused else {
+                    // Acknowledged: only counted here; the sending worker takes the
+                    // count in (credits) and drops the events a few at a time, and
+                    // this reader does when the lock is free (below), so the two
+                    // never wait for each other.
+                    link.acked[route].fetch_add(r.count.into(), Release);
+                    continue;
+                };
+                // Refused: the acknowledgements before it are taken in, then the
+                // refused events popped and reported (outside the lock) before their
+                // in-flight count is released, so that idle detection never sees
+                // neither.
+                let popped: Vec<Event> = {
                     let mut ob = lock(&link.outbox);
-                    let Some(rs) = ob.routes.get_mut(route) else {
-                        break;
-                    };
-                    let n = match &r.refused {
-                        None => left.min(RELEASE_CHUNK),
-                        Some(_) => left,
-                    }
-                    .min(rs.unacked.len());
-                    if n == 0 {
-                        break;
-                    }
-                    left -= n;
-                    let mut bytes = 0usize;
-                    let popped = rs.unacked.drain(..n).map(|(ev, size)| {
-                        bytes += size as usize;
-                        ev
-                    });
-                    match &r.refused {
-                        None => {
-                            inb.acked.extend(popped);
-                            t.stats.delivered.fetch_add(n as u64, Relaxed);
-                            rs.in_flight -= n as u64;
-                            rs.credit += n as i64;
-                        }
-                        Some(why) => refused = Some((why, popped.collect::<Vec<_>>())),
-                    }
-                    ob.unacked_bytes = ob.unacked_bytes.saturating_sub(bytes);
-                    drop(ob);
-                    inb.acked.clear();
-                }
-                let short = left > 0;
-                if let Some((why, popped)) = refused {
-                    let n = popped.len();
-                    let err = t.refusal_error(r.route, &link.peer, why);
-                    t.report_failed(r.route, &err, popped).await;
-                    let mut ob = lock(&link.outbox);
+                    ob.absorb(route, &link.acked[route], &t.stats);
                     let rs = &mut ob.routes[route];
-                    rs.in_flight -= n as u64;
-                    rs.credit += n as i64;
-                }
-                if short {
+                    let stale = std::mem::take(&mut rs.stale);
+                    inb.acked
+                        .extend(rs.unacked.drain(..stale).map(|(ev, _)| ev));
+                    let n = (r.count as usize).min(rs.unacked.len());
+                    let mut bytes = 0usize;
+                    let popped = rs
+                        .unacked
+                        .drain(..n)
+                        .map(|(ev, size)| {
+                            bytes += size as usize;
+                            ev
+                        })
+                        .collect();
+                    ob.unacked_bytes = ob.unacked_bytes.saturating_sub(bytes);
+                    popped
+                };
+                inb.acked.clear();
+                let n = popped.len();
+                if n < r.count as usize {
                     tracing::warn!(peer = %link.peer, "reply for more events than were sent");
                 }
+                let err = t.refusal_error(r.route, &link.peer, why);
+                t.report_failed(r.route, &err, popped).await;
+                let mut ob = lock(&link.outbox);
+                let rs = &mut ob.routes[route];
+                rs.in_flight -= n as u64;
+                rs.credit += n as i64;
+            }
+            // Senders waiting for credit retry now.
+            t.room.notify_waiters();
+            // Acknowledged events are dropped here if the sending worker is not
+            // holding the lock (a short hold; they are dropped outside it), so that a
+            // sender gone quiet does not keep them.
+            if let Ok(mut ob) = link.outbox.try_lock() {
+                ob.absorb_all(&link.acked, &t.stats);
+                ob.pop_stale(RELEASE_CHUNK, &mut inb.acked);
+                drop(ob);
+                inb.acked.clear();
             }
         }
         Frame::Quit(values) => {
@@ -1163,6 +1378,10 @@ async fn write_loop(
             _ = link.wake.notified() => {}
         }
         let close = lock(&link.outbox).take(&mut bytes);
+        if bytes.bytes.len() >= MAX_BACKLOG {
+            // Senders refused for the backlog may go on.
+            t.room.notify_waiters();
+        }
         if !bytes.is_empty() {
             if let Err(e) = write_out(&mut wr, &bytes).await {
                 tracing::warn!(peer = %link.peer, error = %e, "link write failed");
@@ -1201,13 +1420,22 @@ async fn write_loop(
         ob.down = true;
         ob.open = None;
         ob.buf = Outgoing::default();
+        // (Events acknowledged before the end were delivered: not lost.)
+        ob.absorb_all(&link.acked, &t.stats);
+        ob.unacked_bytes = 0;
         ob.routes
             .iter_mut()
             .enumerate()
-            .filter(|(_, rs)| !rs.unacked.is_empty())
-            .map(|(r, rs)| (r, rs.unacked.drain(..).map(|(ev, _)| ev).collect()))
+            .filter(|(_, rs)| rs.unacked.len() > rs.stale)
+            .map(|(r, rs)| {
+                let stale = std::mem::take(&mut rs.stale);
+                rs.unacked.drain(..stale);
+                (r, rs.unacked.drain(..).map(|(ev, _)| ev).collect())
+            })
             .collect()
     };
+    // Senders waiting for room on this link retry (and go elsewhere, or fail).
+    t.room.notify_waiters();
     for (r, evs) in lost {
         let n = evs.len() as u64;
         let stage = t.routes.get(r).map(|x| x.to.clone()).unwrap_or_default();
@@ -1415,6 +1643,101 @@ mod tests {
         let c = sender.counts();
         assert_eq!((c.sent, c.delivered, c.failed), (N, N, 0));
         assert_eq!(lock(&sender.links()[0].outbox).unacked_bytes, 0);
+
+        srun.handle().quit(());
+        rrun.handle().quit(());
+        srun.wait().unwrap();
+        rrun.wait().unwrap();
+        rt.block_on(async {
+            sender.close(None).await;
+            receiver.close(None).await;
+        });
+    }
+
+    /// A receiving stage with less room than a frame holds: each frame is queued as
+    /// far as it fits (one batch), the rest waits and is retried, in order; the
+    /// sender's acknowledged events are released and its counters settle, and a
+    /// sender out of credit is woken by [`RemoteSink::room`] when credit returns.
+    #[test]
+    fn partial_batches_keep_order_and_credit_wakes_the_sender() {
+        let (rt, sender, receiver) = linked_pair(vec![RouteInfo {
+            from: "a".into(),
+            to: "b".into(),
+            window: 256,
+        }]);
+        const N: u64 = 5000;
+        let next = Arc::new(AtomicU64::new(0));
+        let bad = Arc::new(AtomicU64::new(0));
+        let (n2, b2) = (next.clone(), bad.clone());
+        let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+            let i: u64 = ev.get(0)?;
+            let bin = ev.arg(1).and_then(Value::as_bytes).map(|b| b.to_vec());
+            if n2.fetch_add(1, Relaxed) != i || bin != Some(vec![(i % 251) as u8; 16]) {
+                b2.fetch_add(1, Relaxed);
+            }
+            Ok(())
+        })
+        .serial()
+        .capacity(10);
+        let mut rg = Graph::new("r");
+        rg.add(&b);
+        let rrun = rg.start(Run::default().threads(1)).unwrap();
+        receiver.set_handle(rrun.handle());
+        let a = Stage::new("a", |_, _| Ok(()));
+        let mut sg = Graph::new("s");
+        sg.add(&a);
+        let srun = sg.start(Run::default().threads(1)).unwrap();
+        sender.set_handle(srun.handle());
+
+        let to_b = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+        let mut waits = 0;
+        for i in 0..N {
+            let bin = bytes::Bytes::from(vec![(i % 251) as u8; 16]);
+            let mut ev = Event::from((i as i64, Value::Bytes(bin)));
+            loop {
+                match to_b.send(ev) {
+                    Ok(()) => break,
+                    Err(r) => {
+                        assert!(
+                            matches!(r.error, SendError::QueueFull { .. }),
+                            "{}",
+                            r.error
+                        );
+                        ev = r.event;
+                        // Completes once credit is back (no back-off here): a lost
+                        // wake-up would hang, hence the generous bound.
+                        let room = to_b.room().expect("leda-net signals room");
+                        rt.block_on(async {
+                            tokio::time::timeout(Duration::from_secs(20), room).await
+                        })
+                        .expect("woken when credit returned");
+                        waits += 1;
+                    }
+                }
+            }
+        }
+        assert!(waits > 0, "the window (256) ran out at least once");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while (next.load(Relaxed) < N || to_b.in_flight() > 0)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(next.load(Relaxed), N);
+        assert_eq!(bad.load(Relaxed), 0, "every event intact and in order");
+        let c = sender.counts();
+        assert_eq!((c.sent, c.delivered, c.failed), (N, N, 0));
+        assert_eq!(receiver.counts().accepted, N);
+        {
+            let link = &sender.links()[0];
+            let ob = lock(&link.outbox);
+            assert_eq!(ob.unacked_bytes, 0);
+            assert!(
+                ob.routes[0].unacked.is_empty(),
+                "acknowledged events released"
+            );
+            assert_eq!(ob.routes[0].credit, 256, "every credit back");
+        }
 
         srun.handle().quit(());
         rrun.handle().quit(());

@@ -20,14 +20,17 @@
 //! remaining bytes can hold, nesting is bounded by [`MAX_DEPTH`], and binaries of
 //! [`ZERO_COPY_MIN`] bytes or more are slices of the received frame (no copy) when the
 //! frame is given as [`Bytes`]. Smaller binaries are copied, so that a small value
-//! kept by a stage does not pin a whole frame buffer.
+//! kept by a stage does not pin a whole frame buffer: into shared, recycled chunks
+//! (`Arena`: one allocation for many binaries instead of one each), of
+//! [`ARENA_CHUNK`] bytes for those under [`ARENA_MAX`] bytes and [`MEDIUM_CHUNK`]
+//! bytes for the others, so that a kept value pins at most one chunk.
 //!
 //! It decodes exactly what the serde path would for the same bytes
 //! (`Vec<(u32, Vec<Vec<Value>>)>` through `rmp_serde`), except msgpack extension
 //! types, which Leda values never use and which are refused here; a test checks the
 //! two against each other.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use leda_core::event::Event;
 use leda_core::value::Value;
 
@@ -36,10 +39,99 @@ use crate::frame::{MAX_DEPTH, MAX_FRAME, kind};
 /// Binaries at least this long are decoded as slices of the frame buffer.
 pub const ZERO_COPY_MIN: usize = 4096;
 
+/// Binaries shorter than this are decoded into shared chunks of [`ARENA_CHUNK`] bytes.
+pub const ARENA_MAX: usize = 256;
+
+/// Size of the shared chunks tiny binaries are copied into.
+pub const ARENA_CHUNK: usize = 16 * 1024;
+
+/// Binaries from [`ARENA_MAX`] up to [`ZERO_COPY_MIN`] bytes are decoded into shared
+/// chunks of this size.
+pub const MEDIUM_CHUNK: usize = 64 * 1024;
+
+/// Used chunks kept, per size class, for reuse once every binary in them is dropped.
+const ARENA_SPENT: usize = 64;
+
+/// Chunks of one size that binaries are copied into: the open one, and used ones that
+/// are reused (no allocation, no fresh pages) once the stages have dropped every
+/// binary cut from them.
+#[derive(Debug)]
+struct Chunks {
+    size: usize,
+    open: BytesMut,
+    spent: std::collections::VecDeque<BytesMut>,
+}
+
+impl Chunks {
+    fn new(size: usize) -> Chunks {
+        Chunks {
+            size,
+            open: BytesMut::with_capacity(size),
+            spent: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// `data` as a binary cut from a shared chunk (`data` is smaller than a chunk).
+    fn copy(&mut self, data: &[u8]) -> Bytes {
+        let n = data.len();
+        if self.open.capacity() - self.open.len() < n {
+            let spent = std::mem::take(&mut self.open);
+            self.spent.push_back(spent);
+            // The oldest used chunk is free again when its binaries are all dropped.
+            let size = self.size;
+            let free = (self.spent.front_mut()).is_some_and(|old| old.try_reclaim(size));
+            self.open = match free {
+                true => self.spent.pop_front().unwrap_or_default(),
+                false => {
+                    if self.spent.len() > ARENA_SPENT {
+                        self.spent.pop_front();
+                    }
+                    BytesMut::with_capacity(size)
+                }
+            };
+        }
+        self.open.extend_from_slice(data);
+        self.open.split_to(n).freeze()
+    }
+}
+
+/// Where small binaries are decoded (kept from frame to frame): instead of one
+/// allocation each (freed on another thread, which costs more still), they are cut
+/// from shared chunks, by size class so that a binary kept by a stage pins at most
+/// [`ARENA_CHUNK`] bytes when it is tiny, [`MEDIUM_CHUNK`] bytes otherwise (at most
+/// 256 times its size).
+#[derive(Debug)]
+pub(crate) struct Arena {
+    tiny: Chunks,
+    medium: Chunks,
+}
+
+impl Default for Arena {
+    fn default() -> Self {
+        Arena {
+            tiny: Chunks::new(ARENA_CHUNK),
+            medium: Chunks::new(MEDIUM_CHUNK),
+        }
+    }
+}
+
+impl Arena {
+    /// `data` (shorter than [`ZERO_COPY_MIN`]) as a binary cut from a shared chunk.
+    fn copy(&mut self, data: &[u8]) -> Bytes {
+        if data.len() < ARENA_MAX {
+            self.tiny.copy(data)
+        } else {
+            self.medium.copy(data)
+        }
+    }
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
     owner: Option<&'a Bytes>,
+    /// The chunks small binaries are copied into.
+    arena: &'a mut Arena,
 }
 
 type R<T> = Result<T, String>;
@@ -113,10 +205,12 @@ impl<'a> Reader<'a> {
         v.ok_or_else(|| "expected a route number".to_owned())
     }
 
+    #[inline]
     fn bin(&mut self, n: usize) -> R<Value> {
         let r = self.take(n)?;
         Ok(Value::Bytes(match self.owner {
             Some(owner) if n >= ZERO_COPY_MIN => owner.slice(r),
+            _ if n > 0 && n < ZERO_COPY_MIN => self.arena.copy(&self.buf[r]),
             _ => Bytes::copy_from_slice(&self.buf[r]),
         }))
     }
@@ -562,7 +656,7 @@ impl EventsFrame {
 /// frame buffer `body` lies in), large binaries are slices of it.
 pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, Vec<Event>)>> {
     let (mut groups, mut events) = (Vec::new(), Vec::new());
-    decode_events_into(body, owner, &mut groups, &mut events)?;
+    decode_events_into(body, owner, &mut Arena::default(), &mut groups, &mut events)?;
     let mut events = events.into_iter();
     Ok(groups
         .into_iter()
@@ -573,9 +667,11 @@ pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, V
 /// Like [`decode_events`], into reusable buffers (kept warm from frame to frame): the
 /// events of every group in order into `events`, and `(route, count)` per group into
 /// `groups`. Both are cleared first; after an error their contents are unspecified.
+/// Small binaries are copied into `arena` (kept from frame to frame).
 pub(crate) fn decode_events_into(
     body: &[u8],
     owner: Option<&Bytes>,
+    arena: &mut Arena,
     groups: &mut Vec<(u32, usize)>,
     events: &mut Vec<Event>,
 ) -> R<()> {
@@ -585,6 +681,7 @@ pub(crate) fn decode_events_into(
         buf: body,
         pos: 0,
         owner,
+        arena,
     };
     let n_groups = r.array()?;
     groups.reserve(r.room(n_groups));
@@ -599,8 +696,21 @@ pub(crate) fn decode_events_into(
             let args = r.array()?;
             let mut ev = Event::new();
             for _ in 0..args {
-                // groups, group, events, event: four levels above each argument.
-                ev.push(r.value(ARG_DEPTH)?);
+                // The common small values without the general decoder's call.
+                let v = match r.buf.get(r.pos) {
+                    Some(&m @ 0x00..=0x7f) => {
+                        r.pos += 1;
+                        Value::Int(m.into())
+                    }
+                    Some(0xc4) => {
+                        r.pos += 1;
+                        let n = r.len8()?;
+                        r.bin(n)?
+                    }
+                    // groups, group, events, event: four levels above each argument.
+                    _ => r.value(ARG_DEPTH)?,
+                };
+                ev.push(v);
             }
             events.push(ev);
         }
@@ -639,6 +749,9 @@ mod tests {
             Value::Float(1.5),
             Value::Str(String::new()),
             Value::Str("é".repeat(40)),
+            Value::Bytes(Bytes::new()),
+            Value::Bytes(Bytes::from(vec![3u8; 16])),
+            Value::Bytes(Bytes::from(vec![4u8; 255])),
             Value::Bytes(Bytes::from(vec![1u8; 300])),
             Value::Bytes(Bytes::from(vec![2u8; 70_000])),
             Value::Array(vec![Value::Int(1), Value::Array(vec![])]),
@@ -770,6 +883,51 @@ mod tests {
         assert!(!range.contains(&(s.as_ptr() as usize)), "small ones copied");
         assert_eq!(b.len(), ZERO_COPY_MIN);
         assert_eq!(s, &[8u8; 10]);
+    }
+
+    /// Small binaries share chunks (no allocation each), across chunk boundaries and
+    /// frames, and arrive intact; tiny and medium ones in chunks of their own class.
+    #[test]
+    fn small_binaries_share_chunks_and_arrive_intact() {
+        let make = || -> Vec<Event> {
+            (0..3000usize)
+                .map(|i| {
+                    let tiny = Bytes::from(vec![(i % 251) as u8; 1 + i % 40]);
+                    Event::from_values([Value::Bytes(tiny), Value::Bytes(Bytes::new())])
+                })
+                .collect()
+        };
+        let evs = make();
+        let mut buf = Vec::new();
+        crate::frame::encode_events(&mut buf, &[(2, make())]).unwrap();
+        let body = Bytes::from(buf).slice(5..);
+        let mut arena = Arena::default();
+        let (mut groups, mut got) = (Vec::new(), Vec::new());
+        let mut chunks = std::collections::HashSet::new();
+        for _ in 0..2 {
+            decode_events_into(&body, Some(&body), &mut arena, &mut groups, &mut got).unwrap();
+            assert_eq!(groups, vec![(2, evs.len())]);
+            for (a, b) in got.iter().zip(&evs) {
+                assert_eq!(a.args(), b.args());
+                let p = a.args()[0].as_bytes().unwrap().as_ptr() as usize;
+                chunks.insert(p / ARENA_CHUNK);
+            }
+        }
+        // ~60 KB of tiny binaries per frame, in 16 KiB chunks: a handful, not 6000.
+        assert!(chunks.len() < 20, "{} chunks", chunks.len());
+        // Medium binaries (1 KiB here), 64 to a 64 KiB chunk.
+        let medium = |i: usize| Bytes::from(vec![(i % 251) as u8; ARENA_MAX + i % 1000]);
+        let evs: Vec<Event> = (0..200).map(|i| Event::from(medium(i))).collect();
+        let mut buf = Vec::new();
+        crate::frame::encode_events(&mut buf, &[(0, evs)]).unwrap();
+        decode_events_into(&buf[5..], None, &mut arena, &mut groups, &mut got).unwrap();
+        let mut chunks = std::collections::HashSet::new();
+        for (i, ev) in got.iter().enumerate() {
+            let b = ev.args()[0].as_bytes().unwrap();
+            assert_eq!(b, &medium(i)[..]);
+            chunks.insert(b.as_ptr() as usize / MEDIUM_CHUNK);
+        }
+        assert!(chunks.len() < 20, "{} chunks", chunks.len());
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub struct Ctx {
     pub(crate) stage: usize,
     pub(crate) wait: Option<BoxFuture<HandlerResult>>,
     sent: SmallVec<[u64; 4]>,
+    /// The route of the last successful send (tried first by the next one).
+    route_hint: usize,
     stamp_tick: u32,
     /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]).
     backlog: Option<Backlog>,
@@ -110,6 +112,7 @@ impl Ctx {
             stage,
             wait: None,
             sent: SmallVec::new(),
+            route_hint: 0,
             stamp_tick: 0,
             backlog: None,
         }
@@ -152,7 +155,12 @@ impl Ctx {
         let process = &self.process;
         let st = &process.stages[self.stage];
         let routes = st.routes();
-        let Some(ri) = routes.iter().position(|r| port.matches(&r.port)) else {
+        // Most handlers send on one port again and again: try the last one first.
+        let ri = match routes.get(self.route_hint) {
+            Some(r) if port.matches(&r.port) => Some(self.route_hint),
+            _ => routes.iter().position(|r| port.matches(&r.port)),
+        };
+        let Some(ri) = ri else {
             let error = SendError::NotConnected {
                 stage: st.name.to_string(),
                 port: port.to_port().to_string(),
@@ -189,13 +197,15 @@ impl Ctx {
         };
         match result {
             Ok(()) => {
+                self.route_hint = ri;
                 if self.sent.len() <= ri {
                     self.sent.resize(ri + 1, 0);
                 }
-                self.sent[ri] += 1;
-                if self.sent[ri] >= SEND_FLUSH_EVERY {
-                    publish_sent(&self.process, self.stage, ri, self.sent[ri]);
-                    self.sent[ri] = 0;
+                let count = &mut self.sent.as_mut_slice()[ri];
+                *count += 1;
+                if *count >= SEND_FLUSH_EVERY {
+                    let n = std::mem::take(count);
+                    publish_sent(&self.process, self.stage, ri, n);
                 }
                 Ok(())
             }
@@ -209,24 +219,18 @@ impl Ctx {
 
     /// Sends `event` on `port`, waiting (without holding a worker thread) while the
     /// destination queue is full. Other failures are returned at once.
-    pub async fn send_wait(
-        &mut self,
-        port: impl PortKey,
-        event: impl Into<Event>,
-    ) -> Result<(), SendError> {
-        let mut event = event.into();
-        loop {
-            match self.try_send(&port, event) {
-                Ok(()) => return Ok(()),
-                Err(Rejected {
-                    error: SendError::QueueFull { .. },
-                    event: back,
-                }) => {
-                    event = back;
-                    self.room(&port).await;
-                }
-                Err(r) => return Err(r.error),
-            }
+    ///
+    /// The first attempt is made at once, when this is called; the returned future
+    /// only waits if that attempt found the queue full.
+    pub fn send_wait<K: PortKey>(&mut self, port: K, event: impl Into<Event>) -> SendWait<'_, K> {
+        let slow = match self.try_send(&port, event) {
+            Ok(()) => None,
+            Err(r) => Some(Box::new(Slow::after(r))),
+        };
+        SendWait {
+            ctx: self,
+            port,
+            slow,
         }
     }
 
@@ -279,9 +283,12 @@ impl Ctx {
 
     /// Takes the future the handler call asked to wait on (and ends the call's
     /// backlog of held sends: the future owns it now).
+    #[inline]
     pub(crate) fn take_wait(&mut self) -> Option<BoxFuture<HandlerResult>> {
+        // A backlog exists only with a wait (`send_or_wait` sets both).
+        let wait = self.wait.take()?;
         self.backlog = None;
-        self.wait.take()
+        Some(wait)
     }
 
     /// Completes when the destination of `port` has room (or after a short back-off for
@@ -297,7 +304,28 @@ impl Ctx {
                 process: self.process.clone(),
                 stage: *dest,
             }),
-            _ => self.process.exec.sleep(Duration::from_millis(1)),
+            Some(Target::Remote(sink)) => {
+                let backoff = self.process.exec.sleep(Duration::from_millis(1));
+                let Some(signal) = sink.room() else {
+                    return backoff;
+                };
+                /// The first of the transport's signal and the back-off.
+                struct First(BoxFuture<()>, BoxFuture<()>);
+                impl Future for First {
+                    type Output = ();
+                    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+                        if self.0.as_mut().poll(cx).is_ready()
+                            || self.1.as_mut().poll(cx).is_ready()
+                        {
+                            Poll::Ready(())
+                        } else {
+                            Poll::Pending
+                        }
+                    }
+                }
+                Box::pin(First(signal, backoff))
+            }
+            None => self.process.exec.sleep(Duration::from_millis(1)),
         }
     }
 
@@ -370,6 +398,85 @@ fn publish_sent(process: &Process, stage: usize, ri: usize, count: u64) {
             .counters
             .received
             .fetch_add(count, Relaxed);
+    }
+}
+
+/// The future of [`Ctx::send_wait`]: completes once the event is sent, or with the
+/// error that stopped it.
+#[must_use = "the event may still be waiting for room: await the future"]
+pub struct SendWait<'a, K> {
+    ctx: &'a mut Ctx,
+    port: K,
+    /// `None` once the event is sent (the common case: sent when the future was made).
+    slow: Option<Box<Slow>>,
+}
+
+/// A [`SendWait`] that could not send at once (boxed: rare, and it keeps the future
+/// of a successful send two words and a key).
+enum Slow {
+    Failed(Option<SendError>),
+    /// The queue was full: wait for room, then try again.
+    Full(Option<Event>),
+    Waiting(Option<Event>, BoxFuture<()>),
+}
+
+impl Slow {
+    fn after(r: Rejected) -> Slow {
+        match r {
+            Rejected {
+                error: SendError::QueueFull { .. },
+                event,
+            } => Slow::Full(Some(event)),
+            Rejected { error, .. } => Slow::Failed(Some(error)),
+        }
+    }
+}
+
+// No field is ever pinned (the room future is boxed; the key is only read).
+impl<K> Unpin for SendWait<'_, K> {}
+
+impl<K: PortKey> Future for SendWait<'_, K> {
+    type Output = Result<(), SendError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.slow.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        this.poll_slow(cx)
+    }
+}
+
+impl<K: PortKey> SendWait<'_, K> {
+    #[cold]
+    fn poll_slow(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), SendError>> {
+        let this = self;
+        loop {
+            let Some(slow) = this.slow.as_deref_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            match slow {
+                Slow::Failed(e) => {
+                    let e = e.take().expect("SendWait polled after it completed");
+                    return Poll::Ready(Err(e));
+                }
+                Slow::Full(event) => {
+                    let event = event.take().expect("a full send holds its event");
+                    *slow = Slow::Waiting(Some(event), this.ctx.room(&this.port));
+                }
+                Slow::Waiting(event, room) => {
+                    if room.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let event = event.take().expect("a waiting send holds its event");
+                    match this.ctx.try_send(&this.port, event) {
+                        Ok(()) => this.slow = None,
+                        Err(r) => *slow = Slow::after(r),
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -61,6 +61,14 @@ pub trait RemoteSink: Send + Sync + 'static {
     fn in_flight(&self) -> u64 {
         0
     }
+    /// After a `QueueFull`: a future that completes when this sink may take events
+    /// again (the peer returned credit), so that a waiting sender retries at once
+    /// rather than after a back-off. It may complete early (the sender just retries),
+    /// and the core still retries after its short back-off if that comes first.
+    /// `None` (the default): the back-off alone.
+    fn room(&self) -> Option<BoxFuture<()>> {
+        None
+    }
 }
 
 /// Builds remote sinks when a run starts: one per connector whose destination runs

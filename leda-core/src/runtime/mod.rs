@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-pub use ctx::{Ctx, PortKey};
+pub use ctx::{Ctx, PortKey, SendWait};
 pub use task::{BATCH, Task};
 
 use crate::controller::{Controller, Fixed, Knobs};
@@ -513,6 +513,50 @@ impl ProcessHandle {
                 st.counters.received.fetch_add(1, Relaxed);
             })
             .map_err(|(error, event)| crate::error::Rejected { error, event })
+    }
+
+    /// Puts the events of `events`, in order, on the queue of local stage `index`, as
+    /// many as it has room for, under one queue lock and with at most one wake-up (a
+    /// batch of arrivals from another process). The room is read from the queue's
+    /// lock-free counters, so concurrent producers may overshoot the capacity by up to
+    /// one batch each (the soft bound of local batched sends). Returns how many were
+    /// queued, from the front; the rest stay in `events`, in order. Fails, queueing
+    /// nothing, if the stage does not exist or the run ended.
+    pub fn inject_batch(
+        &self,
+        index: usize,
+        events: &mut Vec<Event>,
+    ) -> Result<usize, crate::error::SendError> {
+        let Some(st) = self.process.stages.get(index) else {
+            return Err(crate::error::SendError::Unreachable {
+                stage: format!("#{index}"),
+                reason: "no such stage in this process".into(),
+            });
+        };
+        if self.process.stopping.load(Relaxed) {
+            return Err(crate::error::SendError::Stopped);
+        }
+        let room = st.capacity.load(Relaxed).saturating_sub(st.load());
+        let n = room.min(events.len());
+        if n < events.len() {
+            st.counters
+                .rejected
+                .fetch_add((events.len() - n) as u64, Relaxed);
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        // (If the run ends meanwhile, `enqueue_batch` drops the batch, as an ending
+        // run drops what is queued.)
+        if n == events.len() {
+            self.process.enqueue_batch(index, events);
+        } else {
+            let rest = events.split_off(n);
+            self.process.enqueue_batch(index, events);
+            *events = rest;
+        }
+        st.counters.received.fetch_add(n as u64, Relaxed);
+        Ok(n)
     }
 
     /// Reports that `event`, sent by local stage `index` to another process, was lost

@@ -15,7 +15,8 @@
 //! invisible to idle detection. Outside a task's run (other threads, transports
 //! delivering through a handle) sends go straight to the queue.
 
-use std::cell::RefCell;
+use std::cell::Cell;
+use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -25,7 +26,7 @@ use crate::event::Event;
 use super::process::Process;
 
 /// Most events held for one destination before they are pushed.
-pub(crate) const OUTBOX: usize = 32;
+pub(crate) const OUTBOX: usize = 128;
 
 /// Emptied batches kept per thread for reuse.
 const SPARE: usize = 16;
@@ -38,8 +39,6 @@ struct Entry {
 }
 
 struct Outbox {
-    /// Nesting of task runs on this thread (cohort hand-offs nest).
-    depth: u32,
     /// The process of the running task.
     process: *const Process,
     /// Destinations sent to since the last flush (a flush empties the list).
@@ -49,66 +48,99 @@ struct Outbox {
 }
 
 thread_local! {
-    static OUTBOX_TLS: RefCell<Outbox> = const {
-        RefCell::new(Outbox {
-            depth: 0,
-            process: std::ptr::null(),
+    /// The outbox of the task running on this thread, or null. A plain pointer with a
+    /// constant initialiser and no destructor: a send reads one thread-local word (no
+    /// lazy initialisation, no borrow flag).
+    ///
+    /// Invariant that makes the `&mut` taken from it unique: it is dereferenced only
+    /// by [`send`] and [`flush`], and nothing they call while holding it runs a handler
+    /// or sends (they push to queues and schedule tasks, which never runs one inline).
+    static CURRENT: Cell<*mut Outbox> = const { Cell::new(ptr::null_mut()) };
+    /// The thread's outbox between task runs, kept for its allocations.
+    static IDLE: Cell<Option<Box<Outbox>>> = const { Cell::new(None) };
+}
+
+/// The outbox of the running task of `process` on this thread, if any.
+#[inline]
+fn current(process: &Arc<Process>) -> *mut Outbox {
+    let p = CURRENT.get();
+    // SAFETY: a non-null `CURRENT` points to the live outbox installed by `enter` (it
+    // is reset before the box is freed), and no `&mut` to it is held here (invariant
+    // above).
+    if !p.is_null() && unsafe { (*p).process } == Arc::as_ptr(process) {
+        p
+    } else {
+        ptr::null_mut()
+    }
+}
+
+/// Batching for one task run, from [`enter`] until dropped: then the batches are
+/// pushed (and the outbox put away, if this run installed it).
+pub(crate) struct Batching {
+    process: Option<Arc<Process>>,
+    installed: bool,
+}
+
+/// A task of `process` starts running on this thread: its local sends are batched
+/// until the returned guard is dropped. A run nested in another of the same process
+/// (cohort hand-off) shares its outbox; one nested in a run of another process sends
+/// straight to the queues.
+pub(crate) fn enter(process: &Arc<Process>) -> Batching {
+    if !CURRENT.get().is_null() {
+        let same = !current(process).is_null();
+        return Batching {
+            process: same.then(|| process.clone()),
+            installed: false,
+        };
+    }
+    let mut o = IDLE.take().unwrap_or_else(|| {
+        Box::new(Outbox {
+            process: ptr::null(),
             entries: Vec::new(),
             spare: Vec::new(),
         })
-    };
-}
-
-/// A task of `process` starts running on this thread: batching is on until
-/// [`leave`]. Returns `false` (and changes nothing) if a task of another process runs
-/// here already.
-pub(crate) fn enter(process: &Arc<Process>) -> bool {
-    OUTBOX_TLS.with(|o| {
-        let Ok(mut o) = o.try_borrow_mut() else {
-            return false;
-        };
-        let ptr = Arc::as_ptr(process);
-        if o.depth > 0 && o.process != ptr {
-            return false;
-        }
-        o.depth += 1;
-        o.process = ptr;
-        true
-    })
-}
-
-/// The task that [`enter`]ed stops running: its batches are pushed.
-pub(crate) fn leave(process: &Arc<Process>) {
-    flush(process);
-    OUTBOX_TLS.with(|o| {
-        if let Ok(mut o) = o.try_borrow_mut() {
-            o.depth = o.depth.saturating_sub(1);
-            if o.depth == 0 {
-                o.process = std::ptr::null();
-            }
-        }
     });
+    o.process = Arc::as_ptr(process);
+    CURRENT.set(Box::into_raw(o));
+    Batching {
+        process: Some(process.clone()),
+        installed: true,
+    }
+}
+
+impl Drop for Batching {
+    fn drop(&mut self) {
+        let Some(process) = self.process.take() else {
+            return;
+        };
+        flush(&process);
+        if self.installed {
+            let p = CURRENT.replace(ptr::null_mut());
+            // SAFETY: `enter` installed this pointer from `Box::into_raw`, and only
+            // this guard takes it back.
+            let mut o = unsafe { Box::from_raw(p) };
+            o.process = ptr::null();
+            IDLE.set(Some(o));
+        }
+    }
 }
 
 /// Pushes every held batch to its queue.
 pub(crate) fn flush(process: &Arc<Process>) {
-    OUTBOX_TLS.with(|o| {
-        let Ok(mut o) = o.try_borrow_mut() else {
-            return; // a flush is under way further up this thread
-        };
-        if o.process != Arc::as_ptr(process) {
-            return;
+    let p = current(process);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: see `CURRENT`.
+    let o = unsafe { &mut *p };
+    for mut e in o.entries.drain(..) {
+        if !e.events.is_empty() {
+            process.enqueue_batch(e.dest, &mut e.events);
         }
-        let o = &mut *o;
-        for mut e in o.entries.drain(..) {
-            if !e.events.is_empty() {
-                process.enqueue_batch(e.dest, &mut e.events);
-            }
-            if o.spare.len() < SPARE {
-                o.spare.push(e.events);
-            }
+        if o.spare.len() < SPARE {
+            o.spare.push(e.events);
         }
-    });
+    }
 }
 
 /// A send that failed, with the event handed back. Boxed: failures are rare, and a
@@ -117,27 +149,44 @@ pub(crate) type Bounced = Box<(SendError, Event)>;
 
 /// Sends `ev` to local stage `dest`: into this thread's outbox while a task of
 /// `process` runs here, else straight to the stage's queue.
-#[inline]
+#[inline(always)]
 pub(crate) fn send(process: &Arc<Process>, dest: usize, ev: Event) -> Result<(), Bounced> {
-    // The event moves into the outbox only if a task of `process` runs here.
-    let mut slot = Some(ev);
-    let held = OUTBOX_TLS.with(|o| {
-        let mut o = o.try_borrow_mut().ok()?;
-        if o.depth == 0 || o.process != Arc::as_ptr(process) {
-            return None;
-        }
-        slot.take().map(|ev| hold(&mut o, process, dest, ev))
-    });
-    match (held, slot) {
-        (Some(result), _) => result,
-        (None, Some(ev)) => process.enqueue(dest, ev).map_err(Box::new),
-        (None, None) => unreachable!("the event is taken only when it is held"),
+    let p = current(process);
+    if p.is_null() {
+        return process.enqueue(dest, ev).map_err(Box::new);
     }
+    // SAFETY: see `CURRENT`.
+    hold(unsafe { &mut *p }, process, dest, ev)
 }
 
 /// Accepts `ev` for `dest` into outbox `o` of a running task of `process`.
-#[inline]
+#[inline(always)]
 fn hold(o: &mut Outbox, process: &Arc<Process>, dest: usize, ev: Event) -> Result<(), Bounced> {
+    // The common case: a batch for `dest` is open and has room as last seen.
+    if let Some(e) = o.entries.iter_mut().find(|e| e.dest == dest)
+        && e.room > 0
+        && !e.events.is_empty()
+        && !process.stopping.load(Relaxed)
+    {
+        e.room -= 1;
+        e.events.push(ev);
+        if e.events.len() >= OUTBOX {
+            process.enqueue_batch(dest, &mut e.events);
+        }
+        return Ok(());
+    }
+    hold_slow(o, process, dest, ev)
+}
+
+/// [`hold`] when a batch opens, the room must be read again, or the run is ending.
+#[cold]
+#[inline(never)]
+fn hold_slow(
+    o: &mut Outbox,
+    process: &Arc<Process>,
+    dest: usize,
+    ev: Event,
+) -> Result<(), Bounced> {
     if process.stopping.load(Relaxed) {
         return Err(Box::new((SendError::Stopped, ev)));
     }

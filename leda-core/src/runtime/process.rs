@@ -205,10 +205,18 @@ impl StageRt {
         }
     }
 
+    /// Room was made: wakes the producers waiting for it once a quarter of the queue
+    /// is free (at least one slot). Waking them for every slot made would have a
+    /// producer faster than its consumer park and wake once per batch; with the
+    /// margin it parks once per quarter queue. Every take and settle calls this, so
+    /// a draining queue always reaches the mark.
     #[inline]
     fn room_made(&self) {
         if self.space.flag.load(SeqCst) {
-            self.wake_producers();
+            let cap = self.capacity.load(Relaxed);
+            if self.load() + (cap / 4).max(1) <= cap {
+                self.wake_producers();
+            }
         }
     }
 

@@ -1,8 +1,13 @@
-//! A stage's event queue and activation state: a deque behind one short lock.
+//! A stage's event queue and activation state: a deque of *batches* behind one short
+//! lock.
 //!
-//! Producers push one event at a time; a running instance takes a *batch* of events
-//! per lock (up to [`TAKE`]), so consumers pay one synchronisation per batch instead of
-//! one per event, and the lock's cache line moves between cores once per batch.
+//! Events arrive one at a time (appended to the last batch) or as a producer's whole
+//! batch (its outbox, see [`super::outbox`]), which is queued as it is: the buffer
+//! changes hands, the events are not moved. A running instance takes a whole batch
+//! per lock the same way (a parallel stage's instance only its share), so a pipeline
+//! moves each event once, into the producer's batch, and consumers pay one
+//! synchronisation per batch instead of one per event. Emptied buffers go back and
+//! forth through a small spare list, so the steady state allocates nothing.
 //!
 //! The lock also guards the count of active instances, so the decisions "this push
 //! needs a new activation" and "the queue is empty, this instance may go idle" are
@@ -21,23 +26,65 @@ use crossbeam_utils::CachePadded;
 
 use crate::event::Event;
 
-/// Most events an instance takes from its queue at once.
+/// Most events in a batch built from single pushes, and the most a parallel stage's
+/// instance takes at once.
 pub(crate) const TAKE: usize = 32;
 
-/// Above this many slots, an emptied deque gives its memory back.
-const SHRINK_ABOVE: usize = 1 << 14;
+/// Emptied batch buffers a queue keeps for reuse.
+const SPARE: usize = 16;
+
+/// Largest buffer (in events) kept for reuse.
+const SPARE_MAX_SLOTS: usize = 4 * TAKE;
+
+/// Above this many batch slots, an emptied queue gives its memory back.
+const SHRINK_ABOVE: usize = 1 << 10;
+
+/// A batch of events, in order.
+pub(crate) type Batch = VecDeque<Event>;
 
 pub(crate) struct State {
-    events: VecDeque<Event>,
+    batches: VecDeque<Batch>,
+    /// Events in `batches`.
+    len: usize,
+    /// Emptied buffers, kept for their allocation.
+    spare: Vec<Batch>,
     /// Events taken by instances whose handling has not started.
     held: usize,
     /// Active instances (Ready, Running or Waiting).
     active: usize,
 }
 
+impl State {
+    fn buffer(&mut self) -> Batch {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| Batch::with_capacity(TAKE))
+    }
+
+    fn recycle(&mut self, b: Batch) {
+        // Big buffers (a large batch of arrivals) are freed rather than kept.
+        if self.spare.len() < SPARE && (1..=SPARE_MAX_SLOTS).contains(&b.capacity()) {
+            self.spare.push(b);
+        }
+    }
+
+    /// Appends one event to the last batch, or to a new one if that is full.
+    fn push_one(&mut self, ev: Event) {
+        match self.batches.back_mut() {
+            Some(b) if b.len() < TAKE => b.push_back(ev),
+            _ => {
+                let mut b = self.buffer();
+                b.push_back(ev);
+                self.batches.push_back(b);
+            }
+        }
+        self.len += 1;
+    }
+}
+
 pub(crate) struct EventQueue {
     state: CachePadded<Mutex<State>>,
-    /// Copies of `events.len()` and `active`, written under the lock, for lock-free
+    /// Copies of the queued count and `active`, written under the lock, for lock-free
     /// peeks (statistics, "is more work coming" checks).
     queued: CachePadded<AtomicUsize>,
     /// Copy of `held` (written under the lock).
@@ -61,7 +108,9 @@ impl EventQueue {
     pub(crate) fn new() -> Self {
         EventQueue {
             state: CachePadded::new(Mutex::new(State {
-                events: VecDeque::new(),
+                batches: VecDeque::new(),
+                len: 0,
+                spare: Vec::new(),
                 held: 0,
                 active: 0,
             })),
@@ -96,12 +145,12 @@ impl EventQueue {
     pub(crate) fn push(&self, ev: Event, cap: Option<usize>, maxpar: usize) -> Result<bool, Event> {
         let mut s = self.lock();
         if let Some(cap) = cap
-            && s.events.len() + s.held >= cap
+            && s.len + s.held >= cap
         {
             return Err(ev);
         }
-        s.events.push_back(ev);
-        self.queued.store(s.events.len(), Release);
+        s.push_one(ev);
+        self.queued.store(s.len, Release);
         Ok(self.claim_locked(&mut s, maxpar))
     }
 
@@ -109,20 +158,21 @@ impl EventQueue {
     /// only when events are queued).
     pub(crate) fn claim(&self, maxpar: usize, need_work: bool) -> bool {
         let mut s = self.lock();
-        if need_work && s.events.is_empty() {
+        if need_work && s.len == 0 {
             return false;
         }
         self.claim_locked(&mut s, maxpar)
     }
 
     /// For a running instance: first marks `started` held events as no longer held,
-    /// then takes up to `batch(len)` events (the first is returned, the rest appended
-    /// to `buf`). If the queue is empty and `release` is set, the instance's claim is
-    /// given back, after `on_release` ran under the lock (it parks the instance in the
-    /// idle pool, so a new activation finds it).
+    /// then takes the next batch into `buf` (a parallel stage's instance takes only
+    /// its share, leaving the rest to the other instances) and returns the first event
+    /// of `buf`. (`buf` is normally empty: its buffer and the batch's then trade places.) If the queue is empty and `release` is set, the
+    /// instance's claim is given back, after `on_release` ran under the lock (it parks
+    /// the instance in the idle pool, so a new activation finds it).
     pub(crate) fn take(
         &self,
-        buf: &mut VecDeque<Event>,
+        buf: &mut Batch,
         started: usize,
         maxpar: usize,
         serial: bool,
@@ -135,14 +185,13 @@ impl EventQueue {
         // queue for the instance (below): either way, senders waiting for room must
         // be woken.
         let settled = started > 0;
-        let len = s.events.len();
-        if len == 0 {
+        if s.len == 0 {
             if let Some(on_release) = release {
                 on_release();
                 s.active -= 1;
                 self.active.store(s.active, Release);
-                if s.events.capacity() > SHRINK_ABOVE {
-                    s.events.shrink_to(TAKE);
+                if s.batches.capacity() > SHRINK_ABOVE {
+                    s.batches.shrink_to(TAKE);
                 }
             }
             return Taken {
@@ -151,19 +200,33 @@ impl EventQueue {
                 freed: settled,
             };
         }
-        // A serial stage takes what there is; a parallel one leaves a share for the
+        // A serial stage takes the next batch; a parallel one leaves a share for the
         // other instances.
-        let n = if serial {
-            len.min(TAKE)
+        let share = if serial {
+            usize::MAX
         } else {
-            (len / maxpar.max(1)).clamp(1, TAKE)
+            (s.len / maxpar.max(1)).clamp(1, TAKE)
         };
-        let event = s.events.pop_front();
-        buf.extend(s.events.drain(..n - 1));
+        let front = s.batches.front_mut().expect("len > 0: a batch is queued");
+        let before = buf.len();
+        if front.len() <= share {
+            let mut b = s.batches.pop_front().expect("a batch is queued");
+            if buf.is_empty() {
+                std::mem::swap(buf, &mut b);
+            } else {
+                buf.append(&mut b);
+            }
+            s.recycle(b);
+        } else {
+            buf.extend(front.drain(..share));
+        }
+        let n = buf.len() - before;
+        let event = buf.pop_front();
+        s.len -= n;
         s.held += n - 1;
         self.held.store(s.held, Release);
-        self.queued.store(s.events.len(), Release);
-        let another = !s.events.is_empty() && self.claim_locked(&mut s, maxpar);
+        self.queued.store(s.len, Release);
+        let another = s.len > 0 && self.claim_locked(&mut s, maxpar);
         Taken {
             // The popped event no longer counts against the capacity: a slot was
             // made even if nothing held was settled.
@@ -184,25 +247,42 @@ impl EventQueue {
 
     /// Gives the events of `buf` back to the front of the queue (order kept), after
     /// marking `started` held events as no longer held.
-    pub(crate) fn give_back(&self, buf: &mut VecDeque<Event>, started: usize) {
+    pub(crate) fn give_back(&self, buf: &mut Batch, started: usize) {
         if started == 0 && buf.is_empty() {
             return;
         }
         let mut s = self.lock();
         s.held -= (started + buf.len()).min(s.held);
         self.held.store(s.held, Release);
-        while let Some(ev) = buf.pop_back() {
-            s.events.push_front(ev);
+        if !buf.is_empty() {
+            s.len += buf.len();
+            let empty = s.buffer();
+            let b = std::mem::replace(buf, empty);
+            s.batches.push_front(b);
         }
-        self.queued.store(s.events.len(), Release);
+        self.queued.store(s.len, Release);
     }
 
-    /// Pushes all of `evs` (a producer's batch; the producer checked the capacity
-    /// when it accepted them). Returns `true` if an activation was claimed.
+    /// Queues all of `evs` (a producer's batch; the producer checked the capacity
+    /// when it accepted them), leaving `evs` empty. Returns `true` if an activation
+    /// was claimed.
     pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> bool {
         let mut s = self.lock();
-        s.events.extend(evs.drain(..));
-        self.queued.store(s.events.len(), Release);
+        let n = evs.len();
+        match s.batches.back_mut() {
+            // A few events join the last batch (no run of tiny batches).
+            Some(b) if n < TAKE / 4 && b.len() + n <= TAKE => b.extend(evs.drain(..)),
+            _ if n > 0 => {
+                // The buffer changes hands (a vector becomes a deque in place, and an
+                // emptied deque a vector): no event moves.
+                let empty = Vec::from(s.buffer());
+                s.batches
+                    .push_back(Batch::from(std::mem::replace(evs, empty)));
+            }
+            _ => {}
+        }
+        s.len += n;
+        self.queued.store(s.len, Release);
         self.claim_locked(&mut s, maxpar)
     }
 
@@ -215,14 +295,14 @@ impl EventQueue {
     /// Pushes an event ignoring the capacity and claiming nothing.
     pub(crate) fn push_unbounded(&self, ev: Event) {
         let mut s = self.lock();
-        s.events.push_back(ev);
-        self.queued.store(s.events.len(), Release);
+        s.push_one(ev);
+        self.queued.store(s.len, Release);
     }
 
     /// Events queued or held (what counts against the capacity).
     pub(crate) fn len(&self) -> usize {
         let s = self.lock();
-        s.events.len() + s.held
+        s.len + s.held
     }
 
     /// `true` if events are queued (a lock-free peek).
@@ -320,6 +400,43 @@ mod tests {
         // Nothing popped, nothing settled: no room was made.
         let t = q.take(&mut buf, 0, 1, true, None);
         assert!(t.event.is_none() && !t.freed);
+    }
+
+    #[test]
+    fn batches_change_hands_whole_and_singles_fill_the_last_batch() {
+        let q = EventQueue::new();
+        // A producer's batch larger than TAKE is queued as it is; singles after it
+        // start a new batch; a small batch joins the last one.
+        let mut big: Vec<Event> = (0..100i64).map(Event::from).collect();
+        assert!(
+            q.push_batch(&mut big, 1),
+            "the first push claims an activation"
+        );
+        assert!(big.is_empty());
+        for i in 100..105i64 {
+            assert_eq!(q.push(Event::from(i), None, 1).ok(), Some(false));
+        }
+        let mut small: Vec<Event> = (105..108i64).map(Event::from).collect();
+        q.push_batch(&mut small, 1);
+        assert_eq!(q.len(), 108);
+        // A serial instance takes the whole producer batch at once (held: 99).
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 1, true, None);
+        assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
+        assert_eq!(buf.len(), 99);
+        assert_eq!(q.len(), 107, "held events still count");
+        // Giving back part of it puts it at the front, in order.
+        let handled: Vec<i64> = (0..9)
+            .map(|_| buf.pop_front().unwrap().get::<i64>(0).unwrap())
+            .collect();
+        assert_eq!(handled, (1..10).collect::<Vec<_>>());
+        q.give_back(&mut buf, 9);
+        assert!(buf.is_empty());
+        assert_eq!(q.len(), 98);
+        let mut out = Vec::new();
+        take_all(&q, &mut out, 1, true);
+        assert_eq!(out, (10..108).collect::<Vec<_>>());
+        assert_eq!(q.len(), 0);
     }
 
     #[test]

@@ -104,9 +104,7 @@ impl Task {
         let st = &process.stages[a.ctx.stage];
         let batching = outbox::enter(&process);
         let outcome = a.drain(&process);
-        if batching {
-            outbox::leave(&process);
-        }
+        drop(batching);
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
@@ -222,10 +220,10 @@ impl Activation {
                 .record(stamp.at.elapsed());
         }
         let copy = keep_copy.then(|| ev.clone_args());
-        let mut instance = match self.instance.take() {
+        let instance = match &mut self.instance {
             Some(i) => i,
-            None => match st.instance() {
-                Ok(i) => i,
+            empty => match st.instance() {
+                Ok(i) => empty.insert(i),
                 Err(e) => {
                     let copy = copy.unwrap_or_else(|| ev.clone_args());
                     self.fail(process, copy, &format!("init failed: {e}"));
@@ -236,33 +234,31 @@ impl Activation {
         // One call in LATENCY_SAMPLE is timed: its duration counts (scaled) as worker
         // time, and, once the event is done, its latency goes to the histogram.
         let started = sample_tick(LATENCY_SAMPLE).then(Instant::now);
-        let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, &mut self.ctx)));
+        let ctx = &mut self.ctx;
+        let result = catch_unwind(AssertUnwindSafe(|| instance.handle(ev, ctx)));
         // One clock read serves both the worker time and, for a call that finished,
         // the latency.
         let took = started.map(|t| t.elapsed());
         if let Some(d) = took {
             add_busy(st, d);
         }
-        match result {
+        let error = match result {
             Ok(Ok(())) => {
-                self.instance = Some(instance);
                 if let Some(fut) = self.ctx.take_wait() {
                     self.pending = Some(Pending { fut, copy, started });
                 } else {
                     self.done(process, took);
                 }
+                return;
             }
-            Ok(Err(e)) => {
-                self.ctx.take_wait();
-                st.destroy(instance);
-                self.fail(process, copy.unwrap_or_default(), &e.to_string());
-            }
-            Err(panic) => {
-                self.ctx.take_wait();
-                st.destroy(instance);
-                self.fail(process, copy.unwrap_or_default(), &panic_message(&panic));
-            }
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => panic_message(&panic),
+        };
+        self.ctx.take_wait();
+        if let Some(i) = self.instance.take() {
+            st.destroy(i);
         }
+        self.fail(process, copy.unwrap_or_default(), &error);
     }
 
     fn poll_pending(&mut self, process: &Arc<Process>) -> Poll<()> {
