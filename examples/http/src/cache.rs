@@ -19,6 +19,7 @@
 //! when the last response still sending from it is done.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -110,19 +111,31 @@ struct Slot {
     version: Version,
     tick: u64,
     used: Instant,
+    heads: Heads,
+}
+
+/// Response heads made for one entry (one per value of the connection flag), reused
+/// while their key (the second of their `Date` header) is current: a hit then needs
+/// no formatting and no allocation. They go with the entry, so a changed file (a new
+/// entry) gets new ones.
+#[derive(Debug, Default)]
+struct Heads {
+    key: u64,
+    heads: [Option<Bytes>; 2],
 }
 
 /// The cache: one map from canonical paths to entries, one LRU order per kind.
 #[derive(Debug)]
 pub struct FileCache {
-    map: HashMap<PathBuf, Slot>,
-    memory_order: BTreeMap<u64, PathBuf>,
-    open_order: BTreeMap<u64, PathBuf>,
+    /// Keyed by the path's bytes (hashing a `Path` walks its components).
+    map: HashMap<OsString, Slot>,
+    memory_order: BTreeMap<u64, OsString>,
+    open_order: BTreeMap<u64, OsString>,
     tick: u64,
     bytes: usize,
     limits: Limits,
     /// Files being read into memory by a miss, and since when.
-    loading: HashMap<PathBuf, Instant>,
+    loading: HashMap<OsString, Instant>,
 }
 
 impl FileCache {
@@ -143,7 +156,7 @@ impl FileCache {
     /// file (for [`LOAD_CLAIM`] at most), so that a thousand simultaneous misses on a
     /// large file do not read a thousand copies of it.
     pub fn claim_load(&mut self, path: &Path, now: Instant) -> bool {
-        if let Some(since) = self.loading.get(path)
+        if let Some(since) = self.loading.get(path.as_os_str())
             && now.saturating_duration_since(*since) < LOAD_CLAIM
         {
             return false;
@@ -152,7 +165,7 @@ impl FileCache {
             self.loading
                 .retain(|_, since| now.saturating_duration_since(*since) < LOAD_CLAIM);
         }
-        self.loading.insert(path.to_path_buf(), now);
+        self.loading.insert(path.as_os_str().to_owned(), now);
         true
     }
 
@@ -164,7 +177,48 @@ impl FileCache {
     /// The entry for `path` if it was made from `version` (the file's current one); a
     /// stale entry is dropped. A hit becomes the most recently used of its kind.
     pub fn get(&mut self, path: &Path, version: &Version, now: Instant) -> Option<Hit> {
+        self.lookup(path, version, now, |slot| slot.hit.clone())
+    }
+
+    /// Like [`get`](Self::get), with the response head for the hit: the one made for
+    /// this entry under the same `key` and `keep_alive` (no work), or else `make()`'s,
+    /// kept for the next hits. `key` must change whenever `make` would give another
+    /// head for the same entry (the caller's `Date` second).
+    pub fn get_with_head(
+        &mut self,
+        path: &Path,
+        version: &Version,
+        now: Instant,
+        key: u64,
+        keep_alive: bool,
+        make: impl FnOnce() -> Bytes,
+    ) -> Option<(Hit, Bytes)> {
+        self.lookup(path, version, now, |slot| {
+            let heads = &mut slot.heads;
+            if heads.key != key {
+                *heads = Heads {
+                    key,
+                    heads: [None, None],
+                };
+            }
+            let head = heads.heads[usize::from(keep_alive)]
+                .get_or_insert_with(make)
+                .clone();
+            (slot.hit.clone(), head)
+        })
+    }
+
+    /// `f` of the fresh entry for `path`, made the most recently used of its kind
+    /// (one map lookup, no allocation: its key moves to the new place in the order).
+    fn lookup<R>(
+        &mut self,
+        path: &Path,
+        version: &Version,
+        now: Instant,
+        f: impl FnOnce(&mut Slot) -> R,
+    ) -> Option<R> {
         self.close_inactive(now);
+        let path = path.as_os_str();
         let slot = self.map.get_mut(path)?;
         if slot.version != *version {
             self.remove(path);
@@ -174,17 +228,18 @@ impl FileCache {
             Hit::Memory(_) => &mut self.memory_order,
             Hit::Open(_) => &mut self.open_order,
         };
-        order.remove(&slot.tick);
+        let key = order.remove(&slot.tick).unwrap_or_else(|| path.to_owned());
         self.tick += 1;
         slot.tick = self.tick;
         slot.used = now;
-        order.insert(self.tick, path.to_path_buf());
-        Some(slot.hit.clone())
+        order.insert(self.tick, key);
+        Some(f(slot))
     }
 
     /// Keeps the contents of `path` (if its size belongs in memory), evicting the least
     /// recently used contents to fit.
     pub fn put_memory(&mut self, path: PathBuf, version: Version, body: Bytes, now: Instant) {
+        let path = path.into_os_string();
         self.loading.remove(&path);
         if body.len() as u64 != version.len
             || self.limits.placement(version.len) != Placement::Memory
@@ -205,6 +260,7 @@ impl FileCache {
     /// Keeps `file` open for `path` (if its size belongs there), closing the least
     /// recently used descriptor past `max_open`.
     pub fn put_open(&mut self, path: PathBuf, version: Version, file: Arc<File>, now: Instant) {
+        let path = path.into_os_string();
         if self.limits.placement(version.len) != Placement::Open {
             return;
         }
@@ -218,7 +274,7 @@ impl FileCache {
         self.insert(path, version, Hit::Open(file), now);
     }
 
-    fn insert(&mut self, path: PathBuf, version: Version, hit: Hit, now: Instant) {
+    fn insert(&mut self, path: OsString, version: Version, hit: Hit, now: Instant) {
         self.tick += 1;
         match hit {
             Hit::Memory(_) => &mut self.memory_order,
@@ -233,6 +289,7 @@ impl FileCache {
                 version,
                 tick,
                 used: now,
+                heads: Heads::default(),
             },
         );
     }
@@ -253,7 +310,7 @@ impl FileCache {
     }
 
     /// Drops the entry for `path` and its place in its order.
-    fn remove(&mut self, path: &Path) {
+    fn remove(&mut self, path: &OsStr) {
         if let Some(slot) = self.map.get(path) {
             match slot.hit {
                 Hit::Memory(_) => self.memory_order.remove(&slot.tick),
@@ -264,7 +321,7 @@ impl FileCache {
     }
 
     /// Drops the entry for `path` (its order entry is already gone).
-    fn forget(&mut self, path: &Path) {
+    fn forget(&mut self, path: &OsStr) {
         if let Some(Slot {
             hit: Hit::Memory(body),
             ..
@@ -350,6 +407,38 @@ mod tests {
         let moved = Version { ino: 2, ..v };
         assert!(c.get(Path::new("c"), &moved, now).is_none());
         assert!(c.is_empty() && c.bytes() == 0);
+    }
+
+    #[test]
+    fn heads_made_once_per_entry_second_and_connection_flag() {
+        let now = Instant::now();
+        let v = version(4, 0);
+        let mut c = FileCache::new(limits(100, 10, 0));
+        c.put_memory("a".into(), v, Bytes::from_static(b"aaaa"), now);
+        let made = std::cell::Cell::new(0);
+        let get = |c: &mut FileCache, v: &Version, second: u64, keep_alive: bool| {
+            c.get_with_head(Path::new("a"), v, now, second, keep_alive, || {
+                made.set(made.get() + 1);
+                Bytes::from(format!("{second} {keep_alive}"))
+            })
+        };
+        let (hit, head) = get(&mut c, &v, 7, true).unwrap();
+        assert!(matches!(hit, Hit::Memory(b) if b == "aaaa"));
+        assert_eq!(head, "7 true");
+        // Same second and flag: the same head, not made again.
+        assert_eq!(get(&mut c, &v, 7, true).unwrap().1, "7 true");
+        assert_eq!(made.get(), 1);
+        assert_eq!(get(&mut c, &v, 7, false).unwrap().1, "7 false");
+        assert_eq!(made.get(), 2);
+        // The next second: made again.
+        assert_eq!(get(&mut c, &v, 8, true).unwrap().1, "8 true");
+        assert_eq!(made.get(), 3);
+        // A changed file is a miss (no head), and its new entry gets a new head.
+        let changed = version(4, 1);
+        assert!(get(&mut c, &changed, 8, true).is_none());
+        c.put_memory("a".into(), changed, Bytes::from_static(b"bbbb"), now);
+        assert_eq!(get(&mut c, &changed, 8, true).unwrap().1, "8 true");
+        assert_eq!(made.get(), 4);
     }
 
     #[test]

@@ -110,8 +110,8 @@ impl Conn {
             if !self.buf.is_empty() {
                 deadline.get_or_insert_with(|| Instant::now() + cfg.header_timeout);
                 match request::parse(&self.buf, cfg) {
-                    Ok(Parsed::Complete(req)) => {
-                        let _ = self.buf.split_to(req.head_len);
+                    Ok(Parsed::Complete(mut req)) => {
+                        req.raw = self.buf.split_to(req.head_len).freeze();
                         return match self.discard_body(req.content_length, deadline).await {
                             Ok(()) => Next::Request(req),
                             Err(e) => e,

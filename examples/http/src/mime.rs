@@ -4,11 +4,17 @@ use std::path::Path;
 
 /// The media type served for `path`, by its extension (case-insensitive).
 pub fn content_type(path: &Path) -> &'static str {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match ext.as_deref() {
+    // Lowercased on the stack: no extension served here is longer than 5 bytes.
+    let mut buf = [0u8; 8];
+    let ext = path.extension().and_then(|e| {
+        let e = e.as_encoded_bytes();
+        let lower = buf.get_mut(..e.len())?;
+        for (l, b) in lower.iter_mut().zip(e) {
+            *l = b.to_ascii_lowercase();
+        }
+        std::str::from_utf8(lower).ok()
+    });
+    match ext {
         Some("html" | "htm") => "text/html; charset=utf-8",
         Some("css") => "text/css; charset=utf-8",
         Some("js" | "mjs") => "text/javascript; charset=utf-8",

@@ -1,11 +1,12 @@
 //! From a request target to a file under the root: percent-decoding, refusal of `..`,
 //! and a canonical-path check that catches symlinks leading out of the root.
 
-use std::ffi::OsStr;
+use std::borrow::Cow;
+use std::ffi::{CStr, OsStr, OsString};
 use std::fs::Metadata;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
@@ -13,8 +14,15 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::error::HttpError;
 use crate::sys;
 
-/// Decodes `%XX` escapes. Malformed escapes and NUL bytes are refused.
-pub fn percent_decode(s: &[u8]) -> Result<Vec<u8>, HttpError> {
+/// Decodes `%XX` escapes. Malformed escapes and NUL bytes are refused. A path without
+/// escapes is returned as it is (no copy).
+pub fn percent_decode(s: &[u8]) -> Result<Cow<'_, [u8]>, HttpError> {
+    if !s.contains(&b'%') {
+        if s.contains(&0) {
+            return Err(HttpError::BadRequest("NUL in path"));
+        }
+        return Ok(Cow::Borrowed(s));
+    }
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
@@ -44,7 +52,7 @@ pub fn percent_decode(s: &[u8]) -> Result<Vec<u8>, HttpError> {
     if out.contains(&0) {
         return Err(HttpError::BadRequest("NUL in path"));
     }
-    Ok(out)
+    Ok(Cow::Owned(out))
 }
 
 /// What a request path resolved to.
@@ -130,28 +138,41 @@ impl Root {
         if decoded.first() != Some(&b'/') {
             return None;
         }
-        let mut rel = Vec::with_capacity(decoded.len());
+        // One buffer: the root, '/', the relative path and a NUL. The kernel gets the
+        // relative part (NUL-terminated), the answer is the rest (no copy).
+        let root = self.path.as_os_str().as_bytes();
+        let mut full = Vec::with_capacity(root.len() + decoded.len() + 2);
+        full.extend_from_slice(root);
+        full.push(b'/');
+        let start = full.len();
         for seg in decoded.split(|&b| b == b'/') {
             match seg {
                 b"" | b"." => {}
                 b".." => return None,
                 s => {
-                    if !rel.is_empty() {
-                        rel.push(b'/');
+                    if full.len() > start {
+                        full.push(b'/');
                     }
-                    rel.extend_from_slice(s);
+                    full.extend_from_slice(s);
                 }
             }
         }
-        if rel.is_empty() {
+        if full.len() == start {
             return None;
         }
-        let fd = sys::open_beneath(dir, &rel).ok()?;
+        full.push(0);
+        let rel = CStr::from_bytes_with_nul(&full[start..]).ok()?;
+        let fd = sys::open_beneath(dir, rel).ok()?;
         let meta = std::fs::File::from(fd).metadata().ok()?;
         if !meta.is_file() {
             return None;
         }
-        let path = self.path.join(OsStr::from_bytes(&rel));
+        full.pop();
+        // The root "/" gives "//rel": drop the doubled slash.
+        if root == b"/" {
+            full.remove(0);
+        }
+        let path = PathBuf::from(OsString::from_vec(full));
         Some(Resolved::File { path, meta })
     }
 }
@@ -230,11 +251,17 @@ mod tests {
 
     #[test]
     fn decoding() {
-        assert_eq!(percent_decode(b"/a%20b").unwrap(), b"/a b");
-        assert_eq!(percent_decode(b"/%2e%2E/").unwrap(), b"/../");
+        assert_eq!(&*percent_decode(b"/a%20b").unwrap(), b"/a b");
+        assert_eq!(&*percent_decode(b"/%2e%2E/").unwrap(), b"/../");
         assert!(percent_decode(b"/%zz").is_err());
         assert!(percent_decode(b"/%2").is_err());
         assert!(percent_decode(b"/a%00").is_err());
+        // Without escapes: the same bytes, not copied; NUL still refused.
+        assert!(matches!(
+            percent_decode(b"/a/b.txt"),
+            Ok(Cow::Borrowed(b"/a/b.txt"))
+        ));
+        assert!(percent_decode(b"/a\0").is_err());
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! "need more", or the error to answer with. [`fuzz_parse`] is the body of the cargo-fuzz
 //! target (`fuzz/`), also exercised by the unit tests.
 
+use std::mem::MaybeUninit;
 use std::time::SystemTime;
+
+use bytes::Bytes;
 
 use crate::config::Config;
 use crate::error::HttpError;
@@ -35,11 +38,36 @@ pub struct Request {
     pub if_modified_since: Option<SystemTime>,
     /// The declared body length (read and discarded).
     pub content_length: usize,
-    /// All header fields, for CGI scripts.
-    pub headers: Vec<(String, String)>,
+    /// The number of header fields.
+    pub header_count: usize,
+    /// The request head's bytes, when the connection kept them (see
+    /// [`Request::headers`]); empty from [`parse`] alone.
+    pub raw: Bytes,
     /// Bytes the head took in the buffer.
     pub head_len: usize,
 }
+
+impl Request {
+    /// All header fields (names as sent, values trimmed), for CGI scripts: parsed
+    /// again from [`raw`](Self::raw) on demand, so that static requests never copy them.
+    pub fn headers(&self) -> Vec<(String, String)> {
+        let mut slots = vec![httparse::EMPTY_HEADER; self.header_count];
+        let mut req = httparse::Request::new(&mut slots);
+        if !matches!(req.parse(&self.raw), Ok(httparse::Status::Complete(_))) {
+            return Vec::new();
+        }
+        req.headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8_lossy(h.value);
+                (h.name.to_owned(), value.trim().to_owned())
+            })
+            .collect()
+    }
+}
+
+/// Header slots on the stack: enough for the default `max_headers`.
+const STACK_HEADERS: usize = 64;
 
 /// The outcome of looking at a buffer.
 #[derive(Debug, PartialEq)]
@@ -62,9 +90,16 @@ pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
         Some(n) if n > cfg.max_request_line + 1 => return Err(HttpError::UriTooLong),
         _ => {}
     }
-    let mut headers = vec![httparse::EMPTY_HEADER; cfg.max_headers];
-    let mut req = httparse::Request::new(&mut headers);
-    let status = match req.parse(buf) {
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+    let mut heap = Vec::new();
+    let slots = if cfg.max_headers <= STACK_HEADERS {
+        &mut stack[..cfg.max_headers]
+    } else {
+        heap.resize_with(cfg.max_headers, MaybeUninit::uninit);
+        &mut heap[..]
+    };
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, slots) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(HttpError::HeadersTooLarge),
         Err(httparse::Error::Version) => return Err(HttpError::BadRequest("bad version")),
@@ -88,7 +123,6 @@ pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
     let mut host = false;
     let mut content_length: Option<usize> = None;
     let mut if_modified_since = None;
-    let mut fields = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value)
             .map_err(|_| HttpError::BadRequest("non-UTF-8 header value"))?
@@ -120,7 +154,6 @@ pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
         } else if name.eq_ignore_ascii_case("if-modified-since") {
             if_modified_since = httpdate::parse_http_date(value).ok();
         }
-        fields.push((name.to_owned(), value.to_owned()));
     }
     if minor_version == 1 && !host {
         return Err(HttpError::BadRequest("HTTP/1.1 request without Host"));
@@ -143,7 +176,8 @@ pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
         keep_alive,
         if_modified_since,
         content_length,
-        headers: fields,
+        header_count: req.headers.len(),
+        raw: Bytes::new(),
         head_len,
     }))
 }
@@ -214,6 +248,21 @@ mod tests {
     }
 
     #[test]
+    fn header_fields_from_the_kept_head() {
+        let text = "GET /p.lua HTTP/1.1\r\nHost: x\r\nX-A:  one \r\nAccept: */*\r\n\r\n";
+        let mut r = complete(text);
+        assert_eq!(r.header_count, 3);
+        // Not kept (parse alone): none.
+        assert!(r.headers().is_empty());
+        r.raw = Bytes::copy_from_slice(&text.as_bytes()[..r.head_len]);
+        let fields: Vec<(String, String)> = [("Host", "x"), ("X-A", "one"), ("Accept", "*/*")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(r.headers(), fields);
+    }
+
+    #[test]
     fn partial_and_errors() {
         assert_eq!(p("GET / HTTP/1.1\r\nHost:"), Ok(Parsed::Partial));
         assert_eq!(
@@ -235,10 +284,17 @@ mod tests {
         assert_eq!(p(&long), Err(HttpError::UriTooLong));
         assert_eq!(p(&"a".repeat(9000)), Err(HttpError::UriTooLong));
         let many: String = (0..70).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(
-            p(&format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n")),
-            Err(HttpError::HeadersTooLarge)
-        );
+        let many = format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n");
+        assert_eq!(p(&many), Err(HttpError::HeadersTooLarge));
+        // A limit above the slots kept on the stack: allowed that many.
+        let cfg = Config {
+            max_headers: 100,
+            ..Config::default()
+        };
+        match parse(many.as_bytes(), &cfg) {
+            Ok(Parsed::Complete(r)) => assert_eq!(r.header_count, 71),
+            other => panic!("{other:?}"),
+        }
         let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n", "v".repeat(17000));
         assert_eq!(p(&big), Err(HttpError::HeadersTooLarge));
         assert_eq!(

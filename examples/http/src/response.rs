@@ -64,8 +64,16 @@ impl Status {
     }
 }
 
-/// The `Date` header value, formatted once per second per thread.
-fn http_date_now() -> String {
+/// The current time in whole seconds since the epoch: what the `Date` header shows
+/// (a head made in this second can be reused for the rest of it).
+pub fn current_second() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Appends the `Date` header value, formatted once per second per thread.
+fn push_http_date_now(h: &mut String) {
     thread_local! {
         static CACHE: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
     }
@@ -76,7 +84,7 @@ fn http_date_now() -> String {
         if c.0 != secs || c.1.is_empty() {
             *c = (secs, httpdate::fmt_http_date(now));
         }
-        c.1.clone()
+        h.push_str(&c.1);
     })
 }
 
@@ -96,11 +104,12 @@ pub fn head(
     // Writing to a String cannot fail.
     let _ = write!(
         h,
-        "HTTP/1.1 {} {}\r\nServer: leda-httpd\r\nDate: {}\r\n",
+        "HTTP/1.1 {} {}\r\nServer: leda-httpd\r\nDate: ",
         status.0,
         status.reason(),
-        http_date_now()
     );
+    push_http_date_now(&mut h);
+    h.push_str("\r\n");
     if let Some(ct) = content_type {
         let _ = write!(h, "Content-Type: {ct}\r\n");
     }
@@ -108,7 +117,7 @@ pub fn head(
         let _ = write!(h, "Content-Length: {content_length}\r\n");
     }
     if let Some(lm) = last_modified {
-        let _ = write!(h, "Last-Modified: {}\r\n", httpdate::fmt_http_date(lm));
+        let _ = write!(h, "Last-Modified: {}\r\n", httpdate::HttpDate::from(lm));
     }
     for (k, v) in extra {
         let _ = write!(h, "{k}: {v}\r\n");

@@ -6,7 +6,7 @@
 //!   for writability (see [`crate::conn::Conn::send_file`]);
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed.
 
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -57,13 +57,12 @@ pub fn sendfile(
     Ok(n as usize)
 }
 
-/// Opens `rel` (a relative path) under the directory `dir` as an `O_PATH` descriptor
+/// Opens `path` (relative) under the directory `dir` as an `O_PATH` descriptor
 /// (enough to `fstat` it), in one `openat2(2)` walk that the kernel keeps beneath `dir`
 /// (`RESOLVE_BENEATH`: no `..` above it, no absolute path) and that fails on any
 /// symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`). Kernels without `openat2`
 /// (before 5.6) answer `ENOSYS`.
-pub fn open_beneath(dir: BorrowedFd<'_>, rel: &[u8]) -> io::Result<OwnedFd> {
-    let path = CString::new(rel).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data (three integers); all-zero is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;

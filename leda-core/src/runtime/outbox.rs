@@ -76,8 +76,8 @@ fn current(process: &Arc<Process>) -> *mut Outbox {
 
 /// Batching for one task run, from [`enter`] until dropped: then the batches are
 /// pushed (and the outbox put away, if this run installed it).
-pub(crate) struct Batching {
-    process: Option<Arc<Process>>,
+pub(crate) struct Batching<'a> {
+    process: Option<&'a Arc<Process>>,
     installed: bool,
 }
 
@@ -85,11 +85,11 @@ pub(crate) struct Batching {
 /// until the returned guard is dropped. A run nested in another of the same process
 /// (cohort hand-off) shares its outbox; one nested in a run of another process sends
 /// straight to the queues.
-pub(crate) fn enter(process: &Arc<Process>) -> Batching {
+pub(crate) fn enter(process: &Arc<Process>) -> Batching<'_> {
     if !CURRENT.get().is_null() {
         let same = !current(process).is_null();
         return Batching {
-            process: same.then(|| process.clone()),
+            process: same.then_some(process),
             installed: false,
         };
     }
@@ -103,17 +103,17 @@ pub(crate) fn enter(process: &Arc<Process>) -> Batching {
     o.process = Arc::as_ptr(process);
     CURRENT.set(Box::into_raw(o));
     Batching {
-        process: Some(process.clone()),
+        process: Some(process),
         installed: true,
     }
 }
 
-impl Drop for Batching {
+impl Drop for Batching<'_> {
     fn drop(&mut self) {
         let Some(process) = self.process.take() else {
             return;
         };
-        flush(&process);
+        flush(process);
         if self.installed {
             let p = CURRENT.replace(ptr::null_mut());
             // SAFETY: `enter` installed this pointer from `Box::into_raw`, and only

@@ -31,7 +31,7 @@ use crate::event::Event;
 pub(crate) const TAKE: usize = 32;
 
 /// Emptied batch buffers a queue keeps for reuse.
-const SPARE: usize = 16;
+const SPARE: usize = 4;
 
 /// Largest buffer (in events) kept for reuse.
 const SPARE_MAX_SLOTS: usize = 4 * TAKE;
@@ -270,16 +270,23 @@ impl EventQueue {
         let mut s = self.lock();
         let n = evs.len();
         match s.batches.back_mut() {
-            // A few events join the last batch (no run of tiny batches).
+            // A few events are copied: into the last batch if it has room, else into
+            // one of this queue's own buffers (it stays warm here, and the producer
+            // keeps its own).
+            _ if n == 0 => {}
             Some(b) if n < TAKE / 4 && b.len() + n <= TAKE => b.extend(evs.drain(..)),
-            _ if n > 0 => {
+            _ if n < TAKE / 4 => {
+                let mut b = s.buffer();
+                b.extend(evs.drain(..));
+                s.batches.push_back(b);
+            }
+            _ => {
                 // The buffer changes hands (a vector becomes a deque in place, and an
                 // emptied deque a vector): no event moves.
                 let empty = Vec::from(s.buffer());
                 s.batches
                     .push_back(Batch::from(std::mem::replace(evs, empty)));
             }
-            _ => {}
         }
         s.len += n;
         self.queued.store(s.len, Release);

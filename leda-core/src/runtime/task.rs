@@ -131,7 +131,8 @@ impl Activation {
         }
         // The event is consumed by the handler: keep a copy only where a failure would
         // need it (an `error` port, or a log subscriber that records failed events; turn
-        // that off with the filter directive `leda::failed_event=off`).
+        // that off with the filter directive `leda::failed_event=off`: failures are then
+        // logged without their event, under `leda::handler`).
         let keep_copy = st.error_route.get().is_some_and(Option::is_some)
             || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let mut budget = BATCH;
@@ -328,7 +329,12 @@ impl Activation {
         let st = &process.stages[self.ctx.stage];
         self.unflushed += 1;
         st.counters.errors.fetch_add(1, Relaxed);
-        tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "handler failed; instance destroyed");
+        if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
+            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "handler failed; instance destroyed");
+        } else {
+            // The event was not kept (`leda::failed_event=off`): the failure is still logged.
+            tracing::warn!(target: "leda::handler", stage = %st.name, error, "handler failed; instance destroyed");
+        }
         if let Some(Some(_)) = st.error_route.get() {
             let mut report = Event::new().with(st.name.to_string()).with(error);
             for v in event.into_args() {

@@ -6,7 +6,7 @@
 //! read or opened.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,8 +40,9 @@ pub(crate) fn event_version(
 /// * `("put", path, len, mtime_ns, ino, dev, body)`: contents read by `send_file`;
 /// * `("open", path, len, mtime_ns, ino, dev)` + `Arc<File>`: a descriptor it opened.
 ///
-/// Outputs: `hit` (a `send_buffer` event); `file` (`(path, keep_alive, head_only, len,
-/// mtime_ns)` + [`FileHit`]), or `miss` when `file` is not connected; `miss`
+/// Outputs: `hit` (a `send_buffer` event); `file` (`(path, keep_alive, head_only,
+/// len)` and a [`FileHit`] with the entry's response head), or `miss` when `file` is
+/// not connected; `miss`
 /// (`(path, keep_alive, head_only, load)` + conn, `load`: whether this miss may read
 /// the file into memory and insert it).
 pub fn stage() -> Stage {
@@ -49,45 +50,54 @@ pub fn stage() -> Stage {
         "cache",
         |attrs: &Attrs| Ok(FileCache::new(Config::from_attrs(attrs)?.cache_limits())),
         |cache: &mut FileCache, mut ev: Event, ctx: &mut Ctx| {
-            let op: String = ev.get(0)?;
             let now = Instant::now();
-            match op.as_str() {
+            let op = match ev.arg(0) {
+                Some(Value::Str(op)) => op.as_str(),
+                _ => "",
+            };
+            match op {
                 "get" => {
                     let conn = take_conn(&mut ev, "cache")?;
-                    let path: String = ev.get(1)?;
                     let version = event_version(&ev, 2, 3, 6)?;
                     let keep_alive: bool = ev.get(4)?;
                     let head_only: bool = ev.get(5)?;
-                    let path = PathBuf::from(path);
-                    match cache.get(&path, &version, now) {
-                        Some(Hit::Memory(body)) => {
-                            let head = response::head(
-                                Status::OK,
-                                Some(mime::content_type(&path)),
-                                version.len,
-                                Some(version.mtime),
-                                keep_alive,
-                                &[],
-                            );
+                    let path = match ev.arg(1) {
+                        Some(Value::Str(p)) => Path::new(p.as_str()),
+                        _ => return Err("cache: 'get' without a path".into()),
+                    };
+                    // A hit's head is made once per entry, second and connection flag
+                    // (the `Date` header has whole seconds).
+                    let make_head = || {
+                        response::head(
+                            Status::OK,
+                            Some(mime::content_type(path)),
+                            version.len,
+                            Some(version.mtime),
+                            keep_alive,
+                            &[],
+                        )
+                    };
+                    let second = response::current_second();
+                    match cache.get_with_head(path, &version, now, second, keep_alive, make_head) {
+                        Some((Hit::Memory(body), head)) => {
                             let ev = reply_event(conn, head, body, keep_alive, head_only);
                             ctx.send_or_wait("hit", ev)?;
                         }
-                        Some(Hit::Open(file)) if ctx.has_output("file") => {
+                        Some((Hit::Open(file), head)) if ctx.has_output("file") => {
                             let ev = Event::from((
                                 path.to_string_lossy().into_owned(),
                                 keep_alive,
                                 head_only,
                                 version.len,
-                                ev.take(3),
                             ))
-                            .attach(FileHit { conn, file });
+                            .attach(FileHit { conn, file, head });
                             ctx.send_or_wait("file", ev)?;
                         }
                         _ => {
                             // Only one miss at a time reads a file into memory.
                             let load = !head_only
                                 && cache.limits().placement(version.len) == Placement::Memory
-                                && cache.claim_load(&path, now);
+                                && cache.claim_load(path, now);
                             let path = path.to_string_lossy().into_owned();
                             let ev = Event::from((path, keep_alive, head_only, load)).attach(conn);
                             ctx.send_or_wait("miss", ev)?;
@@ -108,7 +118,10 @@ pub fn stage() -> Stage {
                     let version = event_version(&ev, 2, 3, 4)?;
                     cache.put_open(PathBuf::from(path), version, file, now);
                 }
-                other => return Err(format!("cache: unknown operation '{other}'").into()),
+                _ => {
+                    let other = ev.arg(0).map(ToString::to_string).unwrap_or_default();
+                    return Err(format!("cache: unknown operation {other}").into());
+                }
             }
             Ok(())
         },

@@ -52,9 +52,18 @@ pub fn stage() -> Stage {
 
 impl Handle {
     async fn serve(&self, mut conn: Conn, out: &mut Ctx) -> HandlerResult {
-        let req = match conn.next_request(&self.cfg).await {
-            Next::Gone => return forward(out, "close", Event::new().attach(conn)).await,
-            Next::Refuse(e) => return refuse(out, conn, &e, false, false).await,
+        let next = conn.next_request(&self.cfg).await;
+        // Routing is synchronous and the only await after it is this one forward: the
+        // future stays small (it is boxed per request).
+        let (port, ev) = self.route(conn, next);
+        forward(out, port, ev).await
+    }
+
+    /// Where a connection goes with what reading its next request gave, and the event.
+    fn route(&self, mut conn: Conn, next: Next) -> (&'static str, Event) {
+        let req = match next {
+            Next::Gone => return ("close", Event::new().attach(conn)),
+            Next::Refuse(e) => return refuse(conn, &e, false, false),
             Next::Request(r) => r,
         };
         conn.served += 1;
@@ -62,7 +71,7 @@ impl Handle {
         let head_only = req.method == Method::Head;
         let decoded = match percent_decode(req.path.as_bytes()) {
             Ok(d) => d,
-            Err(e) => return refuse(out, conn, &e, false, head_only).await,
+            Err(e) => return refuse(conn, &e, false, head_only),
         };
         let (path, meta) = match self.root.resolve(&decoded) {
             Ok(Resolved::File { path, meta }) => (path, meta),
@@ -72,14 +81,16 @@ impl Handle {
                     location.push_str(q);
                 }
                 let (head, body) = response::redirect(&location, keep_alive);
-                let ev = reply_event(conn, head, body, keep_alive, head_only);
-                return forward(out, "reply", ev).await;
+                return (
+                    "reply",
+                    reply_event(conn, head, body, keep_alive, head_only),
+                );
             }
-            Err(e) => return refuse(out, conn, &e, keep_alive, head_only).await,
+            Err(e) => return refuse(conn, &e, keep_alive, head_only),
         };
         if path.extension().is_some_and(|e| e == "lua") {
             let ev = dynamic_event(&path, &req, keep_alive, head_only).attach(conn);
-            return forward(out, "dynamic", ev).await;
+            return ("dynamic", ev);
         }
         let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
         if let Some(since) = req.if_modified_since
@@ -87,21 +98,26 @@ impl Handle {
         {
             let head = response::head(Status::NOT_MODIFIED, None, 0, Some(mtime), keep_alive, &[]);
             let ev = reply_event(conn, head, bytes::Bytes::new(), keep_alive, true);
-            return forward(out, "reply", ev).await;
+            return ("reply", ev);
         }
         // The inode and device travel bit for bit in i64s (events carry signed integers).
-        let ev = Event::from((
-            "get",
-            path.to_string_lossy().into_owned(),
-            meta.len(),
-            to_nanos(mtime),
-            keep_alive,
-            head_only,
-        ))
-        .with(meta.ino() as i64)
-        .with(meta.dev() as i64)
+        // Built whole: one allocation for the arguments, the path moved in when UTF-8.
+        let path = path
+            .into_os_string()
+            .into_string()
+            .unwrap_or_else(|p| p.to_string_lossy().into_owned());
+        let ev = Event::from_values([
+            Value::from("get"),
+            Value::from(path),
+            Value::from(meta.len()),
+            Value::from(to_nanos(mtime)),
+            Value::from(keep_alive),
+            Value::from(head_only),
+            Value::from(meta.ino() as i64),
+            Value::from(meta.dev() as i64),
+        ])
         .attach(conn);
-        forward(out, "static", ev).await
+        ("static", ev)
     }
 }
 
@@ -113,9 +129,9 @@ fn whole_seconds(t: SystemTime) -> SystemTime {
 
 fn dynamic_event(script: &Path, req: &Request, keep_alive: bool, head_only: bool) -> Event {
     let headers: Vec<(Value, Value)> = req
-        .headers
-        .iter()
-        .map(|(k, v)| (Value::from(k.to_ascii_lowercase()), Value::from(v.as_str())))
+        .headers()
+        .into_iter()
+        .map(|(k, v)| (Value::from(k.to_ascii_lowercase()), Value::from(v)))
         .collect();
     let mut ev = Event::new()
         .with(script.to_string_lossy().into_owned())
@@ -130,19 +146,11 @@ fn dynamic_event(script: &Path, req: &Request, keep_alive: bool, head_only: bool
 
 /// Answers with the error's status; the connection stays open only if both the
 /// client and the error allow it.
-async fn refuse(
-    out: &mut Ctx,
-    conn: Conn,
-    e: &HttpError,
-    keep_alive: bool,
-    head_only: bool,
-) -> HandlerResult {
+fn refuse(conn: Conn, e: &HttpError, keep_alive: bool, head_only: bool) -> (&'static str, Event) {
     let keep_alive = keep_alive && !e.closes();
     let (head, body) = response::error(e, keep_alive);
-    forward(
-        out,
+    (
         "reply",
         reply_event(conn, head, body, keep_alive, head_only),
     )
-    .await
 }

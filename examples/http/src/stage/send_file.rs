@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use leda_core::prelude::*;
 
-use super::{ASYNC_MAXPAR, forward, from_nanos, take_conn, to_nanos};
+use super::{ASYNC_MAXPAR, forward, take_conn, to_nanos};
 use crate::cache::{Placement, Version};
 use crate::config::Config;
 use crate::conn::Conn;
@@ -39,11 +39,13 @@ pub struct FileHit {
     pub conn: Conn,
     /// The open file, shared with the cache and other connections.
     pub file: Arc<File>,
+    /// The response head, made by the cache once per entry and second.
+    pub head: Bytes,
 }
 
 /// The `send_file` stage. Inputs: a miss, `(path, keep_alive, head_only[, load])` +
 /// conn (`load`, default true: this miss may read the file into memory for the cache);
-/// a descriptor hit, `(path, keep_alive, head_only, len, mtime_ns)` + [`FileHit`].
+/// a descriptor hit, `(path, keep_alive, head_only, len)` + [`FileHit`].
 pub fn stage() -> Stage {
     Stage::stateful(
         "send_file",
@@ -55,17 +57,8 @@ pub fn stage() -> Stage {
             let head_only: bool = ev.get(2)?;
             let (cfg, mut out) = (cfg.clone(), ctx.clone());
             match hit {
-                Some(FileHit { conn, file }) => {
+                Some(FileHit { conn, file, head }) => {
                     let len: u64 = ev.get(3)?;
-                    let mtime = from_nanos(ev.get(4)?);
-                    let head = response::head(
-                        Status::OK,
-                        Some(mime::content_type(Path::new(&path))),
-                        len,
-                        Some(mtime),
-                        keep_alive,
-                        &[],
-                    );
                     ctx.wait(async move {
                         let body = (!head_only).then_some((file, len));
                         send_open(&cfg, conn, &head, body, keep_alive, &path, &mut out).await
