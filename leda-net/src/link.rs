@@ -1463,6 +1463,7 @@ async fn write_loop(
 mod tests {
     use super::*;
     use leda_core::prelude::*;
+    use leda_core::runtime::Running;
     use std::sync::atomic::AtomicU64;
 
     fn route(from: &str, to: &str) -> RouteInfo {
@@ -1497,6 +1498,39 @@ mod tests {
         (rt, sender, receiver)
     }
 
+    /// Runs the receiving stage `b` behind `receiver` and a sending stage `a` behind
+    /// `sender`, one worker each; returns the sender's run and the receiver's.
+    fn start_runs(sender: &Transport, receiver: &Transport, b: &Stage) -> (Running, Running) {
+        let mut rg = Graph::new("r");
+        rg.add(b);
+        let rrun = rg.start(Run::default().threads(1)).unwrap();
+        receiver.set_handle(rrun.handle());
+        let a = Stage::new("a", |_, _| Ok(()));
+        let mut sg = Graph::new("s");
+        sg.add(&a);
+        let srun = sg.start(Run::default().threads(1)).unwrap();
+        sender.set_handle(srun.handle());
+        (srun, rrun)
+    }
+
+    /// Ends both runs and closes both transports.
+    fn shut_down(
+        rt: &tokio::runtime::Runtime,
+        sender: &Transport,
+        receiver: &Transport,
+        srun: Running,
+        rrun: Running,
+    ) {
+        srun.handle().quit(());
+        rrun.handle().quit(());
+        srun.wait().unwrap();
+        rrun.wait().unwrap();
+        rt.block_on(async {
+            sender.close(None).await;
+            receiver.close(None).await;
+        });
+    }
+
     /// Two transports over a loopback connection: events reach the destination stage
     /// and are acknowledged; events for a stage the receiver does not run are refused
     /// and reported failed to the sending stage, with the credit window enforced.
@@ -1510,15 +1544,7 @@ mod tests {
             seen.fetch_add(ev.get::<u64>(0)?, Relaxed);
             Ok(())
         });
-        let mut rg = Graph::new("r");
-        rg.add(&b);
-        let rrun = rg.start(Run::default().threads(1)).unwrap();
-        receiver.set_handle(rrun.handle());
-        let a = Stage::new("a", |_, _| Ok(()));
-        let mut sg = Graph::new("s");
-        sg.add(&a);
-        let srun = sg.start(Run::default().threads(1)).unwrap();
-        sender.set_handle(srun.handle());
+        let (srun, rrun) = start_runs(&sender, &receiver, &b);
 
         let to_b = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
         let to_zzz = sender.sink("a", "zzz", 1, &["r:1".into()]).unwrap();
@@ -1554,14 +1580,7 @@ mod tests {
         );
         assert_eq!(receiver.counts().accepted, c.delivered);
 
-        srun.handle().quit(());
-        rrun.handle().quit(());
-        srun.wait().unwrap();
-        rrun.wait().unwrap();
-        rt.block_on(async {
-            sender.close(None).await;
-            receiver.close(None).await;
-        });
+        shut_down(&rt, &sender, &receiver, srun, rrun);
     }
 
     /// Large binaries (spliced into vectored writes, not copied), strings and small
@@ -1598,15 +1617,7 @@ mod tests {
             Ok(())
         })
         .serial();
-        let mut rg = Graph::new("r");
-        rg.add(&b);
-        let rrun = rg.start(Run::default().threads(1)).unwrap();
-        receiver.set_handle(rrun.handle());
-        let a = Stage::new("a", |_, _| Ok(()));
-        let mut sg = Graph::new("s");
-        sg.add(&a);
-        let srun = sg.start(Run::default().threads(1)).unwrap();
-        sender.set_handle(srun.handle());
+        let (srun, rrun) = start_runs(&sender, &receiver, &b);
 
         let to_b = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -1644,14 +1655,7 @@ mod tests {
         assert_eq!((c.sent, c.delivered, c.failed), (N, N, 0));
         assert_eq!(lock(&sender.links()[0].outbox).unacked_bytes, 0);
 
-        srun.handle().quit(());
-        rrun.handle().quit(());
-        srun.wait().unwrap();
-        rrun.wait().unwrap();
-        rt.block_on(async {
-            sender.close(None).await;
-            receiver.close(None).await;
-        });
+        shut_down(&rt, &sender, &receiver, srun, rrun);
     }
 
     /// A receiving stage with less room than a frame holds: each frame is queued as
@@ -1679,15 +1683,7 @@ mod tests {
         })
         .serial()
         .capacity(10);
-        let mut rg = Graph::new("r");
-        rg.add(&b);
-        let rrun = rg.start(Run::default().threads(1)).unwrap();
-        receiver.set_handle(rrun.handle());
-        let a = Stage::new("a", |_, _| Ok(()));
-        let mut sg = Graph::new("s");
-        sg.add(&a);
-        let srun = sg.start(Run::default().threads(1)).unwrap();
-        sender.set_handle(srun.handle());
+        let (srun, rrun) = start_runs(&sender, &receiver, &b);
 
         let to_b = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
         let mut waits = 0;
@@ -1739,13 +1735,6 @@ mod tests {
             assert_eq!(ob.routes[0].credit, 256, "every credit back");
         }
 
-        srun.handle().quit(());
-        rrun.handle().quit(());
-        srun.wait().unwrap();
-        rrun.wait().unwrap();
-        rt.block_on(async {
-            sender.close(None).await;
-            receiver.close(None).await;
-        });
+        shut_down(&rt, &sender, &receiver, srun, rrun);
     }
 }

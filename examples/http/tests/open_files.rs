@@ -124,18 +124,18 @@ fn descriptor_hits_exact_fresh_and_keep_alive() {
     assert_eq!(c.get("/index.html", "").status, 200);
 }
 
-#[test]
-fn many_connections_share_one_descriptor() {
-    const CONNS: usize = 64;
-    let s = server(|c| c.cache_max_file = 64 * 1024);
-    let root = std::fs::canonicalize(&s.root).unwrap();
+/// `conns` clients connect to `addr`, wait for each other, then each fetches
+/// `/big.bin` (3,000,000 bytes of `pattern(_, 0)`) twice on its connection; every
+/// response must be 200 with every byte right.
+fn get_big_from_many(addr: std::net::SocketAddr, conns: usize) {
     let expect = std::sync::Arc::new(pattern(3_000_000, 0));
-    let addr = s.addr;
-    let clients: Vec<_> = (0..CONNS)
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(conns));
+    let clients: Vec<_> = (0..conns)
         .map(|_| {
-            let expect = expect.clone();
+            let (expect, barrier) = (expect.clone(), barrier.clone());
             std::thread::spawn(move || {
                 let mut c = Client::connect(addr);
+                barrier.wait();
                 for _ in 0..2 {
                     let r = c.get("/big.bin", "");
                     assert_eq!(r.status, 200);
@@ -147,6 +147,14 @@ fn many_connections_share_one_descriptor() {
     for t in clients {
         t.join().expect("client");
     }
+}
+
+#[test]
+fn many_connections_share_one_descriptor() {
+    const CONNS: usize = 64;
+    let s = server(|c| c.cache_max_file = 64 * 1024);
+    let root = std::fs::canonicalize(&s.root).unwrap();
+    get_big_from_many(s.addr, CONNS);
     // Racing misses may each have opened the file; the cache keeps one descriptor.
     assert_eq!(wait_open(&root, 1), 1);
 }
@@ -231,24 +239,5 @@ fn cold_misses_on_a_memory_cached_file_all_served() {
     // others arriving meanwhile are sent with sendfile; every byte must be right.
     const CONNS: usize = 32;
     let s = server(|_| {});
-    let expect = std::sync::Arc::new(pattern(3_000_000, 0));
-    let addr = s.addr;
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNS));
-    let clients: Vec<_> = (0..CONNS)
-        .map(|_| {
-            let (expect, barrier) = (expect.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut c = Client::connect(addr);
-                barrier.wait();
-                for _ in 0..2 {
-                    let r = c.get("/big.bin", "");
-                    assert_eq!(r.status, 200);
-                    assert!(r.body == *expect, "large body differs");
-                }
-            })
-        })
-        .collect();
-    for t in clients {
-        t.join().expect("client");
-    }
+    get_big_from_many(s.addr, CONNS);
 }

@@ -168,11 +168,7 @@ fn hold(o: &mut Outbox, process: &Arc<Process>, dest: usize, ev: Event) -> Resul
         && !e.events.is_empty()
         && !process.stopping.load(Relaxed)
     {
-        e.room -= 1;
-        e.events.push(ev);
-        if e.events.len() >= OUTBOX {
-            process.enqueue_batch(dest, &mut e.events);
-        }
+        accept(e, process, ev);
         return Ok(());
     }
     hold_slow(o, process, dest, ev)
@@ -221,10 +217,16 @@ fn hold_slow(
             return Err(Box::new((error, ev)));
         }
     }
+    accept(e, process, ev);
+    Ok(())
+}
+
+/// Puts `ev` in `e`'s batch (which has room for it), pushing the batch when full.
+#[inline(always)]
+fn accept(e: &mut Entry, process: &Arc<Process>, ev: Event) {
     e.room -= 1;
     e.events.push(ev);
     if e.events.len() >= OUTBOX {
-        process.enqueue_batch(dest, &mut e.events);
+        process.enqueue_batch(e.dest, &mut e.events);
     }
-    Ok(())
 }
