@@ -77,6 +77,21 @@ pub(crate) fn draw_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> ChartE
     }
 }
 
+/// A white canvas of `size` pixels drawn to the PNG at `path`, with `title` on top at
+/// `font_pt` points: the area under the title.
+pub(crate) fn titled_canvas<'a>(
+    path: &'a Path,
+    size: (u32, u32),
+    title: &str,
+    font_pt: u32,
+) -> Result<DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>, ChartError> {
+    let err = draw_err(path);
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    root.titled(title, ("sans-serif", font_pt))
+        .map_err(|e| err(&e))
+}
+
 /// Draws `chart`'s legend in the style every sweep chart uses (upper left, on a translucent
 /// white box with a black border), labels at `font_size` points.
 pub(crate) fn draw_legend<'a, DB, CT>(
@@ -131,15 +146,11 @@ pub fn msgs_per_cs_chart(
 ) -> Result<(), ChartError> {
     ensure_font()?;
     let err = draw_err(path);
-    let root = BitMapBackend::new(path, (1600, 720)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
     let title = format!(
         "Messages per CS vs N, requesters = {} (blue: measured, red dashed: theory)",
         requesters.name()
     );
-    let root = root
-        .titled(&title, ("sans-serif", 22))
-        .map_err(|e| err(&e))?;
+    let root = titled_canvas(path, (1600, 720), &title, 22)?;
     let algorithms: Vec<Algorithm> = Algorithm::correct().collect();
     let panels = root.split_evenly((2, algorithms.len().div_ceil(2)));
     let xs = (SWEEP_NODES[0] as f64)..(SWEEP_NODES[SWEEP_NODES.len() - 1] as f64 * 1.05);

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font};
+use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font, titled_canvas};
 use crate::experiment::Requesters;
 use crate::ft_quorum::Generator;
 use crate::quorum_exp::{Cell, Failures, MESSAGE_TYPES};
@@ -65,17 +65,15 @@ fn title(failures: Failures) -> String {
 pub fn msgs_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result<(), ChartError> {
     ensure_font()?;
     let err = draw_err(path);
-    let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(
-            &format!(
-                "Quorum protocol: messages per CS (mean ± std; dashed: without FLUSH) vs N, requesters = {}",
-                requesters.name()
-            ),
-            ("sans-serif", 20),
-        )
-        .map_err(|e| err(&e))?;
+    let root = titled_canvas(
+        path,
+        (1000, 700),
+        &format!(
+            "Quorum protocol: messages per CS (mean ± std; dashed: without FLUSH) vs N, requesters = {}",
+            requesters.name()
+        ),
+        20,
+    )?;
     let mine: Vec<&Cell> = cells
         .iter()
         .filter(|c| c.requesters == requesters)
@@ -156,17 +154,15 @@ pub fn msgs_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result
 pub fn types_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result<(), ChartError> {
     ensure_font()?;
     let err = draw_err(path);
-    let root = BitMapBackend::new(path, (1280, 860)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(
-            &format!(
-                "Quorum protocol: messages per CS by type vs N, requesters = {}",
-                requesters.name()
-            ),
-            ("sans-serif", 20),
-        )
-        .map_err(|e| err(&e))?;
+    let root = titled_canvas(
+        path,
+        (1280, 860),
+        &format!(
+            "Quorum protocol: messages per CS by type vs N, requesters = {}",
+            requesters.name()
+        ),
+        20,
+    )?;
     let mine: Vec<&Cell> = cells
         .iter()
         .filter(|c| c.requesters == requesters)

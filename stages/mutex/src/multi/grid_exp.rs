@@ -58,7 +58,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font};
+use crate::chart::{COLORS, ChartError, draw_err, draw_legend, ensure_font, titled_canvas};
 use crate::error::MutexError;
 use crate::node::{Message, NodeId};
 use crate::sim::{Channels, Latency};
@@ -899,17 +899,15 @@ pub fn grid_charts(rows: &[GridRow], dir: &Path) -> Result<Vec<std::path::PathBu
     let path = dir.join("multi-grid-latency.png");
     {
         let err = draw_err(&path);
-        let root = BitMapBackend::new(&path, (1000, 700)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let root = root
-            .titled(
-                &format!(
-                    "Waiting time vs inter-cluster latency L (48 processes, 3 clusters, local {} ms)",
-                    rows.first().map_or(1, |r| r.point.local_latency)
-                ),
-                ("sans-serif", 19),
-            )
-            .map_err(|e| err(&e))?;
+        let root = titled_canvas(
+            &path,
+            (1000, 700),
+            &format!(
+                "Waiting time vs inter-cluster latency L (48 processes, 3 clusters, local {} ms)",
+                rows.first().map_or(1, |r| r.point.local_latency)
+            ),
+            19,
+        )?;
         let cells = root.split_evenly((2, 2));
         let specs = [
             (
@@ -938,14 +936,12 @@ pub fn grid_charts(rows: &[GridRow], dir: &Path) -> Result<Vec<std::path::PathBu
     let path = dir.join("multi-grid-messages.png");
     {
         let err = draw_err(&path);
-        let root = BitMapBackend::new(&path, (1000, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let root = root
-            .titled(
-                "Messages per CS vs L: remote (solid) and local (dashed)",
-                ("sans-serif", 19),
-            )
-            .map_err(|e| err(&e))?;
+        let root = titled_canvas(
+            &path,
+            (1000, 420),
+            "Messages per CS vs L: remote (solid) and local (dashed)",
+            19,
+        )?;
         let cells = root.split_evenly((1, 2));
         for (cell, (exp, title)) in cells.iter().zip([
             ("latency-v1", "v1 (1 instance/type)"),
@@ -965,19 +961,17 @@ pub fn grid_charts(rows: &[GridRow], dir: &Path) -> Result<Vec<std::path::PathBu
     let path = dir.join("multi-grid-scaling.png");
     {
         let err = draw_err(&path);
-        let root = BitMapBackend::new(&path, (1300, 440)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let root = root
-            .titled(
-                &format!(
-                    "Simulated-wall (solid) and logical (dashed) wait, L = {} ms, 10 instances/type",
-                    rows.iter()
-                        .find(|r| r.point.experiment == "types")
-                        .map_or(500, |r| r.point.remote_latency)
-                ),
-                ("sans-serif", 19),
-            )
-            .map_err(|e| err(&e))?;
+        let root = titled_canvas(
+            &path,
+            (1300, 440),
+            &format!(
+                "Simulated-wall (solid) and logical (dashed) wait, L = {} ms, 10 instances/type",
+                rows.iter()
+                    .find(|r| r.point.experiment == "types")
+                    .map_or(500, |r| r.point.remote_latency)
+            ),
+            19,
+        )?;
         let cells = root.split_evenly((1, 3));
         for (cell, (exp, title, x)) in cells.iter().zip([
             (
