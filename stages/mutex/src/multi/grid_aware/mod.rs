@@ -188,15 +188,9 @@ impl Shared {
     }
 }
 
-/// A slot of the control token: the token of one instance is free (in set A, with its fence
-/// counter) or registered to a process that holds it or will hold it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Slot {
-    /// Free, inside the CT.
-    Free(Fence),
-    /// Held, or to be held, by this process.
-    Holder(NodeId),
-}
+/// A slot of the control token (set A of §5.4 is the free slots): the same as
+/// Bouabdallah–Laforest's.
+pub use super::bouabdallah::Slot;
 
 /// The control token (§5.4): one slot per resource instance, and list C.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
