@@ -253,18 +253,7 @@ impl QuorumExperiment {
         let mut sim =
             Simulation::<FtQuorumNode>::new(cfg, &FtQuorumConfig::generator(self.generator))?;
         let report = sim.run();
-        let end = report.metrics.end_time;
-        let mut dead = vec![false; self.nodes];
-        let mut happened = 0;
-        for c in crashes.iter().filter(|c| c.at <= end) {
-            dead[c.node] = true;
-            happened += 1;
-        }
-        let no_quorum = sim
-            .nodes()
-            .iter()
-            .enumerate()
-            .any(|(i, node)| !dead[i] && node.no_quorum());
+        let (happened, no_quorum) = crash_tally(&sim, &crashes, report.metrics.end_time);
         Ok(QuorumRow {
             row: Row {
                 exp: self.as_experiment(),
@@ -279,6 +268,27 @@ impl QuorumExperiment {
             notice_mean: latency_mean(&self.notice),
         })
     }
+}
+
+/// After a run that ended at `end`: how many of the scheduled `crashes` happened, and
+/// whether a surviving process was left without a quorum.
+pub(crate) fn crash_tally(
+    sim: &Simulation<FtQuorumNode>,
+    crashes: &[Crash],
+    end: u64,
+) -> (usize, bool) {
+    let mut dead = vec![false; sim.nodes().len()];
+    let mut happened = 0;
+    for c in crashes.iter().filter(|c| c.at <= end) {
+        dead[c.node] = true;
+        happened += 1;
+    }
+    let no_quorum = sim
+        .nodes()
+        .iter()
+        .enumerate()
+        .any(|(i, node)| !dead[i] && node.no_quorum());
+    (happened, no_quorum)
 }
 
 /// One measured quorum run.

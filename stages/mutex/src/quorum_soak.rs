@@ -126,21 +126,10 @@ impl fmt::Display for SoakOutcome {
 pub fn soak_run(g: Generator, seed: u64) -> Result<(SoakOutcome, usize), crate::MutexError> {
     let cfg = soak_config(g, seed);
     let crashes = cfg.crashes.clone();
-    let n = cfg.n;
     let mut sim = Simulation::<FtQuorumNode>::new(cfg, &FtQuorumConfig::generator(g))?;
     let report = sim.run();
-    let end = report.metrics.end_time;
-    let mut dead = vec![false; n];
-    let mut happened = 0;
-    for c in crashes.iter().filter(|c| c.at <= end) {
-        dead[c.node] = true;
-        happened += 1;
-    }
-    let no_quorum = sim
-        .nodes()
-        .iter()
-        .enumerate()
-        .any(|(i, node)| !dead[i] && node.no_quorum());
+    let (happened, no_quorum) =
+        crate::quorum_exp::crash_tally(&sim, &crashes, report.metrics.end_time);
     let outcome = match report.verdict {
         Verdict::Ok => SoakOutcome::Ok,
         Verdict::Violation(v @ Violation::FenceNotIncreasing { .. }) => SoakOutcome::Fence(v),
