@@ -8,7 +8,7 @@
 //! * [`task`]: one activation of an instance and the instance life cycle;
 //! * [`ctx`]: the instance API handlers use;
 //! * [`executor`]: the seam between the runtime and what runs its tasks;
-//! * [`pool`]: the real executor (worker threads + the asynchronous-events thread).
+//! * [`pool`]: the real executor (worker threads, which also drive the reactor).
 
 mod ctx;
 pub mod executor;
@@ -294,15 +294,15 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         });
     }
 
-    // The real executor (worker pool + events thread), unless one was supplied.
+    // The real executor (worker pool + reactor), unless one was supplied.
     let (exec, real): (Arc<dyn Executor>, Option<RealExecutor>) = match opts.executor.take() {
         Some(e) => (e, None),
         None => {
             let io = pool::Io::start().map_err(|source| RunError::Io {
-                context: "starting the asynchronous-events thread".into(),
+                context: "starting the reactor".into(),
                 source,
             })?;
-            let pool = Arc::new(pool::Pool::new(io.handle()));
+            let pool = Arc::new(pool::Pool::new(&io));
             (pool.clone(), Some((pool, io)))
         }
     };
@@ -611,12 +611,12 @@ impl ProcessHandle {
     }
 }
 
-/// The worker pool and the asynchronous-events thread it uses.
+/// The worker pool and the reactor it drives.
 type RealExecutor = (Arc<pool::Pool>, pool::Io);
 
 struct Supervisor {
     process: Arc<Process>,
-    /// The worker pool and events thread, when this run owns them.
+    /// The worker pool and reactor, when this run owns them.
     real: Option<RealExecutor>,
     controller: Box<dyn Controller>,
     opts: Run,

@@ -1,12 +1,12 @@
-//! The real executor: one shared worker pool per process, plus the asynchronous-events
-//! thread (a tokio reactor: timers, sockets) that wakes waiting instances.
+//! The real executor: one shared worker pool per process that also drives the
+//! asynchronous events (a tokio reactor: timers, sockets) that wake waiting instances.
 //!
 //! The ready queue is a global injector plus one LIFO deque per worker, with work
 //! stealing (crossbeam-deque). A task scheduled from a worker goes to that worker's
 //! deque, so a chain of hand-offs (a token around a ring) stays on one warm thread;
 //! idle workers steal from the other end, so a long-running producer does not keep its
 //! consumers to itself. Every [`INJECTOR_EVERY`]th pick checks the injector first, so
-//! wake-ups from the events thread and re-queued (yielded) tasks do not wait behind a
+//! wake-ups from the reactor and re-queued (yielded) tasks do not wait behind a
 //! worker's stream of local hand-offs.
 //!
 //! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
@@ -16,11 +16,22 @@
 //! it finds work or sleeps again, so a burst of tasks wakes one worker, not all.
 //!
 //! Workers enter the reactor's context, so a handler may create tokio sockets and
-//! timers; the workers poll the futures and the reactor only wakes them.
+//! timers; the workers poll the futures and the reactor only wakes them. There is no
+//! reactor thread: the first idle worker to go to sleep blocks in the reactor instead
+//! (the *driver*; the others sleep on a condition variable), so a socket that becomes
+//! ready wakes the thread that will run its instance. Tasks woken there go to the
+//! injector (served in order), without waking another worker; the driver that leaves
+//! with more than one wakes a sleeper to share them (and take over the reactor). A
+//! scheduled task wakes a condition-variable sleeper first, the driver only when none
+//! sleeps. Busy workers poll the reactor without blocking every [`DRIVE_EVERY`] tasks
+//! ([`DRIVE_GAP`] apart at least) while no worker drives it, so readiness is seen under
+//! full load.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*, fence};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -39,6 +50,14 @@ const INJECTOR_EVERY: u32 = 8;
 /// wake-ups are not lost, but a busy worker's deque is stolen from only by looking).
 const SLEEP_MAX: Duration = Duration::from_millis(50);
 
+/// Every this many tasks, a worker polls the reactor (without blocking) if no worker
+/// drives it and it has not polled it for [`DRIVE_GAP`].
+const DRIVE_EVERY: u32 = 61;
+
+/// The shortest time between two polls of the reactor by one busy worker (a poll costs
+/// about a microsecond: at most 1 % of its time).
+const DRIVE_GAP: Duration = Duration::from_micros(100);
+
 struct Shared {
     injector: Injector<Task>,
     stealers: RwLock<Vec<Option<Victim>>>,
@@ -53,6 +72,12 @@ struct Shared {
     busy: AtomicUsize,
     shutdown: AtomicBool,
     io: tokio::runtime::Handle,
+    /// A worker holds the reactor (polls it, or sleeps in it).
+    driving: AtomicBool,
+    /// The driver sleeps in the reactor (or is about to): a scheduled task may wake it
+    /// through `driver_waker`.
+    driver_asleep: AtomicBool,
+    driver_waker: Mutex<Option<Waker>>,
 }
 
 /// What other workers see of one worker: its deque's far end, and how many tasks it
@@ -70,6 +95,8 @@ struct Local {
     started: Arc<AtomicU64>,
     /// Per victim, the started-count seen at the last look.
     seen: RefCell<Vec<u64>>,
+    /// This worker is inside the reactor: tasks it wakes need no other worker woken.
+    driving: Cell<bool>,
 }
 
 thread_local! {
@@ -79,11 +106,18 @@ thread_local! {
 /// The worker pool.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    handles: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Threads>,
+}
+
+/// The worker threads, and the reactor's runtime they share (taken at shutdown, so
+/// that [`Io`] drops it last).
+struct Threads {
+    handles: Vec<JoinHandle<()>>,
+    rt: Option<Arc<tokio::runtime::Runtime>>,
 }
 
 impl Pool {
-    pub(crate) fn new(io: tokio::runtime::Handle) -> Pool {
+    pub(crate) fn new(io: &Io) -> Pool {
         Pool {
             shared: Arc::new(Shared {
                 injector: Injector::new(),
@@ -96,9 +130,15 @@ impl Pool {
                 wakeup: Condvar::new(),
                 busy: AtomicUsize::new(0),
                 shutdown: AtomicBool::new(false),
-                io,
+                io: io.rt.handle().clone(),
+                driving: AtomicBool::new(false),
+                driver_asleep: AtomicBool::new(false),
+                driver_waker: Mutex::new(None),
             }),
-            handles: Mutex::new(Vec::new()),
+            threads: Mutex::new(Threads {
+                handles: Vec::new(),
+                rt: Some(io.rt.clone()),
+            }),
         }
     }
 
@@ -107,7 +147,11 @@ impl Pool {
         self.shared.shutdown.store(true, SeqCst);
         self.shared.target.store(0, SeqCst);
         self.shared.wake_all();
-        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        let handles = {
+            let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+            t.rt = None;
+            std::mem::take(&mut t.handles)
+        };
         for h in handles {
             let _ = h.join();
         }
@@ -117,18 +161,38 @@ impl Pool {
 
 impl Shared {
     /// Wakes a sleeping worker for a task just queued, unless an idle worker is
-    /// spinning (it will find the task) or none sleeps.
+    /// spinning (it will find the task) or none sleeps: one on the condition variable,
+    /// else the driver.
     fn notify_one(&self) {
         // Pairs with the fence of a worker going to sleep: either it sees the task in
         // its last look, or this sees it spinning or asleep.
         fence(SeqCst);
-        if self.spinning.load(SeqCst) > 0 || self.sleepers.load(SeqCst) == 0 {
+        if self.spinning.load(SeqCst) > 0 {
             return;
         }
-        let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        if *t < self.sleepers.load(SeqCst) {
-            *t += 1;
-            self.wakeup.notify_one();
+        if self.sleepers.load(SeqCst) > 0 {
+            let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+            if *t < self.sleepers.load(SeqCst) {
+                *t += 1;
+                self.wakeup.notify_one();
+                return;
+            }
+        }
+        self.wake_driver();
+    }
+
+    /// Wakes the driver if it sleeps in the reactor (a no-op otherwise). The driver
+    /// registers its waker, then looks for work, so that either it sees a task queued
+    /// before this call or this call finds its waker.
+    fn wake_driver(&self) {
+        if self.driver_asleep.swap(false, SeqCst)
+            && let Some(w) = self
+                .driver_waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        {
+            w.wake();
         }
     }
 
@@ -136,6 +200,8 @@ impl Shared {
         let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
         *t += self.sleepers.load(SeqCst);
         self.wakeup.notify_all();
+        drop(t);
+        self.wake_driver();
     }
 
     fn find_task(&self, local: &Local, me: usize, tick: u32) -> Option<Task> {
@@ -204,15 +270,36 @@ impl Shared {
     }
 }
 
-fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<AtomicU64>) {
+fn worker(
+    shared: Arc<Shared>,
+    me: usize,
+    deque: Worker<Task>,
+    started: Arc<AtomicU64>,
+    rt: Arc<tokio::runtime::Runtime>,
+) {
     let _io = shared.io.enter();
     LOCAL.set(Some(Local {
         pool: Arc::as_ptr(&shared),
         deque,
         started,
         seen: RefCell::new(Vec::new()),
+        driving: Cell::new(false),
     }));
     let mut tick = 0u32;
+    // Tasks run since this worker last looked at the reactor, and when it polled it.
+    let mut ran = 0u32;
+    let mut polled = Instant::now();
+    let mut run = |task: Task| {
+        run_task(&shared, task);
+        ran += 1;
+        if ran >= DRIVE_EVERY {
+            ran = 0;
+            if polled.elapsed() >= DRIVE_GAP {
+                polled = Instant::now();
+                poll_reactor(&shared, &rt);
+            }
+        }
+    };
     // Counted in `shared.spinning` (idle, looking for work).
     let mut spinning = false;
     'work: loop {
@@ -222,7 +309,7 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
         tick = tick.wrapping_add(1);
         if let Some(task) = next_task(&shared, me, tick) {
             stop_spinning(&shared, &mut spinning);
-            run_task(&shared, task);
+            run(task);
             continue;
         }
         // Idle: keep looking (stealing included) a few microseconds before sleeping: a
@@ -241,22 +328,47 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
             tick = tick.wrapping_add(1);
             if let Some(task) = next_task(&shared, me, tick) {
                 stop_spinning(&shared, &mut spinning);
-                run_task(&shared, task);
+                run(task);
                 continue 'work;
             }
             if shared.shutdown.load(Relaxed) || shared.should_exit_soon() {
                 break;
             }
         }
-        // Sleep: count as a sleeper before the last look, so that a task scheduled
-        // after that look sees this worker asleep and wakes it (no lost wake-up).
-        shared.sleepers.fetch_add(1, SeqCst);
+        // Sleep, in the reactor if no worker is there. Either way, count as asleep
+        // before the last look, so that a task scheduled after that look sees this
+        // worker asleep and wakes it (no lost wake-up).
         spinning = false;
+        if !shared.driving.swap(true, SeqCst) {
+            shared.driver_asleep.store(true, SeqCst);
+            shared.spinning.fetch_sub(1, SeqCst);
+            fence(SeqCst);
+            let found = next_task(&shared, me, INJECTOR_EVERY);
+            if found.is_none() {
+                sleep_in_reactor(&shared, &rt);
+            }
+            shared.driver_asleep.store(false, SeqCst);
+            shared.driving.store(false, SeqCst);
+            // Woken tasks beyond the one this worker runs next: wake a sleeper to share
+            // them (it also takes over the reactor).
+            if shared.injector.len() > 1 {
+                shared.notify_one();
+            }
+            // Looking for work again: tasks scheduled meanwhile need no other worker.
+            spinning = true;
+            shared.spinning.fetch_add(1, SeqCst);
+            if let Some(task) = found {
+                stop_spinning(&shared, &mut spinning);
+                run(task);
+            }
+            continue;
+        }
+        shared.sleepers.fetch_add(1, SeqCst);
         shared.spinning.fetch_sub(1, SeqCst);
         fence(SeqCst);
         if let Some(task) = next_task(&shared, me, INJECTOR_EVERY) {
             shared.sleepers.fetch_sub(1, SeqCst);
-            run_task(&shared, task);
+            run(task);
             continue;
         }
         let woken = {
@@ -300,6 +412,66 @@ fn worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, started: Arc<Atom
     shared.notify_one();
 }
 
+/// Marks the calling worker as inside the reactor (or not).
+fn set_driving(on: bool) {
+    LOCAL.with_borrow(|l| {
+        if let Some(l) = l {
+            l.driving.set(on);
+        }
+    });
+}
+
+/// The driver's sleep: blocks in the reactor (dispatching socket and timer events)
+/// until a task is scheduled for it (`driver_asleep` cleared by [`Shared::wake_driver`]),
+/// or [`SLEEP_MAX`] passes.
+fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
+    set_driving(true);
+    rt.block_on(async {
+        let mut timeout = std::pin::pin!(tokio::time::sleep(SLEEP_MAX));
+        std::future::poll_fn(|cx| {
+            *shared
+                .driver_waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+            fence(SeqCst);
+            if !shared.driver_asleep.load(SeqCst) || timeout.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await
+    });
+    *shared
+        .driver_waker
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = None;
+    set_driving(false);
+}
+
+/// Polls the reactor once without blocking, unless a worker drives it (a sleeper is
+/// woken for the tasks it wakes).
+fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
+    if shared.driving.load(Relaxed) || shared.driving.swap(true, SeqCst) {
+        return;
+    }
+    set_driving(true);
+    // Pending once (after waking itself): `block_on` then polls the reactor with a zero
+    // timeout before it polls this again.
+    let mut first = true;
+    rt.block_on(std::future::poll_fn(|cx| {
+        if std::mem::take(&mut first) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(())
+    }));
+    set_driving(false);
+    shared.driving.store(false, SeqCst);
+    if !shared.injector.is_empty() {
+        shared.notify_one();
+    }
+}
+
 /// Leaves the spinning state on finding a task; the last spinner to leave wakes a
 /// sleeper if more work waits in the injector (it may have skipped waking one for it).
 fn stop_spinning(shared: &Shared, spinning: &mut bool) {
@@ -334,17 +506,28 @@ impl Executor for Pool {
         if shared.shutdown.load(Relaxed) {
             return;
         }
-        let task = LOCAL.with_borrow(|l| match l {
-            Some(l) if std::ptr::eq(l.pool, shared) => {
+        let rest = LOCAL.with_borrow(|l| match l {
+            Some(l) if std::ptr::eq(l.pool, shared) && !l.driving.get() => {
                 l.deque.push(task);
-                None
+                Ok(())
             }
-            _ => Some(task),
+            Some(l) => Err((task, std::ptr::eq(l.pool, shared))),
+            None => Err((task, false)),
         });
-        if let Some(task) = task {
-            shared.injector.push(task);
+        match rest {
+            Ok(()) => shared.notify_one(),
+            // Woken in the reactor by this worker: it takes the task when it leaves. The
+            // injector, not its deque: a reactor poll can wake hundreds of tasks at once,
+            // and they are served in order (the deque is last-in first-out).
+            Err((task, true)) => {
+                shared.injector.push(task);
+                shared.wake_driver();
+            }
+            Err((task, false)) => {
+                shared.injector.push(task);
+                shared.notify_one();
+            }
         }
-        shared.notify_one();
     }
 
     fn now(&self) -> f64 {
@@ -363,11 +546,12 @@ impl Executor for Pool {
     }
 
     fn set_threads(&self, n: usize) {
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let Threads { handles, rt } = &mut *threads;
         let shared = &self.shared;
-        if shared.shutdown.load(SeqCst) {
+        let Some(rt) = rt.as_ref().filter(|_| !shared.shutdown.load(SeqCst)) else {
             return;
-        }
+        };
         shared.target.store(n, SeqCst);
         while shared.alive.load(SeqCst) < n {
             let deque = Worker::new_lifo();
@@ -390,10 +574,10 @@ impl Executor for Pool {
                 }
             };
             shared.alive.fetch_add(1, SeqCst);
-            let s = shared.clone();
+            let (s, rt) = (shared.clone(), rt.clone());
             match std::thread::Builder::new()
                 .name(format!("leda-worker-{me}"))
-                .spawn(move || worker(s, me, deque, started))
+                .spawn(move || worker(s, me, deque, started, rt))
             {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -448,12 +632,10 @@ impl Executor for Pool {
     }
 }
 
-/// The asynchronous-events thread: a current-thread tokio runtime driving timers and
-/// sockets until dropped.
+/// The reactor (a current-thread tokio runtime: timers, sockets) the workers drive.
+/// Dropped after the pool's shutdown, it closes what is still registered in it.
 pub(crate) struct Io {
-    handle: tokio::runtime::Handle,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    rt: Arc<tokio::runtime::Runtime>,
 }
 
 impl Io {
@@ -461,35 +643,7 @@ impl Io {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let handle = rt.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("leda-events".into())
-            .spawn(move || {
-                rt.block_on(async {
-                    let _ = stopped.await;
-                });
-            })?;
-        Ok(Io {
-            handle,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-
-    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
-        self.handle.clone()
-    }
-}
-
-impl Drop for Io {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        Ok(Io { rt: Arc::new(rt) })
     }
 }
 
@@ -500,6 +654,44 @@ mod tests {
     use std::time::Duration;
 
     use crate::prelude::*;
+
+    /// With no idle worker, nobody sleeps in the reactor: the busy worker must still
+    /// poll it, so a timer fires while two stages bounce an event forever on the only
+    /// worker.
+    #[test]
+    fn timers_fire_while_every_worker_is_busy() {
+        let bounces = Arc::new(AtomicUsize::new(0));
+        let b = bounces.clone();
+        let ping = Stage::new("ping", move |ev, ctx: &mut Ctx| {
+            b.fetch_add(1, SeqCst);
+            ctx.send(1, ev)?;
+            Ok(())
+        })
+        .autostart(());
+        let pong = Stage::new("pong", |ev, ctx: &mut Ctx| {
+            ctx.send(1, ev)?;
+            Ok(())
+        });
+        let timer = Stage::asynchronous("timer", |_: Event, ctx: Ctx| async move {
+            ctx.sleep(Duration::from_millis(20)).await;
+            ctx.quit("rang");
+            Ok(())
+        })
+        .autostart(());
+        let mut g = Graph::new("g");
+        g.connect(&ping, 1, &pong);
+        g.connect(&pong, 1, &ping);
+        g.add(&timer);
+        let r = g
+            .run(Run::default().threads(1).timeout(Duration::from_secs(20)))
+            .expect("run");
+        assert_eq!(r.reason, EndReason::Quit, "the timer never fired");
+        assert!(
+            bounces.load(SeqCst) > 100,
+            "the worker was not kept busy ({} bounces)",
+            bounces.load(SeqCst)
+        );
+    }
 
     /// On one worker, a stage that keeps calling `nice()` must let another ready
     /// stage run (it used to go back on top of its worker's deque and starve it).
