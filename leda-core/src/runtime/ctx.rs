@@ -222,15 +222,30 @@ impl Ctx {
     ///
     /// The first attempt is made at once, when this is called; the returned future
     /// only waits if that attempt found the queue full.
+    #[inline(always)]
     pub fn send_wait<K: PortKey>(&mut self, port: K, event: impl Into<Event>) -> SendWait<'_, K> {
-        let slow = match self.try_send(&port, event) {
-            Ok(()) => None,
-            Err(r) => Some(Box::new(Slow::after(r))),
-        };
+        let slow = self.send_wait_first(&port, event);
         SendWait {
             ctx: self,
             port,
             slow,
+        }
+    }
+
+    /// The first attempt of [`Ctx::send_wait`], out of line and returning one word: the
+    /// future is built in the caller's frame. (Returned through memory, the future's
+    /// fields were read back right after the call with wide loads that could not be
+    /// forwarded from the callee's narrower stores: a stall that cost a quarter of a
+    /// one-thread pipeline's time.)
+    #[inline(never)]
+    fn send_wait_first(
+        &mut self,
+        port: &impl PortKey,
+        event: impl Into<Event>,
+    ) -> Option<Box<Slow>> {
+        match self.try_send(port, event) {
+            Ok(()) => None,
+            Err(r) => Some(Box::new(Slow::after(r))),
         }
     }
 
