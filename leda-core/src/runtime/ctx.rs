@@ -141,7 +141,7 @@ impl Ctx {
     /// Never blocks; on failure the event is not delivered and the error says why.
     #[inline]
     pub fn send(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
-        self.try_send(port, event).map_err(|r| r.error)
+        self.send_boxed(&port, event).map_err(|r| r.error)
     }
 
     /// Like [`Ctx::send`], but a failed send hands the event back for a retry.
@@ -151,6 +151,19 @@ impl Ctx {
         port: impl PortKey,
         event: impl Into<Event>,
     ) -> Result<(), Rejected> {
+        self.send_boxed(&port, event).map_err(|r| *r)
+    }
+
+    /// Every send's attempt: out of line, and its result one word (a failure is rare).
+    /// A result returned through memory was read back right after the call with wide
+    /// loads that could not be forwarded from the callee's narrower stores: a stall
+    /// that cost a quarter of a one-thread pipeline's time.
+    #[inline(never)]
+    fn send_boxed(
+        &mut self,
+        port: &impl PortKey,
+        event: impl Into<Event>,
+    ) -> Result<(), Box<Rejected>> {
         let mut event = event.into();
         let process = &self.process;
         let st = &process.stages[self.stage];
@@ -165,7 +178,7 @@ impl Ctx {
                 stage: st.name.to_string(),
                 port: port.to_port().to_string(),
             };
-            return Err(Rejected { error, event });
+            return Err(Box::new(Rejected { error, event }));
         };
         let route = &routes[ri];
         if route.kind == ConnectorKind::Decoupled && event.has_attachment() {
@@ -173,7 +186,7 @@ impl Ctx {
                 stage: st.name.to_string(),
                 port: route.port.to_string(),
             };
-            return Err(Rejected { error, event });
+            return Err(Box::new(Rejected { error, event }));
         }
         self.stamp_tick = self.stamp_tick.wrapping_add(1);
         if self.stamp_tick.is_multiple_of(STAMP_SAMPLE) {
@@ -212,7 +225,7 @@ impl Ctx {
             Err(bounced) => {
                 let (error, mut event) = *bounced;
                 event.take_stamp();
-                Err(Rejected { error, event })
+                Err(Box::new(Rejected { error, event }))
             }
         }
     }
@@ -224,28 +237,14 @@ impl Ctx {
     /// only waits if that attempt found the queue full.
     #[inline(always)]
     pub fn send_wait<K: PortKey>(&mut self, port: K, event: impl Into<Event>) -> SendWait<'_, K> {
-        let slow = self.send_wait_first(&port, event);
+        let slow = match self.send_boxed(&port, event) {
+            Ok(()) => None,
+            Err(r) => Some(Box::new(Slow::after(*r))),
+        };
         SendWait {
             ctx: self,
             port,
             slow,
-        }
-    }
-
-    /// The first attempt of [`Ctx::send_wait`], out of line and returning one word: the
-    /// future is built in the caller's frame. (Returned through memory, the future's
-    /// fields were read back right after the call with wide loads that could not be
-    /// forwarded from the callee's narrower stores: a stall that cost a quarter of a
-    /// one-thread pipeline's time.)
-    #[inline(never)]
-    fn send_wait_first(
-        &mut self,
-        port: &impl PortKey,
-        event: impl Into<Event>,
-    ) -> Option<Box<Slow>> {
-        match self.try_send(port, event) {
-            Ok(()) => None,
-            Err(r) => Some(Box::new(Slow::after(r))),
         }
     }
 
@@ -255,29 +254,38 @@ impl Ctx {
     /// the same call queue behind it, so order is kept. Failures other than a full
     /// queue are returned at once; a failure while parked fails the handler call
     /// (and reaches the `error` port).
+    #[inline]
     pub fn send_or_wait(
         &mut self,
         port: impl PortKey,
         event: impl Into<Event>,
     ) -> Result<(), SendError> {
+        if self.backlog.is_none() && self.wait.is_none() {
+            return match self.send_boxed(&port, event) {
+                Ok(()) => Ok(()),
+                Err(r) => match *r {
+                    Rejected {
+                        error: SendError::QueueFull { .. },
+                        event,
+                    } => self.hold_back(port.to_port(), event),
+                    r => Err(r.error),
+                },
+            };
+        }
+        self.hold_back(port.to_port(), event.into())
+    }
+
+    /// [`Ctx::send_or_wait`] when the event must wait: behind a backlog of held events,
+    /// after the call's wait, or for room.
+    #[cold]
+    #[inline(never)]
+    fn hold_back(&mut self, port: Port, event: Event) -> Result<(), SendError> {
         if let Some(backlog) = &self.backlog {
             // Behind events already held: queue after them (one future drains all).
-            lock_backlog(backlog).push_back((port.to_port(), event.into()));
+            lock_backlog(backlog).push_back((port, event));
             return Ok(());
         }
-        let event = if self.wait.is_none() {
-            match self.try_send(&port, event) {
-                Ok(()) => return Ok(()),
-                Err(Rejected {
-                    error: SendError::QueueFull { .. },
-                    event,
-                }) => event,
-                Err(r) => return Err(r.error),
-            }
-        } else {
-            event.into()
-        };
-        let backlog = Arc::new(Mutex::new(VecDeque::from([(port.to_port(), event)])));
+        let backlog = Arc::new(Mutex::new(VecDeque::from([(port, event)])));
         self.backlog = Some(backlog.clone());
         let before = self.wait.take();
         let mut ctx = self.clone();

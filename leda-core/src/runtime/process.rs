@@ -111,6 +111,7 @@ impl StageRt {
         }
     }
 
+    #[inline]
     pub(crate) fn routes(&self) -> &[Route] {
         self.routes.get().map_or(&[], |r| r)
     }
