@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 /// One handler call in this many is timed (a clock read costs ~23 ns on a VM: at one in
-/// 16 the two reads were 12 % of a one-thread pipeline's time).
+/// 16 the two reads were 12 % of a one-thread pipeline's time). The sample is per worker
+/// thread, across stages: a stage that sees few events gets few latency samples.
 pub const LATENCY_SAMPLE: u64 = 64;
 /// One sent event in this many carries a timestamp for connector latency.
 pub const STAMP_SAMPLE: u32 = 256;
