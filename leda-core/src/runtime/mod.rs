@@ -654,14 +654,14 @@ impl Supervisor {
                 .recv_timeout(wake.saturating_duration_since(now))
                 .is_ok()
             {
-                break EndReason::Quit;
+                break Ok(EndReason::Quit);
             }
             let now = Instant::now();
             if opts.until_idle && process.is_quiescent() {
-                break EndReason::Idle;
+                break Ok(EndReason::Idle);
             }
             if opts.timeout.is_some_and(|t| now >= started + t) {
-                break EndReason::Timeout;
+                break Ok(EndReason::Timeout);
             }
             if now >= next_ctrl {
                 next_ctrl = now + ctrl_every;
@@ -674,8 +674,11 @@ impl Supervisor {
                 next_stats = now + opts.stats_interval;
                 let mut snap = snapshot(&process);
                 snap.rates_from(&prev_snapshot);
-                if let Some(out) = stats_out.as_mut() {
-                    write_line(out, &snap)?;
+                if let Some(out) = stats_out.as_mut()
+                    && let Err(e) = write_line(out, &snap)
+                {
+                    // The run ends with the error, but only after the pool is stopped.
+                    break Err(e);
                 }
                 prev_snapshot = snap;
             }
@@ -688,6 +691,7 @@ impl Supervisor {
         if let Some((pool, _)) = &real {
             pool.shutdown();
         }
+        let reason = reason?;
         let mut stats = snapshot(&process);
         stats.process.threads = threads;
         stats.rates_from(&prev_snapshot);

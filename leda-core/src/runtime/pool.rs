@@ -187,14 +187,15 @@ impl Shared {
     /// registers its waker, then looks for work, so that either it sees a task queued
     /// before this call or this call finds its waker.
     fn wake_driver(&self) {
-        if self.driver_asleep.swap(false, SeqCst)
-            && let Some(w) = self
+        if self.driver_asleep.swap(false, SeqCst) {
+            let waker = self
                 .driver_waker
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .take()
-        {
-            w.wake();
+                .take();
+            if let Some(w) = waker {
+                w.wake();
+            }
         }
     }
 
@@ -337,22 +338,38 @@ fn worker(
                 break;
             }
         }
+        // A worker holds the reactor without sleeping in it (a busy worker's poll, or a
+        // driver on its way out): it lets go within microseconds, and sleeping on the
+        // condition variable now would leave the reactor undriven. Look again.
+        if shared.driving.load(SeqCst)
+            && !shared.driver_asleep.load(SeqCst)
+            && !shared.shutdown.load(Relaxed)
+            && !shared.should_exit_soon()
+        {
+            continue;
+        }
         // Sleep, in the reactor if no worker is there. Either way, count as asleep
         // before the last look, so that a task scheduled after that look sees this
         // worker asleep and wakes it (no lost wake-up).
         spinning = false;
         if !shared.driving.swap(true, SeqCst) {
+            let in_reactor = InReactor::enter(&shared);
             shared.driver_asleep.store(true, SeqCst);
             shared.spinning.fetch_sub(1, SeqCst);
             fence(SeqCst);
             let found = next_task(&shared, me, INJECTOR_EVERY);
-            if found.is_none() {
+            // Shutdown and shrinking are checked after the fence: `wake_all` clears
+            // `driver_asleep` after setting them, so either this sees them, or the sleep
+            // below sees `driver_asleep` cleared and returns at once.
+            if found.is_none() && !shared.shutdown.load(SeqCst) && !shared.should_exit_soon() {
                 sleep_in_reactor(&shared, &rt);
             }
-            shared.driver_asleep.store(false, SeqCst);
-            shared.driving.store(false, SeqCst);
+            drop(in_reactor);
             // Woken tasks beyond the one this worker runs next: wake a sleeper to share
-            // them (it also takes over the reactor).
+            // them (it also takes over the reactor). With one task only, none is woken
+            // (a futex wake per reactor event would cost more than it saves): the
+            // reactor is then undriven while that task runs, unless another worker
+            // goes idle, or a busy one polls it.
             if shared.injector.len() > 1 {
                 shared.notify_one();
             }
@@ -370,6 +387,13 @@ fn worker(
         fence(SeqCst);
         if let Some(task) = next_task(&shared, me, INJECTOR_EVERY) {
             shared.sleepers.fetch_sub(1, SeqCst);
+            // A task scheduled meanwhile may have granted this (no longer) sleeper the
+            // wake-up: pass it on, to a sleeper or the driver.
+            if !shared.injector.is_empty()
+                || LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| !l.deque.is_empty()))
+            {
+                shared.notify_one();
+            }
             run(task);
             continue;
         }
@@ -423,11 +447,35 @@ fn set_driving(on: bool) {
     });
 }
 
-/// The driver's sleep: blocks in the reactor (dispatching socket and timer events)
-/// until a task is scheduled for it (`driver_asleep` cleared by [`Shared::wake_driver`]),
-/// or [`SLEEP_MAX`] passes.
+/// The calling worker holds the reactor (it won `Shared::driving`) until dropped: then
+/// the reactor is free again, also if a panic escapes `block_on` (it is never left
+/// held).
+struct InReactor<'a>(&'a Shared);
+
+impl<'a> InReactor<'a> {
+    fn enter(shared: &'a Shared) -> InReactor<'a> {
+        set_driving(true);
+        InReactor(shared)
+    }
+}
+
+impl Drop for InReactor<'_> {
+    fn drop(&mut self) {
+        set_driving(false);
+        *self
+            .0
+            .driver_waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.0.driver_asleep.store(false, SeqCst);
+        self.0.driving.store(false, SeqCst);
+    }
+}
+
+/// The driver's sleep (its caller holds the reactor, [`InReactor`]): blocks in the
+/// reactor, dispatching socket and timer events, until a task is scheduled for it
+/// (`driver_asleep` cleared by [`Shared::wake_driver`]) or [`SLEEP_MAX`] passes.
 fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
-    set_driving(true);
     rt.block_on(async {
         let mut timeout = std::pin::pin!(tokio::time::sleep(SLEEP_MAX));
         std::future::poll_fn(|cx| {
@@ -443,11 +491,6 @@ fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
         })
         .await
     });
-    *shared
-        .driver_waker
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = None;
-    set_driving(false);
 }
 
 /// Polls the reactor once without blocking, unless a worker drives it (a sleeper is
@@ -456,7 +499,7 @@ fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
     if shared.driving.load(Relaxed) || shared.driving.swap(true, SeqCst) {
         return;
     }
-    set_driving(true);
+    let in_reactor = InReactor::enter(shared);
     // Pending once (after waking itself): `block_on` then polls the reactor with a zero
     // timeout before it polls this again.
     let mut first = true;
@@ -467,8 +510,7 @@ fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
         }
         Poll::Ready(())
     }));
-    set_driving(false);
-    shared.driving.store(false, SeqCst);
+    drop(in_reactor);
     if !shared.injector.is_empty() {
         shared.notify_one();
     }
