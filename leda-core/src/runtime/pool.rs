@@ -352,8 +352,7 @@ fn worker(
         // before the last look, so that a task scheduled after that look sees this
         // worker asleep and wakes it (no lost wake-up).
         spinning = false;
-        if !shared.driving.swap(true, SeqCst) {
-            let in_reactor = InReactor::enter(&shared);
+        if let Some(in_reactor) = InReactor::try_enter(&shared) {
             shared.driver_asleep.store(true, SeqCst);
             shared.spinning.fetch_sub(1, SeqCst);
             fence(SeqCst);
@@ -447,15 +446,18 @@ fn set_driving(on: bool) {
     });
 }
 
-/// The calling worker holds the reactor (it won `Shared::driving`) until dropped: then
-/// the reactor is free again, also if a panic escapes `block_on` (it is never left
-/// held).
+/// The calling worker holds the reactor (`Shared::driving`) until dropped: then the
+/// reactor is free again, also if a panic escapes `block_on` (it is never left held).
 struct InReactor<'a>(&'a Shared);
 
 impl<'a> InReactor<'a> {
-    fn enter(shared: &'a Shared) -> InReactor<'a> {
+    /// Takes the reactor, unless another worker holds it.
+    fn try_enter(shared: &'a Shared) -> Option<InReactor<'a>> {
+        if shared.driving.load(Relaxed) || shared.driving.swap(true, SeqCst) {
+            return None;
+        }
         set_driving(true);
-        InReactor(shared)
+        Some(InReactor(shared))
     }
 }
 
@@ -496,10 +498,9 @@ fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
 /// Polls the reactor once without blocking, unless a worker drives it (a sleeper is
 /// woken for the tasks it wakes).
 fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
-    if shared.driving.load(Relaxed) || shared.driving.swap(true, SeqCst) {
+    let Some(in_reactor) = InReactor::try_enter(shared) else {
         return;
-    }
-    let in_reactor = InReactor::enter(shared);
+    };
     // Pending once (after waking itself): `block_on` then polls the reactor with a zero
     // timeout before it polls this again.
     let mut first = true;
