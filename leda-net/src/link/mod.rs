@@ -1,0 +1,527 @@
+//! The transport of one process: a link per peer process (one TCP connection carrying
+//! every connector between the two), credit-based flow control, batching, and the
+//! accounting that keeps `sent = delivered + reported failed`.
+//!
+//! # Sending
+//!
+//! [`RemoteSink::send`] never blocks: on the sending worker thread, under the link's
+//! outbox lock, it takes one credit of the route on a peer (round-robin over the peers
+//! of a replicated cluster), encodes the event straight into the open `events` frame
+//! of the link's outbound buffer (`wire::EventsFrame`) and keeps the event in
+//! the route's *unacknowledged* queue; with no credit anywhere it returns `QueueFull`
+//! at once, and [`RemoteSink::room`] gives the core a future that completes when
+//! credit returns (a waiting sender retries then, not after a back-off). The link
+//! also bounds its unacknowledged *bytes* (`BYTE_WINDOW`), so a
+//! receiver that falls behind on large events holds tens of megabytes, not a window of
+//! them. Binaries of `SPLICE_MIN` bytes or more are not copied: the buffer keeps a
+//! reference and the writer sends them from the event's memory with vectored writes.
+//! The first event after a write wakes the link's writer task (one wake-up per batch,
+//! not per event); the writer swaps the buffer for an empty one and writes everything
+//! that accumulated, so batches grow with the load. No event crosses a channel: the
+//! only hand-off between the sending worker and the socket is that wake-up.
+//!
+//! # Receiving
+//!
+//! The reader decodes each `events` frame whole into buffers reused from frame to frame
+//! (`wire::decode_events_into`; tiny binaries are cut from shared, recycled chunks),
+//! then injects each route group as one batch (`ProcessHandle::inject_batch`: one
+//! queue lock, at most one wake-up). Events a full destination queue has no room for
+//! wait in a per-route pending queue (bounded by the credit window) and are retried,
+//! in order; other routes are not held up. Outcomes go back in
+//! [`Reply`] frames, in processing order, coalesced: while more bytes are already
+//! waiting on the connection they are handled first (up to `REPLY_BATCH` events), and
+//! the replies leave as soon as it has nothing more for now. An acknowledgement is only
+//! counted by the sender's reader (an atomic per route): the sending worker takes the
+//! count in under the outbox lock it holds anyway (credits, byte window, `delivered`)
+//! and drops two acknowledged copies per send; the reader drops a chunk when the lock
+//! is free, and idle checks drop the rest, so the two never wait for each other. A
+//! refusal (unknown stage, run ended, credit exceeded) is
+//! reported by the sender through `ProcessHandle::report_failed`, so it reaches the
+//! sending stage's `error` port.
+//!
+//! # Failure
+//!
+//! When a connection breaks, every event still queued or unacknowledged on it is
+//! reported as failed with `SendError::Unreachable`, and later sends to that peer fail
+//! at once (or go to a live replica).
+
+mod outbox;
+mod reader;
+mod sink;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+use outbox::{Outbox, RouteOut};
+use reader::read_loop;
+use sink::Sink;
+use writer::write_loop;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use leda_core::error::{Rejected, SendError};
+use leda_core::event::Event;
+use leda_core::runtime::ProcessHandle;
+use leda_core::runtime::executor::{RemoteLinks, RemoteSink};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::deploy::RouteInfo;
+use crate::error::FrameError;
+use crate::frame::{self, Frame, LinkCount, MAX_FRAME, Refusal, Reply, Status};
+use crate::wire::{EventsFrame, Outgoing};
+
+/// How long a closing link waits for the peer to finish its side.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+/// Retry period of events waiting for room in a full destination queue.
+const RETRY: Duration = Duration::from_micros(200);
+/// Read buffer growth step.
+const READ_CHUNK: usize = 256 * 1024;
+/// An open `events` frame is closed once it reaches this size or holds this many
+/// events, so that the receiver can start on a batch while the next one is encoded
+/// (a frame is decoded whole before it is delivered).
+const FRAME_TARGET: usize = 2 * 1024 * 1024;
+/// See [`FRAME_TARGET`].
+const FRAME_EVENTS: u32 = 8192;
+/// Binaries at least this long are written from the event's own memory rather than
+/// copied into the outbound buffer.
+const SPLICE_MIN: usize = 512;
+/// Copied bytes waiting for the writer beyond which a link refuses more events for
+/// now (`QueueFull`): a bound on memory when many large strings are sent (binaries
+/// are spliced, not copied); one event larger than this is taken when the backlog is
+/// smaller.
+const MAX_BACKLOG: usize = 16 * 1024 * 1024;
+/// Encoded bytes a link lets be unacknowledged (besides the per-route credits): a
+/// receiver that falls behind on large events holds this much, not a whole window of
+/// them (32768 events of 64 KiB would be 2 GiB); one event larger than this is taken
+/// when less is unacknowledged. (A smaller bound, 4 MiB, made 1 KiB events stall:
+/// a sender without credit retries only after the core's 1 ms back-off.)
+const BYTE_WINDOW: usize = 32 * 1024 * 1024;
+/// Replies (and the credits they return) are held back while more bytes are already
+/// there to handle, up to this many events.
+const REPLY_BATCH: usize = 4096;
+/// Most acknowledged events released under one hold of a link's outbox lock.
+const RELEASE_CHUNK: usize = 128;
+/// Largest outbound buffer kept between writes.
+const KEEP_BUFFER: usize = 32 * 1024 * 1024;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counters of one process' transport.
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Events taken by remote sinks on links replaced since (live links count theirs
+    /// under their outbox lock, without an atomic operation per event).
+    pub sent: AtomicU64,
+    /// Of those, acknowledged by the receiver (queued at the destination).
+    pub delivered: AtomicU64,
+    /// Of those, reported failed (refused, or lost with a connection).
+    pub failed: AtomicU64,
+    /// Events received from other processes and queued here.
+    pub accepted: AtomicU64,
+}
+
+/// A copy of [`TransportStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportCounts {
+    /// Events taken by remote sinks.
+    pub sent: u64,
+    /// Acknowledged by receivers.
+    pub delivered: u64,
+    /// Reported failed.
+    pub failed: u64,
+    /// Received and queued here.
+    pub accepted: u64,
+}
+
+/// The connection to one peer process.
+pub(crate) struct Link {
+    peer: String,
+    outbox: Mutex<Outbox>,
+    /// Wakes the writer task.
+    wake: Notify,
+    /// Events acknowledged by the peer, per route, counted by the reader (taken in by
+    /// [`Outbox::absorb`] under the outbox lock, which the reader does not wait for).
+    acked: Box<[AtomicU64]>,
+    /// Events received from the peer and handled here (idle detection).
+    received: AtomicU64,
+    dead: AtomicBool,
+    dead_notify: Notify,
+    status: Mutex<Option<Status>>,
+    status_notify: Notify,
+    /// The latest dashboard answer ([`crate::observe`]).
+    pub(crate) observed: Mutex<Option<crate::observe::ObserveReply>>,
+    pub(crate) observed_notify: Notify,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Link {
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
+    fn mark_dead(&self) {
+        if !self.dead.swap(true, AcqRel) {
+            self.dead_notify.notify_one();
+            self.status_notify.notify_waiters();
+        }
+    }
+
+    /// The peer's address.
+    pub(crate) fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Queues a control frame (dropped once the link is down).
+    pub(crate) fn send_frame(&self, f: Frame) {
+        let mut ob = lock(&self.outbox);
+        if ob.down || ob.close {
+            return;
+        }
+        ob.push_frame(&f, &self.peer);
+        let wake = ob.signal();
+        drop(ob);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Asks the writer to write what is queued, then close the connection.
+    fn close(&self) {
+        let mut ob = lock(&self.outbox);
+        ob.close = true;
+        let wake = ob.signal();
+        drop(ob);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The latest status answer, if it is for `round`.
+    pub(crate) async fn status(&self, round: u64, timeout: Duration) -> Option<Status> {
+        let wait = async {
+            loop {
+                let notified = self.status_notify.notified();
+                if let Some(s) = lock(&self.status).as_ref()
+                    && s.round >= round
+                {
+                    return Some(s.clone());
+                }
+                if self.is_dead() {
+                    return None;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+}
+
+/// The transport of one process in one run: implements [`RemoteLinks`] for the core.
+pub struct Transport {
+    me: String,
+    routes: Vec<RouteInfo>,
+    route_ids: HashMap<(String, String), u32>,
+    links: Mutex<HashMap<String, Arc<Link>>>,
+    /// Links replaced by a newer one to the same peer (kept for their counters).
+    retired: Mutex<Vec<Arc<Link>>>,
+    /// Wakes senders waiting for room ([`RemoteSink::room`]): credit returned, or a
+    /// backlog written.
+    room: Arc<Notify>,
+    handle_tx: watch::Sender<Option<ProcessHandle>>,
+    indexes: Mutex<Option<Arc<RouteIndexes>>>,
+    stats: Arc<TransportStats>,
+    pending_inbound: AtomicU64,
+    quit_on_loss: Mutex<Option<String>>,
+    closing: AtomicBool,
+    rt: tokio::runtime::Handle,
+}
+
+struct RouteIndexes {
+    from: Vec<Option<usize>>,
+    to: Vec<Option<usize>>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("me", &self.me)
+            .field("peers", &lock(&self.links).keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Transport {
+    /// A transport for process `me` with the deployment's route table; link tasks run
+    /// on `rt`.
+    pub(crate) fn new(me: &str, routes: Vec<RouteInfo>, rt: tokio::runtime::Handle) -> Arc<Self> {
+        let route_ids = routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((r.from.clone(), r.to.clone()), i as u32))
+            .collect();
+        Arc::new(Transport {
+            me: me.into(),
+            routes,
+            route_ids,
+            links: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
+            room: Arc::new(Notify::new()),
+            handle_tx: watch::channel(None).0,
+            indexes: Mutex::new(None),
+            stats: Arc::new(TransportStats::default()),
+            pending_inbound: AtomicU64::new(0),
+            quit_on_loss: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            rt,
+        })
+    }
+
+    /// This process' address in the mapping.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// Counters now.
+    pub fn counts(&self) -> TransportCounts {
+        let mut sent = self.stats.sent.load(Relaxed);
+        for l in self.links().iter().chain(lock(&self.retired).iter()) {
+            let mut ob = lock(&l.outbox);
+            ob.absorb_all(&l.acked, &self.stats);
+            sent += ob.sent;
+        }
+        TransportCounts {
+            sent,
+            delivered: self.stats.delivered.load(Relaxed),
+            failed: self.stats.failed.load(Relaxed),
+            accepted: self.stats.accepted.load(Relaxed),
+        }
+    }
+
+    /// Ends the local run if the link to `peer` is lost before the run ends (a daemon
+    /// does not outlive its launcher).
+    pub(crate) fn quit_on_loss(&self, peer: &str) {
+        *lock(&self.quit_on_loss) = Some(peer.to_owned());
+    }
+
+    /// Gives the transport the running process (inbound events wait for it).
+    pub(crate) fn set_handle(&self, h: ProcessHandle) {
+        let from = self.routes.iter().map(|r| h.stage_index(&r.from)).collect();
+        let to = self.routes.iter().map(|r| h.stage_index(&r.to)).collect();
+        *lock(&self.indexes) = Some(Arc::new(RouteIndexes { from, to }));
+        self.handle_tx.send_replace(Some(h));
+    }
+
+    async fn handle(&self) -> Option<(ProcessHandle, Arc<RouteIndexes>)> {
+        let mut rx = self.handle_tx.subscribe();
+        let h = rx.wait_for(|h| h.is_some()).await.ok()?.clone()?;
+        let idx = lock(&self.indexes).clone()?;
+        Some((h, idx))
+    }
+
+    /// This process' answer to a status request of `round`: quiescence, then the
+    /// counters (read after it, so a counter change during the check is seen as a
+    /// change between rounds), then quiescence again.
+    pub(crate) fn status(&self, h: &ProcessHandle, round: u64) -> Status {
+        let before = h.is_quiescent() && self.no_pending_inbound();
+        let accepted = self.stats.accepted.load(Relaxed);
+        let mut links: Vec<LinkCount> = lock(&self.links)
+            .iter()
+            .filter(|(_, l)| !l.is_dead())
+            .map(|(peer, l)| LinkCount {
+                peer: peer.clone(),
+                sent: lock(&l.outbox).sent,
+                received: l.received.load(Acquire),
+            })
+            .collect();
+        links.sort();
+        let after = h.is_quiescent() && self.no_pending_inbound();
+        Status {
+            round,
+            quiescent: before && after,
+            accepted,
+            links,
+        }
+    }
+
+    /// `true` when no inbound event waits for room here.
+    pub(crate) fn no_pending_inbound(&self) -> bool {
+        self.pending_inbound.load(Relaxed) == 0
+    }
+
+    /// The runtime the links run on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
+    }
+
+    /// The live links.
+    pub(crate) fn links(&self) -> Vec<Arc<Link>> {
+        lock(&self.links).values().cloned().collect()
+    }
+
+    /// Ends every link cleanly (after `Quit` frames, if asked) and waits (bounded) for
+    /// their writers to finish; events never acknowledged are then reported failed.
+    pub(crate) async fn close(&self, quit: Option<Vec<leda_core::value::Value>>) {
+        self.closing.store(true, Relaxed);
+        let links = self.links();
+        for l in &links {
+            if let Some(v) = &quit {
+                l.send_frame(Frame::Quit(v.clone()));
+            }
+            l.close();
+        }
+        for l in links {
+            let w = lock(&l.writer).take();
+            if let Some(w) = w
+                && tokio::time::timeout(CLOSE_GRACE * 2, w).await.is_err()
+            {
+                tracing::warn!(peer = %l.peer, "link did not close in time");
+            }
+        }
+    }
+
+    /// Starts the link to `peer` over `stream` (handshake done).
+    pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: TcpStream) -> Arc<Link> {
+        let _ = stream.set_nodelay(true);
+        let link = Arc::new(Link {
+            peer: peer.into(),
+            outbox: Mutex::new(Outbox {
+                buf: Outgoing::new(SPLICE_MIN, FRAME_TARGET),
+                open: None,
+                routes: self
+                    .routes
+                    .iter()
+                    .map(|r| RouteOut {
+                        credit: r.window.into(),
+                        in_flight: 0,
+                        unacked: VecDeque::new(),
+                        stale: 0,
+                        absorbed: 0,
+                    })
+                    .collect(),
+                unacked_bytes: 0,
+                sent: 0,
+                signalled: false,
+                close: false,
+                down: false,
+            }),
+            wake: Notify::new(),
+            acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
+            received: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            dead_notify: Notify::new(),
+            status: Mutex::new(None),
+            status_notify: Notify::new(),
+            observed: Mutex::new(None),
+            observed_notify: Notify::new(),
+            writer: Mutex::new(None),
+        });
+        if let Some(old) = lock(&self.links).insert(peer.into(), link.clone()) {
+            tracing::warn!(peer, "replacing an existing link");
+            old.mark_dead();
+            lock(&self.retired).push(old);
+        }
+        let (rd, wr) = stream.into_split();
+        let reader = self.rt.spawn(read_loop(self.clone(), link.clone(), rd));
+        let writer = self
+            .rt
+            .spawn(write_loop(self.clone(), link.clone(), wr, reader));
+        *lock(&link.writer) = Some(writer);
+        tracing::debug!(me = %self.me, peer, "link up");
+        link
+    }
+
+    fn refusal_error(&self, route: u32, peer: &str, r: &Refusal) -> SendError {
+        let stage = self
+            .routes
+            .get(route as usize)
+            .map(|r| r.to.clone())
+            .unwrap_or_default();
+        match r {
+            Refusal::QueueFull => SendError::QueueFull { stage },
+            Refusal::UnknownStage(why) => SendError::Unreachable {
+                stage,
+                reason: format!("{peer} refused: {why}"),
+            },
+            Refusal::Stopped => SendError::Unreachable {
+                stage,
+                reason: format!("the run in {peer} has ended"),
+            },
+        }
+    }
+
+    /// Reports events of `route` as failed to their sending stage.
+    async fn report_failed(&self, route: u32, error: &SendError, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        self.stats.failed.fetch_add(events.len() as u64, Relaxed);
+        let Some((h, idx)) = self.handle().await else {
+            return;
+        };
+        let from = idx.from.get(route as usize).copied().flatten();
+        for ev in events {
+            match from {
+                Some(i) => h.report_failed(i, error, ev),
+                None => tracing::warn!(route, error = %error, "lost event of an unknown route"),
+            }
+        }
+    }
+}
+
+impl RemoteLinks for Transport {
+    fn sink(
+        &self,
+        from: &str,
+        to: &str,
+        _cluster: usize,
+        processes: &[String],
+    ) -> Result<Arc<dyn RemoteSink>, String> {
+        let route = *self
+            .route_ids
+            .get(&(from.to_owned(), to.to_owned()))
+            .ok_or_else(|| format!("no route {from} -> {to} in the deployment"))?;
+        let links = lock(&self.links);
+        let mut peers = Vec::new();
+        for p in processes {
+            peers.push(
+                links
+                    .get(p)
+                    .cloned()
+                    .ok_or_else(|| format!("no connection to process {p}"))?,
+            );
+        }
+        if peers.is_empty() {
+            return Err(format!("stage {to} is mapped to no process"));
+        }
+        Ok(Arc::new(Sink {
+            stats: self.stats.clone(),
+            room: self.room.clone(),
+            route,
+            to: to.into(),
+            peers,
+            next: AtomicUsize::new(0),
+        }))
+    }
+
+    fn peer_stats(&self) -> Vec<leda_core::dashboard::PeerStats> {
+        self.observe_peers()
+    }
+
+    fn peer_control(
+        &self,
+        process: &str,
+        action: &leda_core::dashboard::Control,
+    ) -> Result<(), String> {
+        self.control_peer(process, action)
+    }
+}

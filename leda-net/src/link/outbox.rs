@@ -1,0 +1,166 @@
+//! What one link has to send, under one lock: the encoded frames, the open `events`
+//! frame, and per route the credits and the unacknowledged events (kept for failure
+//! reports). Owns flow control on the sending side; it never touches the socket
+//! (the writer does) nor the process (the sink and the reader do).
+
+use super::*;
+
+/// Flow control and unacknowledged events of one route on one link.
+pub(super) struct RouteOut {
+    /// Events this sender may still send before acknowledgements return credit.
+    pub(super) credit: i64,
+    /// Events taken and not yet acknowledged or reported failed.
+    pub(super) in_flight: u64,
+    /// Events taken and not yet acknowledged, in order (kept for failure reports),
+    /// with their encoded sizes; the first `stale` of them were acknowledged and
+    /// only wait to be dropped.
+    pub(super) unacked: VecDeque<(Event, u32)>,
+    /// Acknowledged events still at the front of `unacked`.
+    pub(super) stale: usize,
+    /// The link's acknowledgement count of this route already taken in.
+    pub(super) absorbed: u64,
+}
+
+impl RouteOut {
+    /// Pops one acknowledged event, if any.
+    pub(super) fn pop_stale(&mut self) -> Option<Event> {
+        if self.stale == 0 {
+            return None;
+        }
+        self.stale -= 1;
+        self.unacked.pop_front().map(|(ev, _)| ev)
+    }
+}
+
+/// What a link has to send, under one lock: encoded frames, the open `events` frame,
+/// and the per-route state the bytes depend on (so that an event is in its route's
+/// unacknowledged queue before its bytes can be written).
+pub(super) struct Outbox {
+    /// Frames to write; the open `events` frame, if any, is at its end.
+    pub(super) buf: Outgoing,
+    pub(super) open: Option<EventsFrame>,
+    pub(super) routes: Box<[RouteOut]>,
+    /// Encoded bytes of the unacknowledged events, all routes.
+    pub(super) unacked_bytes: usize,
+    /// Events taken for the peer (idle detection: counted before the bytes can be
+    /// taken by the writer, which takes them under this lock).
+    pub(super) sent: u64,
+    /// The writer was woken since it last took the buffer.
+    pub(super) signalled: bool,
+    /// The writer is to write what is queued, then close the connection.
+    pub(super) close: bool,
+    /// The link is down: nothing more is taken (what was is reported failed).
+    pub(super) down: bool,
+}
+
+impl Outbox {
+    /// Takes in the acknowledgements the reader counted for `route` since the last
+    /// call: credits, in-flight count, byte window and the `delivered` counter are
+    /// exact afterwards; the events stay at the front of the queue (`stale`) until
+    /// they are popped, a few at a time, by later sends or by the reader. (An
+    /// acknowledgement for more than is unacknowledged, from a faulty peer, counts
+    /// only what there is.)
+    pub(super) fn absorb(&mut self, route: usize, acked: &AtomicU64, stats: &TransportStats) {
+        let Some(rs) = self.routes.get_mut(route) else {
+            return;
+        };
+        let a = acked.load(Acquire);
+        if a == rs.absorbed {
+            return;
+        }
+        let k = usize::try_from(a.wrapping_sub(rs.absorbed))
+            .unwrap_or(usize::MAX)
+            .min(rs.unacked.len() - rs.stale);
+        rs.absorbed = a;
+        let bytes: usize = rs
+            .unacked
+            .range(rs.stale..rs.stale + k)
+            .map(|e| e.1 as usize)
+            .sum();
+        rs.stale += k;
+        rs.in_flight = rs.in_flight.saturating_sub(k as u64);
+        rs.credit += k as i64;
+        self.unacked_bytes = self.unacked_bytes.saturating_sub(bytes);
+        stats.delivered.fetch_add(k as u64, Relaxed);
+    }
+
+    /// [`Outbox::absorb`] for every route.
+    pub(super) fn absorb_all(&mut self, acked: &[AtomicU64], stats: &TransportStats) {
+        for (r, a) in acked.iter().enumerate() {
+            self.absorb(r, a, stats);
+        }
+    }
+
+    /// Pops up to `max` acknowledged events (all routes) into `out`.
+    pub(super) fn pop_stale(&mut self, mut max: usize, out: &mut Vec<Event>) {
+        for rs in self.routes.iter_mut() {
+            let n = rs.stale.min(max);
+            out.extend(rs.unacked.drain(..n).map(|(ev, _)| ev));
+            rs.stale -= n;
+            max -= n;
+        }
+    }
+
+    /// `true` if an event of `route` may be taken now: the route has credit (the
+    /// receiver's queue bounds it), and neither the copied bytes waiting for the
+    /// writer nor the unacknowledged bytes are at their bounds.
+    pub(super) fn has_room(&self, route: usize) -> bool {
+        self.buf.bytes.len() < MAX_BACKLOG
+            && self.unacked_bytes < BYTE_WINDOW
+            && self.routes.get(route).is_some_and(|rs| rs.credit > 0)
+    }
+
+    /// Marks that there is something to write; `true` if the writer must be woken.
+    pub(super) fn signal(&mut self) -> bool {
+        !std::mem::replace(&mut self.signalled, true)
+    }
+
+    /// Closes the open `events` frame (an empty one is removed).
+    pub(super) fn close_open(&mut self) {
+        if let Some(f) = self.open.take() {
+            if f.is_empty() {
+                self.buf.bytes.truncate(f.start());
+            } else {
+                f.close(&mut self.buf);
+            }
+        }
+    }
+
+    /// Encodes `ev` into the open `events` frame (opening one as needed).
+    pub(super) fn push_event(&mut self, route: u32, ev: &Event) -> Result<(), String> {
+        let mut f = match self.open.take() {
+            Some(f) if f.size(&self.buf) < FRAME_TARGET && f.events() < FRAME_EVENTS => f,
+            Some(f) => {
+                f.close(&mut self.buf);
+                EventsFrame::open(&mut self.buf)
+            }
+            None => EventsFrame::open(&mut self.buf),
+        };
+        let mut r = f.push(&mut self.buf, route, ev);
+        if r.is_err() && !f.is_empty() {
+            // Perhaps too big only together with the others: alone in a new frame.
+            f.close(&mut self.buf);
+            f = EventsFrame::open(&mut self.buf);
+            r = f.push(&mut self.buf, route, ev);
+        }
+        self.open = Some(f);
+        r
+    }
+
+    /// Appends a control frame.
+    pub(super) fn push_frame(&mut self, f: &Frame, peer: &str) {
+        self.close_open();
+        if let Err(e) = frame::encode_into(&mut self.buf.bytes, f) {
+            tracing::error!(peer, error = %e, "cannot encode a control frame");
+        }
+    }
+
+    /// Hands everything queued to the writer (swapped with `spare`, which must be
+    /// empty); returns whether the writer is to close after writing it.
+    pub(super) fn take(&mut self, spare: &mut Outgoing) -> bool {
+        self.close_open();
+        std::mem::swap(&mut self.buf, spare);
+        self.signalled = false;
+        self.close
+    }
+}

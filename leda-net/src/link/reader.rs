@@ -1,0 +1,541 @@
+//! The receiving side of a link: reads and decodes frames, delivers events to the
+//! process (in order per route, waiting for room), answers with replies (credits),
+//! takes in the peer's acknowledgements and refusals, and notices a silent or lost
+//! peer. It never writes the socket (it queues frames for the writer).
+
+use super::*;
+
+pub(super) fn push_reply(replies: &mut Vec<Reply>, route: u32, refused: Option<Refusal>) {
+    push_replies(replies, route, refused, 1);
+}
+
+/// Appends the outcome of `n` events of `route` (merged with the last reply when it
+/// is the same outcome).
+pub(super) fn push_replies(
+    replies: &mut Vec<Reply>,
+    route: u32,
+    refused: Option<Refusal>,
+    mut n: usize,
+) {
+    if let Some(last) = replies.last_mut()
+        && last.route == route
+        && last.refused == refused
+    {
+        let k = n.min((u32::MAX - last.count) as usize);
+        last.count += k as u32;
+        n -= k;
+    }
+    while n > 0 {
+        let k = n.min(u32::MAX as usize);
+        replies.push(Reply {
+            route,
+            count: k as u32,
+            refused: refused.clone(),
+        });
+        n -= k;
+    }
+}
+
+pub(super) struct Inbound {
+    pub(super) pending: HashMap<u32, VecDeque<Event>>,
+    /// Events in `pending`, all routes.
+    pub(super) pending_total: usize,
+    pub(super) replies: Vec<Reply>,
+    /// Events accepted since the transport's counter was last updated.
+    pub(super) accepted: u64,
+    /// Acknowledged events popped from an outbox, dropped outside its lock.
+    pub(super) acked: Vec<Event>,
+    /// Decoded `events` frames, reused from frame to frame: `(route, count)` per group
+    /// and the events of all groups in order.
+    pub(super) groups: Vec<(u32, usize)>,
+    pub(super) events: Vec<Event>,
+    /// The events of one group of a frame with several (reused).
+    pub(super) batch: Vec<Event>,
+    /// The chunks small binaries are decoded into.
+    pub(super) arena: crate::wire::Arena,
+}
+
+impl Inbound {
+    pub(super) fn pending_len(&self) -> usize {
+        self.pending_total
+    }
+
+    /// Publishes the accepted count (before the replies that acknowledge them).
+    pub(super) fn publish_accepted(&mut self, t: &Transport) {
+        if self.accepted > 0 {
+            t.stats
+                .accepted
+                .fetch_add(std::mem::take(&mut self.accepted), Relaxed);
+        }
+    }
+
+    /// Injects the events of one group of `route` (in order behind any pending ones),
+    /// as a batch: one queue lock and at most one wake-up for all that fit. `evs` is
+    /// left empty.
+    pub(super) fn deliver_group(
+        &mut self,
+        t: &Transport,
+        h: &ProcessHandle,
+        dest: usize,
+        route: u32,
+        evs: &mut Vec<Event>,
+    ) {
+        if self.pending_total > 0 && self.pending.get(&route).is_some_and(|q| !q.is_empty()) {
+            for ev in evs.drain(..) {
+                self.deliver(t, h, dest, route, ev);
+            }
+            return;
+        }
+        let total = evs.len();
+        match h.inject_batch(dest, evs) {
+            Ok(n) => {
+                self.accepted += n as u64;
+                push_replies(&mut self.replies, route, None, n);
+                if !evs.is_empty() {
+                    // The rest waits for room, in order.
+                    let k = evs.len();
+                    self.pending.entry(route).or_default().extend(evs.drain(..));
+                    self.pending_total += k;
+                    t.pending_inbound.fetch_add(k as u64, Relaxed);
+                }
+            }
+            Err(SendError::Stopped) => {
+                evs.clear();
+                push_replies(&mut self.replies, route, Some(Refusal::Stopped), total);
+            }
+            Err(e) => {
+                evs.clear();
+                let why = Refusal::UnknownStage(e.to_string());
+                push_replies(&mut self.replies, route, Some(why), total);
+            }
+        }
+    }
+
+    /// Injects one event of `route` (in order behind any pending ones).
+    pub(super) fn deliver(
+        &mut self,
+        t: &Transport,
+        h: &ProcessHandle,
+        dest: usize,
+        route: u32,
+        ev: Event,
+    ) {
+        if self.pending_total > 0
+            && let Some(q) = self.pending.get_mut(&route)
+            && !q.is_empty()
+        {
+            let window = t.routes.get(route as usize).map_or(1, |r| r.window) as usize;
+            if q.len() >= window {
+                push_reply(&mut self.replies, route, Some(Refusal::QueueFull));
+            } else {
+                q.push_back(ev);
+                self.pending_total += 1;
+                t.pending_inbound.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        match h.inject(dest, ev) {
+            Ok(()) => {
+                self.accepted += 1;
+                push_reply(&mut self.replies, route, None);
+            }
+            Err(Rejected {
+                error: SendError::QueueFull { .. },
+                event,
+            }) => {
+                self.pending.entry(route).or_default().push_back(event);
+                self.pending_total += 1;
+                t.pending_inbound.fetch_add(1, Relaxed);
+            }
+            Err(Rejected {
+                error: SendError::Stopped,
+                ..
+            }) => push_reply(&mut self.replies, route, Some(Refusal::Stopped)),
+            Err(r) => push_reply(
+                &mut self.replies,
+                route,
+                Some(Refusal::UnknownStage(r.error.to_string())),
+            ),
+        }
+    }
+
+    /// Retries pending events, in order per route.
+    pub(super) fn retry(&mut self, t: &Transport, h: &ProcessHandle, idx: &RouteIndexes) {
+        for (&route, q) in self.pending.iter_mut() {
+            let Some(dest) = idx.to.get(route as usize).copied().flatten() else {
+                continue;
+            };
+            while let Some(ev) = q.pop_front() {
+                match h.inject(dest, ev) {
+                    Ok(()) => {
+                        self.pending_total -= 1;
+                        t.pending_inbound.fetch_sub(1, Relaxed);
+                        self.accepted += 1;
+                        push_reply(&mut self.replies, route, None);
+                    }
+                    Err(Rejected {
+                        error: SendError::QueueFull { .. },
+                        event,
+                    }) => {
+                        q.push_front(event);
+                        break;
+                    }
+                    Err(r) => {
+                        self.pending_total -= 1;
+                        t.pending_inbound.fetch_sub(1, Relaxed);
+                        let why = match r.error {
+                            SendError::Stopped => Refusal::Stopped,
+                            e => Refusal::UnknownStage(e.to_string()),
+                        };
+                        push_reply(&mut self.replies, route, Some(why));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn drop_pending(&mut self, t: &Transport) {
+        let n = std::mem::take(&mut self.pending_total) as u64;
+        t.pending_inbound.fetch_sub(n, Relaxed);
+        self.pending.clear();
+    }
+}
+
+/// Reads, decodes and handles the peer's frames, and retries events waiting for room.
+/// Reads go into one buffer with a cancel-safe `read_buf`, so the retry timer can
+/// interrupt them; frames are handled on this task (no hop to another).
+pub(super) async fn read_loop(
+    t: Arc<Transport>,
+    link: Arc<Link>,
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+) {
+    let mut inb = Inbound {
+        pending: HashMap::new(),
+        pending_total: 0,
+        replies: Vec::new(),
+        accepted: 0,
+        acked: Vec::new(),
+        groups: Vec::new(),
+        events: Vec::new(),
+        batch: Vec::new(),
+        arena: crate::wire::Arena::default(),
+    };
+    let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    'conn: loop {
+        // Handle every complete frame in the buffer.
+        loop {
+            if buf.len() < 4 {
+                break;
+            }
+            let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            if len == 0 || len > MAX_FRAME {
+                let e = FrameError::BadLength {
+                    len: len.into(),
+                    max: MAX_FRAME,
+                };
+                tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                break 'conn;
+            }
+            let total = 4 + len as usize;
+            if buf.len() < total {
+                // Grow only as the bytes arrive, but geometrically (at most doubling
+                // what has arrived), so a large frame costs a linear number of
+                // copies and an announced length alone allocates little.
+                let want = (total - buf.len()).min(buf.len().max(READ_CHUNK));
+                buf.reserve(want);
+                break;
+            }
+            let raw = buf.split_to(total).freeze();
+            let ok = if raw[4] == frame::kind::EVENTS {
+                // Nearly all the traffic: decoded into reused buffers (a frame is
+                // decoded whole before any of it is delivered).
+                let body = raw.slice(5..);
+                let mut groups = std::mem::take(&mut inb.groups);
+                let mut events = std::mem::take(&mut inb.events);
+                let ok = match crate::wire::decode_events_into(
+                    &body,
+                    Some(&body),
+                    &mut inb.arena,
+                    &mut groups,
+                    &mut events,
+                ) {
+                    Ok(()) => {
+                        deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events).await
+                    }
+                    Err(reason) => {
+                        let e = FrameError::Malformed {
+                            kind: frame::kind_name(frame::kind::EVENTS),
+                            reason,
+                        };
+                        tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                        false
+                    }
+                };
+                events.clear();
+                inb.groups = groups;
+                inb.events = events;
+                ok
+            } else {
+                match frame::decode_shared(raw.slice(4..)) {
+                    Ok(f) => handle_frame(&t, &link, &mut inb, &mut ready, f).await,
+                    Err(e) => {
+                        tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                        false
+                    }
+                }
+            };
+            if !ok {
+                break 'conn;
+            }
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(READ_CHUNK);
+        }
+        // Replies (credits) are coalesced: while more bytes are already there, they
+        // are handled first and the replies held back, up to `REPLY_BATCH` events;
+        // they leave as soon as the connection has nothing more for now.
+        let held: usize = inb.replies.iter().map(|r| r.count as usize).sum();
+        if held < REPLY_BATCH && inb.pending_len() == 0 {
+            match rd.try_read_buf(&mut buf) {
+                Ok(0) => {
+                    if buf.is_empty() {
+                        tracing::debug!(peer = %link.peer, "peer closed the link");
+                    } else {
+                        tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
+                    }
+                    break;
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                    break;
+                }
+            }
+        }
+        inb.publish_accepted(&t);
+        if !inb.replies.is_empty() {
+            link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+            // Let the writer send them now: on a busy connection the next read is
+            // ready at once, and the writer may share this thread.
+            tokio::task::yield_now().await;
+        }
+        let read = if inb.pending_len() > 0 {
+            tokio::select! {
+                r = rd.read_buf(&mut buf) => Some(r),
+                _ = tokio::time::sleep(RETRY) => None,
+            }
+        } else {
+            Some(rd.read_buf(&mut buf).await)
+        };
+        match read {
+            None => {
+                if let Some((h, idx)) = &ready {
+                    inb.retry(&t, h, idx);
+                }
+                inb.publish_accepted(&t);
+                if !inb.replies.is_empty() {
+                    link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+                }
+            }
+            Some(Ok(0)) => {
+                if buf.is_empty() {
+                    tracing::debug!(peer = %link.peer, "peer closed the link");
+                } else {
+                    tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
+                }
+                break;
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                break;
+            }
+        }
+    }
+    inb.drop_pending(&t);
+    inb.publish_accepted(&t);
+    if !inb.replies.is_empty() {
+        link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+    }
+    // Let the writer finish what is queued (replies included), then close.
+    link.close();
+}
+
+/// Delivers the events of one `events` frame (`(route, count)` per group, events of
+/// all groups in order) to their destination stages, in order per route; `false`
+/// closes the link.
+pub(super) async fn deliver_events(
+    t: &Arc<Transport>,
+    link: &Arc<Link>,
+    inb: &mut Inbound,
+    ready: &mut Option<(ProcessHandle, Arc<RouteIndexes>)>,
+    groups: &[(u32, usize)],
+    events: &mut Vec<Event>,
+) -> bool {
+    if ready.is_none() {
+        *ready = t.handle().await;
+    }
+    let Some((h, idx)) = ready.as_ref() else {
+        return false;
+    };
+    if let [(route, n)] = *groups
+        && let Some(dest) = idx.to.get(route as usize).copied().flatten()
+    {
+        // One group (the usual case): its events are the whole list.
+        inb.deliver_group(t, h, dest, route, events);
+        // Counted once the events are queued, pending (not quiescent) or refused,
+        // never before.
+        link.received.fetch_add(n as u64, AcqRel);
+        return true;
+    }
+    let mut batch = std::mem::take(&mut inb.batch);
+    let mut events = events.drain(..);
+    for &(route, n) in groups {
+        match idx.to.get(route as usize).copied().flatten() {
+            Some(dest) => {
+                batch.extend(events.by_ref().take(n));
+                inb.deliver_group(t, h, dest, route, &mut batch);
+            }
+            None => {
+                let why = Refusal::UnknownStage(format!(
+                    "{} runs no destination for route {route}",
+                    t.me
+                ));
+                for _ in events.by_ref().take(n) {
+                    push_reply(&mut inb.replies, route, Some(why.clone()));
+                }
+            }
+        }
+        // Counted once the events are queued, pending (not quiescent) or refused,
+        // never before.
+        link.received.fetch_add(n as u64, AcqRel);
+    }
+    inb.batch = batch;
+    true
+}
+
+/// Handles one inbound frame; `false` closes the link.
+pub(super) async fn handle_frame(
+    t: &Arc<Transport>,
+    link: &Arc<Link>,
+    inb: &mut Inbound,
+    ready: &mut Option<(ProcessHandle, Arc<RouteIndexes>)>,
+    f: Frame,
+) -> bool {
+    let need_handle = matches!(
+        f,
+        Frame::Events(_) | Frame::Quit(_) | Frame::StatusReq(_) | Frame::Observe(_)
+    );
+    if need_handle && ready.is_none() {
+        *ready = t.handle().await;
+        if ready.is_none() {
+            return false;
+        }
+    }
+    match f {
+        Frame::Events(groups) => {
+            let mut counts = Vec::with_capacity(groups.len());
+            let mut events = Vec::new();
+            for (route, evs) in groups {
+                counts.push((route, evs.len()));
+                events.extend(evs);
+            }
+            return deliver_events(t, link, inb, ready, &counts, &mut events).await;
+        }
+        Frame::Replies(replies) => {
+            for r in replies {
+                let route = r.route as usize;
+                if route >= t.routes.len() {
+                    tracing::warn!(peer = %link.peer, route = r.route, "reply for an unknown route");
+                    return false;
+                }
+                let Some(why) = &r.refused else {
+                    // Acknowledged: only counted here; the sending worker takes the
+                    // count in (credits) and drops the events a few at a time, and
+                    // this reader does when the lock is free (below), so the two
+                    // never wait for each other.
+                    link.acked[route].fetch_add(r.count.into(), Release);
+                    continue;
+                };
+                // Refused: the acknowledgements before it are taken in, then the
+                // refused events popped and reported (outside the lock) before their
+                // in-flight count is released, so that idle detection never sees
+                // neither.
+                let popped: Vec<Event> = {
+                    let mut ob = lock(&link.outbox);
+                    ob.absorb(route, &link.acked[route], &t.stats);
+                    let rs = &mut ob.routes[route];
+                    let stale = std::mem::take(&mut rs.stale);
+                    inb.acked
+                        .extend(rs.unacked.drain(..stale).map(|(ev, _)| ev));
+                    let n = (r.count as usize).min(rs.unacked.len());
+                    let mut bytes = 0usize;
+                    let popped = rs
+                        .unacked
+                        .drain(..n)
+                        .map(|(ev, size)| {
+                            bytes += size as usize;
+                            ev
+                        })
+                        .collect();
+                    ob.unacked_bytes = ob.unacked_bytes.saturating_sub(bytes);
+                    popped
+                };
+                inb.acked.clear();
+                let n = popped.len();
+                if n < r.count as usize {
+                    tracing::warn!(peer = %link.peer, "reply for more events than were sent");
+                }
+                let err = t.refusal_error(r.route, &link.peer, why);
+                t.report_failed(r.route, &err, popped).await;
+                let mut ob = lock(&link.outbox);
+                let rs = &mut ob.routes[route];
+                rs.in_flight -= n as u64;
+                rs.credit += n as i64;
+            }
+            // Senders waiting for credit retry now.
+            t.room.notify_waiters();
+            // Acknowledged events are dropped here if the sending worker is not
+            // holding the lock (a short hold; they are dropped outside it), so that a
+            // sender gone quiet does not keep them.
+            if let Ok(mut ob) = link.outbox.try_lock() {
+                ob.absorb_all(&link.acked, &t.stats);
+                ob.pop_stale(RELEASE_CHUNK, &mut inb.acked);
+                drop(ob);
+                inb.acked.clear();
+            }
+        }
+        Frame::Quit(values) => {
+            if let Some((h, _)) = ready.as_ref() {
+                tracing::debug!(peer = %link.peer, "quit from peer");
+                h.quit(Event::from_values(values));
+            }
+        }
+        Frame::StatusReq(round) => {
+            if let Some((h, _)) = ready.as_ref() {
+                link.send_frame(Frame::Status(t.status(h, round)));
+            }
+        }
+        Frame::Status(s) => {
+            *lock(&link.status) = Some(s);
+            link.status_notify.notify_waiters();
+        }
+        Frame::Observe(req) => {
+            if let Some((h, _)) = ready.as_ref() {
+                link.send_frame(crate::observe::answer(req, h));
+            }
+        }
+        Frame::Observed(reply) => crate::observe::record(link, *reply),
+        Frame::Error(m) => {
+            tracing::warn!(peer = %link.peer, error = %m, "peer reported an error");
+            return false;
+        }
+        other => {
+            tracing::warn!(peer = %link.peer, frame = other.name(), "unexpected frame on a link; closing it");
+            return false;
+        }
+    }
+    true
+}

@@ -1,0 +1,132 @@
+//! The sending side seen by the core: a stage's [`RemoteSink`] for one route, taking
+//! credit and encoding events straight into a link's outbox on the sending worker.
+//! It never waits and never writes the socket.
+
+use super::*;
+
+pub(super) struct Sink {
+    pub(super) stats: Arc<TransportStats>,
+    pub(super) room: Arc<Notify>,
+    pub(super) route: u32,
+    pub(super) to: String,
+    pub(super) peers: Vec<Arc<Link>>,
+    pub(super) next: AtomicUsize,
+}
+
+impl RemoteSink for Sink {
+    fn send(&self, event: Event) -> Result<(), Rejected> {
+        let n = self.peers.len();
+        let start = if n == 1 {
+            0
+        } else {
+            self.next.fetch_add(1, Relaxed) % n
+        };
+        let route = self.route as usize;
+        let mut all_dead = true;
+        // Acknowledged events this send pops (two at most: the queue shrinks while
+        // sends go on), dropped once the lock is released.
+        let mut released: [Option<Event>; 2] = [None, None];
+        for k in 0..n {
+            let link = &self.peers[(start + k) % n];
+            if link.is_dead() {
+                continue;
+            }
+            let mut ob = lock(&link.outbox);
+            if ob.down {
+                continue;
+            }
+            all_dead = false;
+            if let Some(acked) = link.acked.get(route) {
+                ob.absorb(route, acked, &self.stats);
+                if let Some(rs) = ob.routes.get_mut(route)
+                    && rs.stale > 0
+                    && released[0].is_none()
+                {
+                    released = [rs.pop_stale(), rs.pop_stale()];
+                }
+            }
+            if !ob.has_room(route) {
+                continue;
+            }
+            let before = ob.buf.len();
+            if let Err(reason) = ob.push_event(self.route, &event) {
+                let error = SendError::Unreachable {
+                    stage: self.to.clone(),
+                    reason,
+                };
+                return Err(Rejected { error, event });
+            }
+            // Counted before the bytes can be taken by the writer (it takes them under
+            // this lock), so that no status ever shows it received and not sent.
+            ob.sent += 1;
+            let size = ob.buf.len().saturating_sub(before);
+            ob.unacked_bytes += size;
+            let rs = &mut ob.routes[route];
+            rs.credit -= 1;
+            rs.in_flight += 1;
+            rs.unacked
+                .push_back((event, u32::try_from(size).unwrap_or(u32::MAX)));
+            let wake = ob.signal();
+            drop(ob);
+            drop(released);
+            if wake {
+                link.wake.notify_one();
+            }
+            return Ok(());
+        }
+        let error = if all_dead {
+            SendError::Unreachable {
+                stage: self.to.clone(),
+                reason: "no live connection to its process".into(),
+            }
+        } else {
+            SendError::QueueFull {
+                stage: self.to.clone(),
+            }
+        };
+        Err(Rejected { error, event })
+    }
+
+    fn room(&self) -> Option<leda_core::runtime::executor::BoxFuture<()>> {
+        let (room, peers, stats) = (self.room.clone(), self.peers.clone(), self.stats.clone());
+        let route = self.route as usize;
+        Some(Box::pin(async move {
+            // Registered before the check: room made after it wakes this wait.
+            let notified = room.notified();
+            for l in &peers {
+                let mut ob = lock(&l.outbox);
+                if ob.down {
+                    continue;
+                }
+                if let Some(acked) = l.acked.get(route) {
+                    ob.absorb(route, acked, &stats);
+                }
+                if ob.has_room(route) {
+                    return;
+                }
+            }
+            if peers.iter().all(|l| l.is_dead()) {
+                return; // the retry fails at once, with the reason
+            }
+            notified.await;
+        }))
+    }
+
+    fn in_flight(&self) -> u64 {
+        let route = self.route as usize;
+        let mut released = Vec::new();
+        let mut n = 0;
+        for l in &self.peers {
+            let mut ob = lock(&l.outbox);
+            if let Some(acked) = l.acked.get(route) {
+                ob.absorb(route, acked, &self.stats);
+            }
+            // Asked when the process may be idle: nothing acknowledged is kept.
+            ob.pop_stale(usize::MAX, &mut released);
+            n += ob.routes.get(route).map_or(0, |r| r.in_flight);
+            drop(ob);
+            released.clear();
+        }
+        n
+    }
+}
