@@ -69,7 +69,7 @@ pub mod prelude {
     pub use crate::event::Event;
     pub use crate::graph::Graph;
     pub use crate::port::Port;
-    pub use crate::runtime::{Ctx, EndReason, Run, RunReport};
+    pub use crate::runtime::{Ctx, EndReason, OnProcessLoss, Run, RunReport};
     pub use crate::stage::{Attrs, BoxError, Handler, HandlerResult, Stage};
     pub use crate::value::Value;
 }

@@ -267,26 +267,26 @@ impl DaemonOptions {
     }
 }
 
-/// Serves deployments: binds, calls `on_bound` with the bound address, runs one
-/// deployed cluster until its run ends, and returns the `quit` values, or, with
-/// `forever`, rebinds the same address and waits for the next deployment.
+/// Serves deployments: binds, calls `on_bound` with the bound address, then runs the
+/// clusters deployed to it one after another (or only the first one unless
+/// `forever`), and returns the last run's `quit` values.
 pub fn serve(
     opts: &DaemonOptions,
     forever: bool,
     mut on_bound: impl FnMut(SocketAddr),
 ) -> Result<Option<Event>, RemoteError> {
-    let registry = registry();
-    let mut listen = opts.listen.clone();
-    loop {
-        let daemon = Daemon::bind(opts.config(listen.clone()), registry.clone())?;
-        let addr = daemon.local_addr();
-        on_bound(addr);
-        // Later rounds listen where the first one did (port 0 resolved).
-        listen = addr.to_string();
-        let report = daemon.serve()?;
+    let mut config = opts.config(opts.listen.clone());
+    config.once = !forever;
+    let daemon = Daemon::bind(config, registry())?;
+    on_bound(daemon.local_addr());
+    let mut quit = None;
+    daemon.serve(|report| {
         tracing::info!(reason = ?report.run.reason, "deployment ended");
-        if !forever {
-            return Ok(report.run.quit);
-        }
-    }
+        quit = report
+            .run
+            .quit
+            .as_ref()
+            .map(|e| Event::from_values(e.args().to_vec()));
+    })?;
+    Ok(quit)
 }

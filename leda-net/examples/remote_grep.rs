@@ -67,9 +67,8 @@ fn main() -> anyhow::Result<()> {
             let config =
                 DaemonConfig::from_args(args[1..].iter().cloned()).map_err(anyhow::Error::msg)?;
             let daemon = Daemon::bind(config, registry())?;
-            eprintln!("daemon listening on {}", daemon.local_addr());
-            let report = daemon.serve()?;
-            eprintln!("run ended: {:?}", report.run.reason);
+            println!("LISTENING {}", daemon.local_addr());
+            daemon.serve(|report| eprintln!("run ended: {:?}", report.run.reason))?;
             Ok(())
         }
         Some("run") if args.len() >= 4 => {

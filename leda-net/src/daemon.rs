@@ -1,14 +1,16 @@
-//! The daemon: turns a process into a Leda process that waits for a deployment, runs
-//! its cluster and serves until the run ends (`leda start --listen HOST:PORT`).
+//! The daemon: turns a process into a Leda process that waits for deployments and
+//! runs the cluster of each, one after another (`leda start --listen HOST:PORT`).
 //!
 //! ```no_run
 //! use leda_net::{Daemon, DaemonConfig, Registry};
 //! # fn my_stages() -> Registry { Registry::new() }
 //! let config = DaemonConfig::from_args(std::env::args().skip(1)).expect("arguments");
 //! let daemon = Daemon::bind(config, my_stages()).expect("bind");
-//! println!("listening on {}", daemon.local_addr());
-//! let report = daemon.serve().expect("run");
-//! println!("ended: {:?}", report.run.reason);
+//! println!("LISTENING {}", daemon.local_addr());
+//! // One deployment after another (`--once`: only one).
+//! daemon
+//!     .serve(|report| println!("ended: {:?}", report.run.reason))
+//!     .expect("serve");
 //! ```
 //!
 //! A deployment goes: the launcher connects (role `Launcher`) and sends `Deploy`; the
@@ -18,6 +20,13 @@
 //! starts on `Start`. Connections that fail the handshake, send garbage or say nothing
 //! are logged and closed; the daemon goes on waiting. A failed deployment leaves the
 //! daemon waiting for the next one.
+//!
+//! A run ends with a `quit` anywhere, the end of the launcher's run, or the loss of a
+//! process ([`crate::link`]'s liveness: a daemon also ends the run when it loses its
+//! launcher, killed or silent, within the launcher's silence bound). The daemon then
+//! frees the run (its links, worker threads, stages) and waits for the next
+//! deployment; a launcher that dies in the middle of a deployment leaves it waiting
+//! too (the deployment steps are bounded by `deploy_timeout`).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -32,7 +41,7 @@ use crate::deploy::Deployment;
 use crate::error::NetError;
 use crate::frame::{Frame, Hello, MAX_FRAME, Role, read_frame, write_frame};
 use crate::handshake::{self, HANDSHAKE_TIMEOUT};
-use crate::link::{Transport, TransportCounts};
+use crate::link::{ProcessLost, RouteCounts, Transport, TransportCounts};
 use crate::registry::Registry;
 
 /// Default daemon port (the original Leda's).
@@ -57,6 +66,9 @@ pub struct DaemonConfig {
     /// Default instance limit of parallel stages (`leda.start{maxpar=...}`; default:
     /// the thread count).
     pub maxpar: Option<usize>,
+    /// Serve one deployment, then return ([`Daemon::serve`]); by default a daemon
+    /// serves deployments one after another.
+    pub once: bool,
 }
 
 impl Default for DaemonConfig {
@@ -69,14 +81,15 @@ impl Default for DaemonConfig {
             deploy_timeout: Duration::from_secs(30),
             dashboard: None,
             maxpar: None,
+            once: false,
         }
     }
 }
 
 impl DaemonConfig {
     /// Parses `--listen HOST:PORT`, `--threads N`, `--secret S` (the secret may also
-    /// come from `LEDA_SECRET`), `--handshake-timeout-ms MS`, `--dashboard ADDR` and
-    /// `--dashboard-token T`. Unknown arguments are refused.
+    /// come from `LEDA_SECRET`), `--handshake-timeout-ms MS`, `--dashboard ADDR`,
+    /// `--dashboard-token T` and `--once`. Unknown arguments are refused.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
         let mut c = DaemonConfig::default();
         let mut it = args.into_iter();
@@ -84,6 +97,7 @@ impl DaemonConfig {
             let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
             match a.as_str() {
                 "--listen" => c.listen = value("--listen")?,
+                "--once" => c.once = true,
                 "--threads" => {
                     let v = value("--threads")?;
                     c.threads = Some(
@@ -127,15 +141,27 @@ pub struct DaemonReport {
     pub run: RunReport,
     /// Transport counters of this process.
     pub transport: TransportCounts,
+    /// The outcome of each route's events sent from this process.
+    pub routes: Vec<RouteCounts>,
+    /// Processes lost during the run (the launcher among them if it was lost).
+    pub lost: Vec<ProcessLost>,
 }
 
-/// A daemon bound to its address, ready to serve.
+/// A daemon bound to its address, ready to serve deployments one after another.
+///
+/// Connections are accepted and authenticated from [`Daemon::bind`] on, by a task of
+/// the daemon's own runtime; each deployment gets its own transport and run, and
+/// everything of it (links, worker threads, stages and their Lua states) is freed
+/// when its run ends.
 pub struct Daemon {
     rt: tokio::runtime::Runtime,
-    listener: TcpListener,
     addr: SocketAddr,
-    config: DaemonConfig,
+    config: Arc<DaemonConfig>,
     registry: Arc<Registry>,
+    /// Authenticated connections, from the accept loop.
+    incoming: mpsc::Receiver<Incoming>,
+    /// Peer connections that arrived before their deployment.
+    parked: Vec<Incoming>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -181,12 +207,16 @@ impl Daemon {
             .local_addr()
             .map_err(|e| NetError::io("reading the bound address", e))?;
         tracing::info!(%addr, "leda daemon listening");
+        let config = Arc::new(config);
+        let (tx, incoming) = mpsc::channel::<Incoming>(64);
+        rt.spawn(accept_loop(listener, config.clone(), tx));
         Ok(Daemon {
             rt,
-            listener,
             addr,
             config,
             registry: Arc::new(registry),
+            incoming,
+            parked: Vec::new(),
         })
     }
 
@@ -195,30 +225,49 @@ impl Daemon {
         self.addr
     }
 
-    /// Waits for a deployment, runs it, and returns when the run ends (a `quit`
-    /// anywhere, or the end of the launcher's run).
-    pub fn serve(self) -> Result<DaemonReport, NetError> {
+    /// Waits for a deployment, runs it, and returns when its run ends (a `quit`
+    /// anywhere, the end of the launcher's run, or the loss of a process). A
+    /// deployment that fails before it runs (refused, a launcher gone mid-way) is
+    /// logged and the daemon waits for the next one.
+    pub fn serve_one(&mut self) -> Result<DaemonReport, NetError> {
         let Daemon {
             rt,
-            listener,
             config,
             registry,
+            incoming,
+            parked,
             ..
         } = self;
-        let config = Arc::new(config);
-        let rt_handle = rt.handle().clone();
-        rt.block_on(async move {
-            let (inc_tx, inc_rx) = mpsc::channel::<Incoming>(64);
-            let acceptor = tokio::spawn(accept_loop(listener, config.clone(), inc_tx));
-            let r = serve_deployments(inc_rx, config, registry, rt_handle).await;
-            acceptor.abort();
-            r
-        })
+        let handle = rt.handle().clone();
+        rt.block_on(serve_deployments(
+            incoming, parked, config, registry, handle,
+        ))
+    }
+
+    /// Serves deployments one after another (only one with
+    /// [`DaemonConfig::once`]), calling `on_end` with each run's report; returns
+    /// only on a fatal error, or after the first run with `once`.
+    pub fn serve(mut self, mut on_end: impl FnMut(&DaemonReport)) -> Result<(), NetError> {
+        loop {
+            let report = self.serve_one()?;
+            on_end(&report);
+            if self.config.once {
+                return Ok(());
+            }
+        }
     }
 }
 
+/// Handshakes in progress at once, at most (each bounded by the handshake timeout):
+/// a flood of connections costs a bounded number of tasks.
+const MAX_HANDSHAKES: usize = 64;
+
 async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc::Sender<Incoming>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (mut stream, addr) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -230,6 +279,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc:
         let config = config.clone();
         let tx = tx.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let peer = addr.to_string();
             match handshake::server(
                 &mut stream,
@@ -255,12 +305,12 @@ async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc:
 }
 
 async fn serve_deployments(
-    mut inc_rx: mpsc::Receiver<Incoming>,
-    config: Arc<DaemonConfig>,
-    registry: Arc<Registry>,
+    inc_rx: &mut mpsc::Receiver<Incoming>,
+    parked: &mut Vec<Incoming>,
+    config: &DaemonConfig,
+    registry: &Registry,
     rt: tokio::runtime::Handle,
 ) -> Result<DaemonReport, NetError> {
-    let mut parked: Vec<Incoming> = Vec::new();
     loop {
         let Some(inc) = inc_rx.recv().await else {
             return Err(NetError::io(
@@ -278,7 +328,7 @@ async fn serve_deployments(
             }
             Role::Launcher => {
                 let from = inc.addr.to_string();
-                match deploy(inc, &mut inc_rx, &mut parked, &config, &registry, &rt).await {
+                match deploy(inc, inc_rx, parked, config, registry, &rt).await {
                     Ok(report) => return Ok(report),
                     Err(e) => tracing::warn!(launcher = from, error = %e, "deployment failed"),
                 }
@@ -342,7 +392,7 @@ async fn deploy(
             });
         }
     };
-    let transport = Transport::new(&d.target, d.routes(), rt.clone());
+    let transport = Transport::for_deployment(&d, &d.target, rt.clone());
     let mesh = mesh(&d, &transport, inc_rx, parked, config);
     if let Err(e) = timed(config.deploy_timeout, &peer, "connecting the peers", mesh).await {
         let _ = write_frame(&mut s, &Frame::Refused(e.to_string())).await;
@@ -368,7 +418,6 @@ async fn deploy(
         return Err(e);
     }
     transport.attach(&d.launcher, s);
-    transport.quit_on_loss(&d.launcher);
     let mut run = Run::default()
         .process(d.target.clone())
         .remote(transport.clone());
@@ -394,33 +443,40 @@ async fn deploy(
     transport.set_handle(running.handle());
     tracing::info!(graph = %d.graph, me = %d.target, "running");
     // While running, other deployments are refused; peers of other runs are dropped.
-    let busy = d.target.clone();
-    let mut rx = std::mem::replace(inc_rx, mpsc::channel(1).1);
-    let refuser = tokio::spawn(async move {
-        while let Some(mut inc) = rx.recv().await {
-            if inc.hello.role == Role::Launcher {
-                let _ = write_frame(
-                    &mut inc.stream,
-                    &Frame::Refused(format!("{busy} is running another deployment")),
-                )
-                .await;
+    let mut run = tokio::task::spawn_blocking(move || running.wait());
+    let report = loop {
+        tokio::select! {
+            r = &mut run => break r,
+            Some(mut inc) = inc_rx.recv() => {
+                if inc.hello.role == Role::Launcher {
+                    let busy = format!("{} is running another deployment", d.target);
+                    let _ = tokio::time::timeout(
+                        config.handshake_timeout,
+                        write_frame(&mut inc.stream, &Frame::Refused(busy)),
+                    )
+                    .await;
+                }
             }
         }
-    });
-    let report = tokio::task::spawn_blocking(move || running.wait())
-        .await
-        .map_err(|e| NetError::io("waiting for the run", std::io::Error::other(e)))??;
-    refuser.abort();
+    };
+    let report =
+        report.map_err(|e| NetError::io("waiting for the run", std::io::Error::other(e)))??;
     let quit = report
         .quit
         .as_ref()
         .map(|e| e.args().to_vec())
         .unwrap_or_default();
     transport.close(Some(quit)).await;
-    tracing::info!(reason = ?report.reason, "run ended");
+    let lost = transport.lost();
+    match lost.first() {
+        Some(l) => tracing::warn!(reason = ?report.reason, "run ended: {l}"),
+        None => tracing::info!(reason = ?report.reason, "run ended"),
+    }
     Ok(DaemonReport {
         run: report,
         transport: transport.counts(),
+        routes: transport.route_counts(),
+        lost,
     })
 }
 

@@ -72,6 +72,10 @@ pub struct Deployment {
     pub mapping: Vec<Vec<String>>,
     /// Worker threads for the receiving process (`None`: its own default).
     pub threads: Option<usize>,
+    /// How every link of the run tells a live peer from a lost one.
+    pub liveness: crate::link::Liveness,
+    /// What every process does when another is lost.
+    pub on_loss: leda_core::runtime::OnProcessLoss,
 }
 
 /// One route: a distinct (from, to) pair of stages, identified on the wire by its index.
@@ -156,6 +160,8 @@ impl Deployment {
                 .collect(),
             mapping,
             threads,
+            liveness: crate::link::Liveness::default(),
+            on_loss: leda_core::runtime::OnProcessLoss::End,
         })
     }
 

@@ -48,6 +48,15 @@ pub enum FrameError {
 /// Errors of the daemon, the launcher and the transport.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// A process of the mapping was lost during the run, which then ended (the
+    /// default [`OnProcessLoss::End`](leda_core::runtime::OnProcessLoss::End)).
+    #[error("{lost}")]
+    ProcessLost {
+        /// The first process lost (the others, if any, went with the same run).
+        lost: Box<crate::link::ProcessLost>,
+        /// The outcome of each route's events sent from this process.
+        routes: Vec<crate::link::RouteCounts>,
+    },
     /// A frame error on the connection to `peer`.
     #[error("connection with {peer}: {source}")]
     Frame {

@@ -145,6 +145,10 @@ pub mod kind {
     pub const OBSERVE: u8 = 15;
     /// Dashboard answer.
     pub const OBSERVED: u8 = 16;
+    /// Liveness: sent by a link's writer when it has written nothing for a while.
+    pub const HEARTBEAT: u8 = 17;
+    /// A process of the deployment was lost (the run ends).
+    pub const LOST: u8 = 18;
 }
 
 /// A decoded frame.
@@ -178,6 +182,10 @@ pub enum Frame {
     Observe(crate::observe::ObserveReq),
     /// Dashboard answer ([`crate::observe`]).
     Observed(Box<crate::observe::ObserveReply>),
+    /// Nothing else to say for a while: the sender is alive ([`crate::link`]).
+    Heartbeat,
+    /// The sender noticed the loss of a process and ends the run.
+    Lost(Box<crate::link::ProcessLost>),
 }
 
 impl Frame {
@@ -198,6 +206,8 @@ impl Frame {
             Frame::Status(_) => kind::STATUS,
             Frame::Observe(_) => kind::OBSERVE,
             Frame::Observed(_) => kind::OBSERVED,
+            Frame::Heartbeat => kind::HEARTBEAT,
+            Frame::Lost(_) => kind::LOST,
         }
     }
 
@@ -224,6 +234,8 @@ pub fn kind_name(k: u8) -> &'static str {
         kind::STATUS => "status",
         kind::OBSERVE => "observe",
         kind::OBSERVED => "observed",
+        kind::HEARTBEAT => "heartbeat",
+        kind::LOST => "lost",
         _ => "unknown",
     }
 }
@@ -287,7 +299,7 @@ pub fn encode_into(buf: &mut Vec<u8>, frame: &Frame) -> Result<(), FrameError> {
         Frame::Hello(h) => body(buf, k, h),
         Frame::Welcome(w) => body(buf, k, w),
         Frame::Deploy(d) => body(buf, k, d),
-        Frame::Ready | Frame::Start => body(buf, k, &()),
+        Frame::Ready | Frame::Start | Frame::Heartbeat => body(buf, k, &()),
         Frame::Events(groups) => encode_events(buf, groups),
         Frame::Replies(r) => body(buf, k, r),
         Frame::Quit(v) => body(buf, k, v),
@@ -295,6 +307,7 @@ pub fn encode_into(buf: &mut Vec<u8>, frame: &Frame) -> Result<(), FrameError> {
         Frame::Status(s) => body(buf, k, s),
         Frame::Observe(o) => body(buf, k, o),
         Frame::Observed(o) => body(buf, k, o),
+        Frame::Lost(l) => body(buf, k, l),
     }
 }
 
@@ -354,6 +367,11 @@ pub fn decode(buf: &[u8]) -> Result<Frame, FrameError> {
         kind::STATUS => Frame::Status(de(k, body)?),
         kind::OBSERVE => Frame::Observe(de(k, body)?),
         kind::OBSERVED => Frame::Observed(Box::new(de(k, body)?)),
+        kind::HEARTBEAT => {
+            de::<()>(k, body)?;
+            Frame::Heartbeat
+        }
+        kind::LOST => Frame::Lost(Box::new(de(k, body)?)),
         other => return Err(FrameError::UnknownType(other)),
     })
 }
@@ -504,6 +522,7 @@ mod tests {
         let frames = [
             Frame::Ready,
             Frame::Start,
+            Frame::Heartbeat,
             Frame::Refused("no".into()),
             Frame::Replies(vec![Reply {
                 route: 1,

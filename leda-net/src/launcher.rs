@@ -44,7 +44,7 @@ use crate::deploy::Deployment;
 use crate::error::NetError;
 use crate::frame::{Frame, MAX_FRAME, Role, Status, read_frame, write_frame};
 use crate::handshake;
-use crate::link::{Transport, TransportCounts};
+use crate::link::{Liveness, OnProcessLoss, ProcessLost, RouteCounts, Transport, TransportCounts};
 
 /// Period of the global idle check.
 const IDLE_POLL: Duration = Duration::from_millis(5);
@@ -56,6 +56,7 @@ pub struct Launcher {
     threads: Option<usize>,
     until_idle: bool,
     timeout: Duration,
+    liveness: Liveness,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -75,6 +76,13 @@ pub struct LaunchReport {
     pub transport: TransportCounts,
     /// `true` if the run ended because every process was idle.
     pub idle: bool,
+    /// The outcome of each route's events sent from this process (`sent = delivered
+    /// + failed + discarded`).
+    pub routes: Vec<RouteCounts>,
+    /// Processes lost during the run (only under [`OnProcessLoss::Continue`]: under
+    /// [`OnProcessLoss::End`] a loss makes the run fail with
+    /// [`NetError::ProcessLost`]).
+    pub lost: Vec<ProcessLost>,
 }
 
 /// A launched run.
@@ -126,10 +134,21 @@ impl Launched {
             .map(|e| e.args().to_vec())
             .unwrap_or_default();
         rt.block_on(transport.close(Some(quit)));
+        let lost = transport.lost();
+        if *transport.policy() == OnProcessLoss::End
+            && let Some(first) = lost.into_iter().next()
+        {
+            return Err(NetError::ProcessLost {
+                lost: Box::new(first),
+                routes: transport.route_counts(),
+            });
+        }
         Ok(LaunchReport {
             run: run?,
             transport: transport.counts(),
             idle: idle.load(Ordering::SeqCst),
+            routes: transport.route_counts(),
+            lost: transport.lost(),
         })
     }
 }
@@ -144,7 +163,15 @@ impl Launcher {
             threads: None,
             until_idle: false,
             timeout: Duration::from_secs(30),
+            liveness: Liveness::default(),
         }
+    }
+
+    /// How the run's links tell a live peer from a lost one (every process uses the
+    /// launcher's setting; default: [`Liveness::default`]).
+    pub fn liveness(mut self, l: Liveness) -> Self {
+        self.liveness = l;
+        self
     }
 
     /// The shared secret to authenticate with (default: `LEDA_SECRET`).
@@ -182,8 +209,10 @@ impl Launcher {
         getrandom::fill(&mut id)
             .map_err(|e| NetError::io("drawing an id", std::io::Error::other(e.to_string())))?;
         let id = u64::from_le_bytes(id);
-        let base = Deployment::from_graph(graph, &self.addr, id, self.threads)
+        let mut base = Deployment::from_graph(graph, &self.addr, id, self.threads)
             .map_err(NetError::Deploy)?;
+        base.liveness = self.liveness;
+        base.on_loss = run.process_loss().clone();
         let mine = base
             .cluster_of_process(&self.addr)
             .ok_or_else(|| NetError::Deploy(format!("{} runs no cluster", self.addr)))?;
@@ -239,7 +268,7 @@ impl Launcher {
                 return Err(e);
             }
         };
-        let transport = Transport::new(&self.addr, base.routes(), rt.handle().clone());
+        let transport = Transport::for_deployment(&base, &self.addr, rt.handle().clone());
         let started = rt.block_on(async {
             for (addr, mut s) in streams {
                 write_frame(&mut s, &Frame::Start)

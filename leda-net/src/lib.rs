@@ -59,5 +59,5 @@ pub use daemon::{Daemon, DaemonConfig, DaemonReport};
 pub use error::{FrameError, NetError};
 pub use handshake::PROTOCOL_VERSION;
 pub use launcher::{LaunchReport, Launched, Launcher};
-pub use link::{Transport, TransportCounts};
+pub use link::{Liveness, OnProcessLoss, ProcessLost, RouteCounts, Transport, TransportCounts};
 pub use registry::{Registry, ResolveError};

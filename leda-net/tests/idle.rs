@@ -108,7 +108,9 @@ fn silent_daemon_holds_the_run() {
         .map([ME, node.addr.as_str()])
         .unwrap();
     gen_.push((N, 0, false));
+    // Frozen for less than the silence bound: not lost (see tests/chaos.rs for more).
     let launched = Launcher::new(ME)
+        .liveness(leda_net::Liveness::with_silence(Duration::from_secs(15)))
         .until_idle()
         .start(&g, Run::default().threads(2))
         .expect("start");

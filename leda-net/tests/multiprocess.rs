@@ -253,9 +253,16 @@ fn killed_daemon_events_are_reported_failed() {
         .map([ME, node.addr.as_str()])
         .unwrap();
     gen_.push((1_000_000, 0, false));
+    // The run goes on without the daemon (by default it would end with an error:
+    // tests/chaos.rs).
     let launched = Launcher::new(ME)
         .until_idle()
-        .start(&g, Run::default().threads(2))
+        .start(
+            &g,
+            Run::default()
+                .threads(2)
+                .on_process_loss(OnProcessLoss::Continue { notify: None }),
+        )
         .expect("start");
     // Some delivered, and some in flight (the generator can be between two attempts
     // with everything acknowledged: wait until it is not).
@@ -271,7 +278,9 @@ fn killed_daemon_events_are_reported_failed() {
     let report = launched.wait().expect("run ends after the peer died");
     let t = report.transport;
     assert!(t.failed > 0, "events were in flight at the kill: {t:?}");
-    assert_eq!(t.sent, t.delivered + t.failed, "{t:?}");
+    assert_eq!(t.sent, t.delivered + t.failed + t.discarded, "{t:?}");
+    assert_eq!(t.discarded, 0, "{t:?}");
+    assert_eq!(report.lost.len(), 1, "{:?}", report.lost);
     let snap = handle.snapshot();
     let gen_stats = snap.stages.iter().find(|s| s.name == "gen").unwrap();
     assert_eq!(gen_stats.failed_sends, t.failed);

@@ -184,6 +184,8 @@ impl DaemonChild {
         let mut child = Command::new(exe)
             .args([command, "--listen", "127.0.0.1:0", "--threads"])
             .arg(threads.to_string())
+            // A Rust daemon serves one deployment, then exits (the Lua one always does).
+            .args((command == "daemon").then_some("--once"))
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()

@@ -152,6 +152,9 @@ enum Command {
         /// Worker threads.
         #[arg(long)]
         threads: Option<usize>,
+        /// Serve one deployment, then exit (default: one after another).
+        #[arg(long)]
+        once: bool,
     },
     /// Draw the chart of a statistics file.
     Chart {
@@ -223,18 +226,20 @@ fn run_pipeline(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(status(&s))
 }
 
-fn daemon(listen: String, threads: Option<usize>) -> anyhow::Result<ExitCode> {
+fn daemon(listen: String, threads: Option<usize>, once: bool) -> anyhow::Result<ExitCode> {
     let mut config = leda_net::DaemonConfig::from_args(["--listen".to_string(), listen])
         .map_err(anyhow::Error::msg)?;
     config.threads = threads;
+    config.once = once;
     let d = leda_net::Daemon::bind(config, leda_image::stages::registry())?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "LISTENING {}", d.local_addr())?;
     out.flush()?;
     drop(out);
-    let report = d.serve()?;
-    // The launcher may have closed our stdout already: ignore a failed write.
-    let _ = writeln!(std::io::stdout(), "ENDED {:?}", report.run.reason);
+    d.serve(|report| {
+        // The launcher may have closed our stdout already: ignore a failed write.
+        let _ = writeln!(std::io::stdout(), "ENDED {:?}", report.run.reason);
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -315,7 +320,11 @@ fn main() -> ExitCode {
             );
             Ok(status(&s))
         })(),
-        Some(Command::Daemon { listen, threads }) => daemon(listen, threads),
+        Some(Command::Daemon {
+            listen,
+            threads,
+            once,
+        }) => daemon(listen, threads, once),
         Some(Command::Chart { stats, output }) => leda_core::chart::plot_jsonl(&stats, &output)
             .map(|()| {
                 out!("chart: {}", output.display());

@@ -203,7 +203,7 @@ impl DaemonChild {
             reason,
         };
         let mut child = Command::new(exe)
-            .args(["daemon", "--listen", "127.0.0.1:0", "--threads"])
+            .args(["daemon", "--once", "--listen", "127.0.0.1:0", "--threads"])
             .arg(threads.to_string())
             // The daemons' "lost the launcher" warning at the end of every run is
             // noise (the launcher closes its links once the run is over).

@@ -20,10 +20,11 @@ pub struct DaemonChild {
 }
 
 impl DaemonChild {
-    /// Starts `exe daemon --listen 127.0.0.1:0 EXTRA...` and waits for its address.
+    /// Starts `exe daemon --listen 127.0.0.1:0 --once EXTRA...` (it exits after one
+    /// run) and waits for its address.
     pub fn spawn(exe: &Path, extra: &[&str]) -> std::io::Result<DaemonChild> {
         let mut child = Command::new(exe)
-            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -38,8 +38,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve one deployment as a daemon; prints `LISTENING <addr>` once bound.
+    /// Serve deployments as a daemon; prints `LISTENING <addr>` once bound.
     Daemon {
+        /// Serve one deployment, then exit (default: one after another).
+        #[arg(long)]
+        once: bool,
         /// Address to listen on (a non-loopback one needs a shared secret).
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
@@ -156,10 +159,11 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().cmd {
         Cmd::Daemon {
+            once,
             listen,
             threads,
             secret,
-        } => daemon(listen, threads, secret.get()),
+        } => daemon(listen, threads, secret.get(), once),
         Cmd::Run {
             np,
             length,
@@ -176,11 +180,17 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn daemon(listen: String, threads: Option<usize>, secret: Option<Secret>) -> anyhow::Result<()> {
+fn daemon(
+    listen: String,
+    threads: Option<usize>,
+    secret: Option<Secret>,
+    once: bool,
+) -> anyhow::Result<()> {
     let config = DaemonConfig {
         listen,
         threads,
         secret,
+        once,
         ..DaemonConfig::default()
     };
     let daemon = Daemon::bind(config, stages::registry())?;
@@ -188,14 +198,20 @@ fn daemon(listen: String, threads: Option<usize>, secret: Option<Secret>) -> any
     writeln!(out, "{LISTENING}{}", daemon.local_addr())?;
     out.flush()?;
     drop(out);
-    let report = daemon.serve()?;
-    println!(
-        "ENDED {:?} received={} sent={} failed={}",
-        report.run.reason,
-        report.transport.accepted,
-        report.transport.sent,
-        report.transport.failed
-    );
+    daemon.serve(|report| {
+        println!(
+            "ENDED {:?} received={} sent={} failed={} discarded={}",
+            report.run.reason,
+            report.transport.accepted,
+            report.transport.sent,
+            report.transport.failed,
+            report.transport.discarded
+        );
+        for l in &report.lost {
+            eprintln!("leda-sort daemon: {l}");
+        }
+        let _ = std::io::stdout().flush();
+    })?;
     Ok(())
 }
 

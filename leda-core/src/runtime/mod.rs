@@ -53,6 +53,26 @@ pub struct Run {
     remote: Option<Arc<dyn RemoteLinks>>,
     executor: Option<Arc<dyn Executor>>,
     dashboard: Option<DashboardConfig>,
+    on_process_loss: OnProcessLoss,
+}
+
+/// What the processes of a run do when one of them is lost (killed, frozen, cut off by
+/// the network): see [`Run::on_process_loss`]. Acted on by the transport (leda-net).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OnProcessLoss {
+    /// End the run everywhere; the launcher's run fails with an error that names the
+    /// lost process (the default).
+    #[default]
+    End,
+    /// Go on without it: sends to the lost process fail with
+    /// [`SendError::Unreachable`](crate::error::SendError::Unreachable) (to the sender's
+    /// `error` port, like any failed send), and, if `notify` names a stage of the
+    /// process that noticed, that stage receives the event
+    /// `("process_lost", address, cluster_index, reason)`.
+    Continue {
+        /// The stage told of each loss, if any.
+        notify: Option<String>,
+    },
 }
 
 impl Default for Run {
@@ -69,6 +89,7 @@ impl Default for Run {
             remote: None,
             executor: None,
             dashboard: None,
+            on_process_loss: OnProcessLoss::End,
         }
     }
 }
@@ -167,6 +188,18 @@ impl Run {
     pub fn remote(mut self, links: Arc<dyn RemoteLinks>) -> Self {
         self.remote = Some(links);
         self
+    }
+
+    /// What every process of the run does when another one is lost (default:
+    /// [`OnProcessLoss::End`]).
+    pub fn on_process_loss(mut self, policy: OnProcessLoss) -> Self {
+        self.on_process_loss = policy;
+        self
+    }
+
+    /// The policy set by [`Run::on_process_loss`].
+    pub fn process_loss(&self) -> &OnProcessLoss {
+        &self.on_process_loss
     }
 }
 

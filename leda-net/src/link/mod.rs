@@ -45,6 +45,7 @@
 //! reported as failed with `SendError::Unreachable`, and later sends to that peer fail
 //! at once (or go to a live replica).
 
+mod loss;
 mod outbox;
 mod reader;
 mod sink;
@@ -52,6 +53,8 @@ mod sink;
 mod tests;
 mod writer;
 
+pub(crate) use loss::Topology;
+pub use loss::{Liveness, OnProcessLoss, ProcessLost};
 use outbox::{Outbox, RouteOut};
 use reader::read_loop;
 use sink::Sink;
@@ -116,7 +119,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Counters of one process' transport.
+/// Counters of one process' transport. Events taken by a remote sink end in exactly
+/// one of `delivered`, `failed` or `discarded` (or are still in flight), per route and
+/// in total.
 #[derive(Debug, Default)]
 pub struct TransportStats {
     /// Events taken by remote sinks on links replaced since (live links count theirs
@@ -124,13 +129,56 @@ pub struct TransportStats {
     pub sent: AtomicU64,
     /// Of those, acknowledged by the receiver (queued at the destination).
     pub delivered: AtomicU64,
-    /// Of those, reported failed (refused, or lost with a connection).
+    /// Of those, reported failed to their sending stage: refused by the receiver, or
+    /// lost with the connection or the process while the run went on.
     pub failed: AtomicU64,
+    /// Of those, still unacknowledged when the run ended (or refused because the
+    /// receiver's run had ended): counted, logged, not reported one by one.
+    pub discarded: AtomicU64,
     /// Events received from other processes and queued here.
     pub accepted: AtomicU64,
+    /// The same outcomes per route (index in the route table).
+    routes: Box<[RouteStats]>,
 }
 
-/// A copy of [`TransportStats`].
+/// Outcomes of one route's events (see [`TransportStats`]).
+#[derive(Debug, Default)]
+struct RouteStats {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    discarded: AtomicU64,
+}
+
+impl TransportStats {
+    fn new(routes: usize) -> TransportStats {
+        TransportStats {
+            routes: (0..routes).map(|_| RouteStats::default()).collect(),
+            ..TransportStats::default()
+        }
+    }
+
+    /// Counts `n` delivered events of `route`.
+    fn delivered(&self, route: usize, n: u64) {
+        self.delivered.fetch_add(n, Relaxed);
+        if let Some(r) = self.routes.get(route) {
+            r.delivered.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Counts `n` events of `route` that failed, or were discarded at the end.
+    fn undelivered(&self, route: usize, n: u64, discarded: bool) {
+        let (total, per) = match (discarded, self.routes.get(route)) {
+            (true, r) => (&self.discarded, r.map(|r| &r.discarded)),
+            (false, r) => (&self.failed, r.map(|r| &r.failed)),
+        };
+        total.fetch_add(n, Relaxed);
+        if let Some(per) = per {
+            per.fetch_add(n, Relaxed);
+        }
+    }
+}
+
+/// A copy of [`TransportStats`]' totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TransportCounts {
     /// Events taken by remote sinks.
@@ -139,8 +187,43 @@ pub struct TransportCounts {
     pub delivered: u64,
     /// Reported failed.
     pub failed: u64,
+    /// Unacknowledged when the run ended.
+    pub discarded: u64,
     /// Received and queued here.
     pub accepted: u64,
+}
+
+impl TransportCounts {
+    /// Events sent and not yet delivered, failed or discarded.
+    pub fn in_flight(&self) -> u64 {
+        self.sent
+            .saturating_sub(self.delivered + self.failed + self.discarded)
+    }
+}
+
+/// The outcomes of one route's events in this process (`sent = delivered + failed +
+/// discarded + in flight`; nothing is in flight once the run has ended).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RouteCounts {
+    /// Emitting stage.
+    pub from: String,
+    /// Receiving stage.
+    pub to: String,
+    /// Events taken by this process' sinks.
+    pub sent: u64,
+    /// Acknowledged by the receiving process (queued there).
+    pub delivered: u64,
+    /// Reported failed to the sending stage.
+    pub failed: u64,
+    /// Unacknowledged when the run ended.
+    pub discarded: u64,
+}
+
+impl RouteCounts {
+    /// `true` when every event sent is accounted for.
+    pub fn adds_up(&self) -> bool {
+        self.sent == self.delivered + self.failed + self.discarded
+    }
 }
 
 /// The connection to one peer process.
@@ -154,6 +237,13 @@ pub(crate) struct Link {
     acked: Box<[AtomicU64]>,
     /// Events received from the peer and handled here (idle detection).
     received: AtomicU64,
+    /// When something was last read from the peer (milliseconds since the
+    /// transport's epoch).
+    heard_ms: AtomicU64,
+    /// The peer said `Quit`: its closing the connection is the orderly end.
+    goodbye: AtomicBool,
+    /// Why the link was lost, if it was (first reason wins).
+    lost: Mutex<Option<String>>,
     dead: AtomicBool,
     dead_notify: Notify,
     status: Mutex<Option<Status>>,
@@ -174,6 +264,13 @@ impl Link {
             self.dead_notify.notify_one();
             self.status_notify.notify_waiters();
         }
+    }
+
+    /// The peer is lost (`why`): the link goes down at once, without waiting for
+    /// anything queued to be written.
+    fn lose(&self, why: String) {
+        lock(&self.lost).get_or_insert(why);
+        self.mark_dead();
     }
 
     /// The peer's address.
@@ -241,9 +338,13 @@ pub struct Transport {
     indexes: Mutex<Option<Arc<RouteIndexes>>>,
     stats: Arc<TransportStats>,
     pending_inbound: AtomicU64,
-    quit_on_loss: Mutex<Option<String>>,
     closing: AtomicBool,
     rt: tokio::runtime::Handle,
+    liveness: Liveness,
+    policy: OnProcessLoss,
+    topology: Topology,
+    lost: Mutex<Vec<ProcessLost>>,
+    epoch: std::time::Instant,
 }
 
 struct RouteIndexes {
@@ -261,9 +362,48 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// A transport for process `me` with the deployment's route table; link tasks run
-    /// on `rt`.
+    /// A transport for process `me` with a route table, default liveness, the default
+    /// policy and no topology; link tasks run on `rt`.
+    #[cfg(test)]
     pub(crate) fn new(me: &str, routes: Vec<RouteInfo>, rt: tokio::runtime::Handle) -> Arc<Self> {
+        Transport::build(
+            me,
+            routes,
+            rt,
+            Liveness::default(),
+            OnProcessLoss::End,
+            Topology::default(),
+        )
+    }
+
+    /// The transport of process `me` in deployment `d`: its routes, the liveness and
+    /// policy the launcher chose, and who runs what.
+    pub(crate) fn for_deployment(
+        d: &crate::deploy::Deployment,
+        me: &str,
+        rt: tokio::runtime::Handle,
+    ) -> Arc<Self> {
+        let topology = Topology {
+            cluster_of: d
+                .mapping
+                .iter()
+                .enumerate()
+                .flat_map(|(c, ps)| ps.iter().map(move |p| (p.clone(), c)))
+                .collect(),
+            clusters: d.clusters.clone(),
+            launcher: (d.launcher != me).then(|| d.launcher.clone()),
+        };
+        Transport::build(me, d.routes(), rt, d.liveness, d.on_loss.clone(), topology)
+    }
+
+    fn build(
+        me: &str,
+        routes: Vec<RouteInfo>,
+        rt: tokio::runtime::Handle,
+        liveness: Liveness,
+        policy: OnProcessLoss,
+        topology: Topology,
+    ) -> Arc<Self> {
         let route_ids = routes
             .iter()
             .enumerate()
@@ -271,6 +411,7 @@ impl Transport {
             .collect();
         Arc::new(Transport {
             me: me.into(),
+            stats: Arc::new(TransportStats::new(routes.len())),
             routes,
             route_ids,
             links: Mutex::new(HashMap::new()),
@@ -278,12 +419,20 @@ impl Transport {
             room: Arc::new(Notify::new()),
             handle_tx: watch::channel(None).0,
             indexes: Mutex::new(None),
-            stats: Arc::new(TransportStats::default()),
             pending_inbound: AtomicU64::new(0),
-            quit_on_loss: Mutex::new(None),
             closing: AtomicBool::new(false),
             rt,
+            liveness,
+            policy,
+            topology,
+            lost: Mutex::new(Vec::new()),
+            epoch: std::time::Instant::now(),
         })
+    }
+
+    /// Milliseconds since this transport was made.
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     /// This process' address in the mapping.
@@ -303,22 +452,55 @@ impl Transport {
             sent,
             delivered: self.stats.delivered.load(Relaxed),
             failed: self.stats.failed.load(Relaxed),
+            discarded: self.stats.discarded.load(Relaxed),
             accepted: self.stats.accepted.load(Relaxed),
         }
     }
 
-    /// Ends the local run if the link to `peer` is lost before the run ends (a daemon
-    /// does not outlive its launcher).
-    pub(crate) fn quit_on_loss(&self, peer: &str) {
-        *lock(&self.quit_on_loss) = Some(peer.to_owned());
+    /// The outcomes of each route's events so far (routes this process sends on).
+    pub fn route_counts(&self) -> Vec<RouteCounts> {
+        let links: Vec<Arc<Link>> = self
+            .links()
+            .into_iter()
+            .chain(lock(&self.retired).iter().cloned())
+            .collect();
+        let mut sent = vec![0u64; self.routes.len()];
+        for l in &links {
+            let mut ob = lock(&l.outbox);
+            ob.absorb_all(&l.acked, &self.stats);
+            for (s, rs) in sent.iter_mut().zip(ob.routes.iter()) {
+                *s += rs.sent;
+            }
+        }
+        self.routes
+            .iter()
+            .zip(self.stats.routes.iter())
+            .zip(sent)
+            .filter(|(_, s)| *s > 0)
+            .map(|((r, st), sent)| RouteCounts {
+                from: r.from.clone(),
+                to: r.to.clone(),
+                sent,
+                delivered: st.delivered.load(Relaxed),
+                failed: st.failed.load(Relaxed),
+                discarded: st.discarded.load(Relaxed),
+            })
+            .collect()
     }
 
-    /// Gives the transport the running process (inbound events wait for it).
+    /// Gives the transport the running process (inbound events wait for it). A
+    /// process lost before the run started ends it now under [`OnProcessLoss::End`].
     pub(crate) fn set_handle(&self, h: ProcessHandle) {
         let from = self.routes.iter().map(|r| h.stage_index(&r.from)).collect();
         let to = self.routes.iter().map(|r| h.stage_index(&r.to)).collect();
         *lock(&self.indexes) = Some(Arc::new(RouteIndexes { from, to }));
-        self.handle_tx.send_replace(Some(h));
+        self.handle_tx.send_replace(Some(h.clone()));
+        let launcher_lost = lock(&self.lost)
+            .iter()
+            .any(|l| self.topology.launcher.as_ref() == Some(&l.process));
+        if !lock(&self.lost).is_empty() && (self.policy == OnProcessLoss::End || launcher_lost) {
+            h.quit(Event::new());
+        }
     }
 
     async fn handle(&self) -> Option<(ProcessHandle, Arc<RouteIndexes>)> {
@@ -392,6 +574,7 @@ impl Transport {
     /// Starts the link to `peer` over `stream` (handshake done).
     pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: TcpStream) -> Arc<Link> {
         let _ = stream.set_nodelay(true);
+        self.liveness.apply_to(&stream);
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: Mutex::new(Outbox {
@@ -406,6 +589,7 @@ impl Transport {
                         unacked: VecDeque::new(),
                         stale: 0,
                         absorbed: 0,
+                        sent: 0,
                     })
                     .collect(),
                 unacked_bytes: 0,
@@ -417,6 +601,9 @@ impl Transport {
             wake: Notify::new(),
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
             received: AtomicU64::new(0),
+            heard_ms: AtomicU64::new(self.now_ms()),
+            goodbye: AtomicBool::new(false),
+            lost: Mutex::new(None),
             dead: AtomicBool::new(false),
             dead_notify: Notify::new(),
             status: Mutex::new(None),
@@ -459,12 +646,32 @@ impl Transport {
         }
     }
 
-    /// Reports events of `route` as failed to their sending stage.
-    async fn report_failed(&self, route: u32, error: &SendError, events: Vec<Event>) {
+    /// Accounts for events of `route` that were not delivered: `discarded` at the end
+    /// of the run (counted and logged once), or else failed, each reported to its
+    /// sending stage (its `error` port, if connected).
+    async fn report_undelivered(
+        &self,
+        route: u32,
+        error: &SendError,
+        events: Vec<Event>,
+        discarded: bool,
+    ) {
         if events.is_empty() {
             return;
         }
-        self.stats.failed.fetch_add(events.len() as u64, Relaxed);
+        self.stats
+            .undelivered(route as usize, events.len() as u64, discarded);
+        if discarded {
+            let r = self.routes.get(route as usize);
+            tracing::info!(
+                from = r.map_or("?", |r| r.from.as_str()),
+                to = r.map_or("?", |r| r.to.as_str()),
+                events = events.len(),
+                reason = %error,
+                "events unacknowledged at the end of the run (discarded)"
+            );
+            return;
+        }
         let Some((h, idx)) = self.handle().await else {
             return;
         };

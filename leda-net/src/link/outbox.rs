@@ -19,6 +19,8 @@ pub(super) struct RouteOut {
     pub(super) stale: usize,
     /// The link's acknowledgement count of this route already taken in.
     pub(super) absorbed: u64,
+    /// Events taken on this link (accounting).
+    pub(super) sent: u64,
 }
 
 impl RouteOut {
@@ -81,7 +83,7 @@ impl Outbox {
         rs.in_flight = rs.in_flight.saturating_sub(k as u64);
         rs.credit += k as i64;
         self.unacked_bytes = self.unacked_bytes.saturating_sub(bytes);
-        stats.delivered.fetch_add(k as u64, Relaxed);
+        stats.delivered(route, k as u64);
     }
 
     /// [`Outbox::absorb`] for every route.

@@ -53,6 +53,17 @@ pub(super) struct Inbound {
     pub(super) batch: Vec<Event>,
     /// The chunks small binaries are decoded into.
     pub(super) arena: crate::wire::Arena,
+    /// Whose `pending_inbound` counts `pending_total`: given back on drop, also when
+    /// the reader is aborted (idle detection must not wait for events that are gone).
+    pub(super) owner: Arc<Transport>,
+}
+
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        self.owner
+            .pending_inbound
+            .fetch_sub(self.pending_total as u64, Relaxed);
+    }
 }
 
 impl Inbound {
@@ -219,9 +230,16 @@ pub(super) async fn read_loop(
         events: Vec::new(),
         batch: Vec::new(),
         arena: crate::wire::Arena::default(),
+        owner: t.clone(),
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let silence = t.liveness.silence;
+    let mut heard = tokio::time::Instant::now();
+    let was_heard = |heard: &mut tokio::time::Instant| {
+        *heard = tokio::time::Instant::now();
+        link.heard_ms.store(t.now_ms(), Relaxed);
+    };
     'conn: loop {
         // Handle every complete frame in the buffer.
         loop {
@@ -235,6 +253,7 @@ pub(super) async fn read_loop(
                     max: MAX_FRAME,
                 };
                 tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                link.lose(format!("it sent a bad frame ({e})"));
                 break 'conn;
             }
             let total = 4 + len as usize;
@@ -269,6 +288,7 @@ pub(super) async fn read_loop(
                             reason,
                         };
                         tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                        link.lose(format!("it sent a bad frame ({e})"));
                         false
                     }
                 };
@@ -281,6 +301,7 @@ pub(super) async fn read_loop(
                     Ok(f) => handle_frame(&t, &link, &mut inb, &mut ready, f).await,
                     Err(e) => {
                         tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
+                        link.lose(format!("it sent a bad frame ({e})"));
                         false
                     }
                 }
@@ -299,17 +320,17 @@ pub(super) async fn read_loop(
         if held < REPLY_BATCH && inb.pending_len() == 0 {
             match rd.try_read_buf(&mut buf) {
                 Ok(0) => {
-                    if buf.is_empty() {
-                        tracing::debug!(peer = %link.peer, "peer closed the link");
-                    } else {
-                        tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
-                    }
+                    closed(&link, &buf);
                     break;
                 }
-                Ok(_) => continue,
+                Ok(_) => {
+                    was_heard(&mut heard);
+                    continue;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => {
                     tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                    link.lose(format!("the connection failed ({e})"));
                     break;
                 }
             }
@@ -321,13 +342,25 @@ pub(super) async fn read_loop(
             // ready at once, and the writer may share this thread.
             tokio::task::yield_now().await;
         }
+        // Nothing heard for `silence` (heartbeats included): the peer is lost.
+        let read = tokio::time::timeout_at(heard + silence, rd.read_buf(&mut buf));
         let read = if inb.pending_len() > 0 {
             tokio::select! {
-                r = rd.read_buf(&mut buf) => Some(r),
+                r = read => Some(r),
                 _ = tokio::time::sleep(RETRY) => None,
             }
         } else {
-            Some(rd.read_buf(&mut buf).await)
+            Some(read.await)
+        };
+        let read = match read {
+            Some(Err(_)) => {
+                let s = heard.elapsed().as_secs_f64();
+                tracing::warn!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
+                link.lose(format!("nothing heard from it for {s:.1} s"));
+                break;
+            }
+            Some(Ok(r)) => Some(r),
+            None => None,
         };
         match read {
             None => {
@@ -340,16 +373,13 @@ pub(super) async fn read_loop(
                 }
             }
             Some(Ok(0)) => {
-                if buf.is_empty() {
-                    tracing::debug!(peer = %link.peer, "peer closed the link");
-                } else {
-                    tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
-                }
+                closed(&link, &buf);
                 break;
             }
-            Some(Ok(_)) => {}
+            Some(Ok(_)) => was_heard(&mut heard),
             Some(Err(e)) => {
                 tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                link.lose(format!("the connection failed ({e})"));
                 break;
             }
         }
@@ -361,6 +391,18 @@ pub(super) async fn read_loop(
     }
     // Let the writer finish what is queued (replies included), then close.
     link.close();
+}
+
+/// The peer closed the connection: the orderly end after its `Quit`, a loss otherwise.
+fn closed(link: &Link, buf: &BytesMut) {
+    if link.goodbye.load(Acquire) {
+        tracing::debug!(peer = %link.peer, "peer closed the link");
+    } else if buf.is_empty() {
+        link.lose("it closed the connection".into());
+    } else {
+        tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
+        link.lose("it closed the connection inside a frame".into());
+    }
 }
 
 /// Delivers the events of one `events` frame (`(route, count)` per group, events of
@@ -489,7 +531,9 @@ pub(super) async fn handle_frame(
                     tracing::warn!(peer = %link.peer, "reply for more events than were sent");
                 }
                 let err = t.refusal_error(r.route, &link.peer, why);
-                t.report_failed(r.route, &err, popped).await;
+                // Refused because the receiver's run had ended: the end of the run.
+                let at_end = *why == Refusal::Stopped;
+                t.report_undelivered(r.route, &err, popped, at_end).await;
                 let mut ob = lock(&link.outbox);
                 let rs = &mut ob.routes[route];
                 rs.in_flight -= n as u64;
@@ -508,6 +552,7 @@ pub(super) async fn handle_frame(
             }
         }
         Frame::Quit(values) => {
+            link.goodbye.store(true, Release);
             if let Some((h, _)) = ready.as_ref() {
                 tracing::debug!(peer = %link.peer, "quit from peer");
                 h.quit(Event::from_values(values));
@@ -528,12 +573,16 @@ pub(super) async fn handle_frame(
             }
         }
         Frame::Observed(reply) => crate::observe::record(link, *reply),
+        Frame::Heartbeat => {}
+        Frame::Lost(lost) => t.peer_reported_loss(*lost).await,
         Frame::Error(m) => {
             tracing::warn!(peer = %link.peer, error = %m, "peer reported an error");
+            link.lose(format!("it reported an error: {m}"));
             return false;
         }
         other => {
             tracing::warn!(peer = %link.peer, frame = other.name(), "unexpected frame on a link; closing it");
+            link.lose(format!("it sent an unexpected {} frame", other.name()));
             return false;
         }
     }

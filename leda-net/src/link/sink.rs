@@ -64,6 +64,7 @@ impl RemoteSink for Sink {
             let rs = &mut ob.routes[route];
             rs.credit -= 1;
             rs.in_flight += 1;
+            rs.sent += 1;
             rs.unacked
                 .push_back((event, u32::try_from(size).unwrap_or(u32::MAX)));
             let wake = ob.signal();

@@ -55,22 +55,41 @@ pub(super) async fn write_loop(
     // written.
     let mut bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
     let mut clean = false;
+    let heartbeat = t.liveness.heartbeat;
+    let mut last_write = tokio::time::Instant::now();
     loop {
-        tokio::select! {
+        let beat = tokio::select! {
             biased;
             _ = link.dead_notify.notified() => break,
-            _ = link.wake.notified() => {}
-        }
-        let close = lock(&link.outbox).take(&mut bytes);
+            _ = link.wake.notified() => false,
+            _ = tokio::time::sleep_until(last_write + heartbeat) => true,
+        };
+        let close = {
+            let mut ob = lock(&link.outbox);
+            if beat && !ob.down && !ob.close {
+                // Written nothing for a while: tell the peer this process is alive.
+                ob.push_frame(&Frame::Heartbeat, &link.peer);
+            }
+            ob.take(&mut bytes)
+        };
         if bytes.bytes.len() >= MAX_BACKLOG {
             // Senders refused for the backlog may go on.
             t.room.notify_waiters();
         }
         if !bytes.is_empty() {
-            if let Err(e) = write_out(&mut wr, &bytes).await {
+            // A lost peer (silent: frozen, cut off) may never read what is written to
+            // it: the write ends with the link.
+            let written = tokio::select! {
+                biased;
+                _ = link.dead_notify.notified() => break,
+                r = write_out(&mut wr, &bytes) => r,
+            };
+            if let Err(e) = written {
                 tracing::warn!(peer = %link.peer, error = %e, "link write failed");
+                link.lose(format!("writing to it failed ({e})"));
                 break;
             }
+            last_write = tokio::time::Instant::now();
             if bytes.bytes.capacity() > KEEP_BUFFER {
                 // A very large batch or event passed: do not keep its buffer.
                 bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
@@ -97,9 +116,9 @@ pub(super) async fn write_loop(
     }
     reader.abort();
     drop(wr);
-    // Everything still queued or unacknowledged on this link is lost; nothing more is
-    // taken (senders see `down` under the same lock).
-    let lost: Vec<(usize, Vec<Event>)> = {
+    // Everything still queued or unacknowledged on this link is undelivered; nothing
+    // more is taken (senders see `down` under the same lock).
+    let undelivered: Vec<(usize, Vec<Event>)> = {
         let mut ob = lock(&link.outbox);
         ob.down = true;
         ob.open = None;
@@ -120,25 +139,28 @@ pub(super) async fn write_loop(
     };
     // Senders waiting for room on this link retry (and go elsewhere, or fail).
     t.room.notify_waiters();
-    for (r, evs) in lost {
+    // The end of the run (here, or at the peer, which said `Quit`): what was not
+    // acknowledged is discarded. Otherwise the peer is lost: that is recorded (and
+    // the policy applied) first, then its events fail back to their senders.
+    let at_end = t.closing.load(Relaxed) || link.goodbye.load(Acquire);
+    let why = lock(&link.lost).clone();
+    if !at_end {
+        let failed = undelivered.iter().map(|(_, e)| e.len() as u64).sum();
+        t.link_down(&link, failed).await;
+    }
+    for (r, evs) in undelivered {
         let n = evs.len() as u64;
         let stage = t.routes.get(r).map(|x| x.to.clone()).unwrap_or_default();
-        let err = SendError::Unreachable {
-            stage,
-            reason: format!("the connection to {} was lost", link.peer),
+        let reason = match &why {
+            Some(why) => format!("the process {} was lost: {why}", link.peer),
+            None => format!("the connection to {} was lost", link.peer),
         };
-        tracing::warn!(peer = %link.peer, events = n, "events lost with the connection");
-        t.report_failed(r as u32, &err, evs).await;
+        let err = SendError::Unreachable { stage, reason };
+        if !at_end {
+            tracing::warn!(peer = %link.peer, events = n, "events lost with the connection");
+        }
+        t.report_undelivered(r as u32, &err, evs, at_end).await;
         lock(&link.outbox).routes[r].in_flight -= n;
     }
     tracing::debug!(me = %t.me, peer = %link.peer, "link down");
-    if !t.closing.load(Relaxed)
-        && lock(&t.quit_on_loss).as_deref() == Some(link.peer.as_str())
-        && let Some(h) = t.handle_tx.borrow().clone()
-        && !h.is_stopping()
-    {
-        // (A launcher that ended the run sent `Quit` first: the run is stopping.)
-        tracing::warn!(peer = %link.peer, "lost the launcher; ending the run");
-        h.quit(Event::new());
-    }
 }

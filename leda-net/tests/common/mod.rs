@@ -17,12 +17,28 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts `leda-net-test-node daemon --listen 127.0.0.1:0 EXTRA...` and waits for
-    /// its `LISTENING` line.
+    /// Starts `leda-net-test-node daemon --listen 127.0.0.1:0 --once EXTRA...` (it
+    /// exits after one run) and waits for its `LISTENING` line.
     pub fn spawn(extra: &[&str]) -> Node {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
-            .args(["daemon", "--listen", "127.0.0.1:0"])
-            .args(extra)
+        let mut args = vec!["daemon", "--listen", "127.0.0.1:0", "--once"];
+        args.extend_from_slice(extra);
+        Node::start(&args, None)
+    }
+
+    /// Starts `leda-net-test-node ARGS...`, inside network namespace `netns` if given
+    /// (`ip netns exec`), and waits for its `LISTENING` line.
+    pub fn start(args: &[&str], netns: Option<&str>) -> Node {
+        let exe = env!("CARGO_BIN_EXE_leda-net-test-node");
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, exe]);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
+            .args(args)
             .env(
                 "LEDA_LOG",
                 std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
@@ -77,6 +93,13 @@ impl Node {
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Reads its next line of output (blocking; empty at the end of its output).
+    pub fn line(&mut self) -> String {
+        let mut line = String::new();
+        let _ = self.stdout.read_line(&mut line);
+        line
     }
 
     /// `true` while the process runs.

@@ -214,7 +214,7 @@ fn main() -> anyhow::Result<()> {
             println!("listening {}", daemon.local_addr());
             use std::io::Write;
             std::io::stdout().flush()?;
-            daemon.serve()?;
+            daemon.serve(|r| tracing::info!(reason = ?r.run.reason, "run ended"))?;
         }
     }
     Ok(())

@@ -22,7 +22,7 @@ impl Drop for Proc {
 pub fn daemon(envs: &[(&str, &str)]) -> (Proc, String) {
     let mut child = Proc(
         Command::new(BIN)
-            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
             .env_remove("LEDA_SECRET")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())

@@ -122,7 +122,7 @@ impl DaemonProc {
     pub fn spawn() -> anyhow::Result<DaemonProc> {
         let exe = std::env::current_exe().context("locating this binary")?;
         let mut child = Command::new(exe)
-            .args(["daemon", "--listen", "127.0.0.1:0"])
+            .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
             .env(
                 "LEDA_LOG",
                 std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),

@@ -92,6 +92,9 @@ enum Cmd {
         /// Worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Serve one deployment, then exit (default: one after another).
+        #[arg(long)]
+        once: bool,
     },
     /// Benchmark against etcd (BENCH lines on stdout).
     Bench(bench::BenchArgs),
@@ -306,22 +309,30 @@ fn main() -> anyhow::Result<ExitCode> {
             bench::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Daemon { listen, threads } => {
-            let config = DaemonConfig::from_args([
+        Cmd::Daemon {
+            listen,
+            threads,
+            once,
+        } => {
+            let mut config = DaemonConfig::from_args([
                 "--listen".to_owned(),
                 listen,
                 "--threads".to_owned(),
                 threads.to_string(),
             ])
             .map_err(anyhow::Error::msg)?;
+            config.once = once;
             let daemon = Daemon::bind(config, registry())?;
             use std::io::Write;
             let mut out = std::io::stdout();
             writeln!(out, "LISTENING {}", daemon.local_addr())?;
             out.flush()?;
-            let report = daemon.serve()?;
-            // Whoever started us may have stopped reading: a closed stdout is not an error.
-            let _ = writeln!(out, "ENDED {:?}", report.run.reason);
+            daemon.serve(|report| {
+                // Whoever started us may have stopped reading: a closed stdout is not an
+                // error.
+                let _ = writeln!(out, "ENDED {:?}", report.run.reason);
+                let _ = out.flush();
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {

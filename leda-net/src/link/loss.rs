@@ -1,0 +1,252 @@
+//! Telling a lost peer from a live one, and what a process does when one is lost.
+//!
+//! Owns the liveness settings ([`Liveness`]), the report of a lost process
+//! ([`ProcessLost`]) and the policy ([`OnProcessLoss`]): end the run everywhere (the
+//! default) or go on without the lost process. It does not read or write sockets:
+//! the reader notices silence and broken connections, the writer sends heartbeats and
+//! reports the events that were in flight, and both call in here.
+//!
+//! # Detection
+//!
+//! * A peer that dies (kill -9, a crash, RST or FIN without the `Quit` that ends every
+//!   orderly close) is noticed as soon as its kernel closes the connection.
+//! * A peer that goes silent (SIGSTOP, a partition, a pulled cable) is noticed when
+//!   nothing at all was read from it for [`Liveness::silence`]: every link writes a
+//!   `Heartbeat` frame when it has written nothing for [`Liveness::heartbeat`], so a
+//!   live peer is never silent that long. TCP keepalive and `TCP_USER_TIMEOUT` (set to
+//!   the same bound) also end a connection whose data goes unacknowledged.
+//! * Every process of a deployment has a link to every other one, so each notices on
+//!   its own; under [`OnProcessLoss::End`] the first to notice also tells the others
+//!   (`Lost` frame), so that a launcher reports the loss even when a daemon noticed it
+//!   first and ended the run.
+
+use std::fmt;
+use std::time::Duration;
+
+use leda_core::event::Event;
+pub use leda_core::runtime::OnProcessLoss;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// How links tell a live peer from a lost one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Liveness {
+    /// A link that has written nothing for this long writes a heartbeat.
+    pub heartbeat: Duration,
+    /// A peer nothing was read from for this long is lost.
+    pub silence: Duration,
+}
+
+impl Default for Liveness {
+    /// Heartbeats every 500 ms; a peer silent for 3 s is lost.
+    fn default() -> Self {
+        Liveness::with_silence(Duration::from_secs(3))
+    }
+}
+
+impl Liveness {
+    /// Peers silent for `silence` are lost; heartbeats go every sixth of it (so a few
+    /// late or slow ones are not mistaken for a loss), at least every 10 ms.
+    pub fn with_silence(silence: Duration) -> Liveness {
+        let silence = silence.max(Duration::from_millis(60));
+        Liveness {
+            heartbeat: (silence / 6).max(Duration::from_millis(10)),
+            silence,
+        }
+    }
+}
+
+impl Liveness {
+    /// Sets TCP keepalive (probes after a second of idleness, one a second, three
+    /// unanswered end the connection) and `TCP_USER_TIMEOUT` (data unacknowledged
+    /// for [`Liveness::silence`] ends it) on `stream`; failures are logged (the
+    /// heartbeats still bound detection).
+    pub(crate) fn apply_to(&self, stream: &TcpStream) {
+        let sock = socket2::SockRef::from(stream);
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(1))
+            .with_interval(Duration::from_secs(1))
+            .with_retries(3);
+        if let Err(e) = sock
+            .set_tcp_keepalive(&ka)
+            .and_then(|()| sock.set_tcp_user_timeout(Some(self.silence)))
+        {
+            tracing::debug!(error = %e, "cannot set TCP keepalive / user timeout");
+        }
+    }
+}
+
+/// A process of the mapping that was lost during a run, as the run reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessLost {
+    /// Its address in the mapping.
+    pub process: String,
+    /// The cluster it ran (index in the partition), if known.
+    pub cluster: Option<usize>,
+    /// The stages of that cluster.
+    pub stages: Vec<String>,
+    /// How it was lost: `silent for 3.0 s`, `connection reset by peer`, ...
+    pub reason: String,
+    /// How long nothing had been read from it when it was declared lost, milliseconds.
+    pub silent_ms: u64,
+    /// Events sent to it and not acknowledged: they failed with
+    /// `SendError::Unreachable` and were reported to their sending stages.
+    pub in_flight_lost: u64,
+    /// Events it had acknowledged, that is accepted into its queues, over the run:
+    /// any of them may have died with it before being handled (a queue is not
+    /// persistent); they are counted as delivered.
+    pub delivered: u64,
+    /// The process that noticed the loss.
+    pub noticed_by: String,
+}
+
+impl fmt::Display for ProcessLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "process {}", self.process)?;
+        match self.cluster {
+            Some(c) if !self.stages.is_empty() => {
+                write!(f, " (cluster {c}: {})", self.stages.join(", "))?
+            }
+            Some(c) => write!(f, " (cluster {c})")?,
+            None => {}
+        }
+        write!(
+            f,
+            " was lost: {} (last heard from {:.1} s before); {} event(s) in flight to it \
+             failed and were reported to their senders; {} it had accepted may not have \
+             been handled; noticed by {}",
+            self.reason,
+            self.silent_ms as f64 / 1000.0,
+            self.in_flight_lost,
+            self.delivered,
+            self.noticed_by
+        )
+    }
+}
+
+/// Where each process of the deployment runs what: cluster index and its stages.
+#[derive(Debug, Default)]
+pub(crate) struct Topology {
+    pub(crate) cluster_of: HashMap<String, usize>,
+    pub(crate) clusters: Vec<Vec<String>>,
+    /// The launcher's address (a daemon ends its run when it loses the launcher,
+    /// whatever the policy: a daemon does not outlive its launcher).
+    pub(crate) launcher: Option<String>,
+}
+
+impl Transport {
+    /// The processes lost so far in this run.
+    pub fn lost(&self) -> Vec<ProcessLost> {
+        lock(&self.lost).clone()
+    }
+
+    /// The policy of this run.
+    pub fn policy(&self) -> &OnProcessLoss {
+        &self.policy
+    }
+
+    /// The liveness settings of this run's links.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+
+    /// Called by a link's writer once the link is down, before its `in_flight_lost`
+    /// unacknowledged events are reported. Decides whether this was a loss (not the
+    /// orderly end of the run) and applies the policy.
+    pub(super) async fn link_down(&self, link: &Link, in_flight_lost: u64) {
+        // (An orderly end is announced: this process is closing, or the peer said
+        // `Quit`. A run that is merely stopping here may be stopping because of this
+        // very loss: a sender saw the link down before this was recorded.)
+        if self.closing.load(Relaxed) || link.goodbye.load(Acquire) {
+            return;
+        }
+        let reason = lock(&link.lost)
+            .clone()
+            .unwrap_or_else(|| "the connection closed without the run ending".into());
+        let silent_ms = self.now_ms().saturating_sub(link.heard_ms.load(Relaxed));
+        let cluster = self.topology.cluster_of.get(&link.peer).copied();
+        let lost = ProcessLost {
+            process: link.peer.clone(),
+            cluster,
+            stages: cluster
+                .and_then(|c| self.topology.clusters.get(c).cloned())
+                .unwrap_or_default(),
+            reason,
+            silent_ms,
+            in_flight_lost,
+            delivered: link.acked.iter().map(|a| a.load(Acquire)).sum(),
+            noticed_by: self.me.clone(),
+        };
+        tracing::error!(me = %self.me, "{lost}");
+        self.record_loss(lost, true).await;
+    }
+
+    /// A peer tells of a loss it noticed (`Lost` frame).
+    pub(super) async fn peer_reported_loss(&self, lost: ProcessLost) {
+        if lost.process == self.me {
+            return; // (a frozen process that woke up: its peers already went on)
+        }
+        self.record_loss(lost, false).await;
+    }
+
+    /// Records `lost` (once per process) and applies the policy.
+    async fn record_loss(&self, lost: ProcessLost, noticed_here: bool) {
+        {
+            let mut all = lock(&self.lost);
+            if all.iter().any(|l| l.process == lost.process) {
+                return;
+            }
+            all.push(lost.clone());
+        }
+        let is_launcher = self.topology.launcher.as_deref() == Some(lost.process.as_str());
+        match (&self.policy, is_launcher) {
+            (OnProcessLoss::End, _) | (_, true) => {
+                if noticed_here && !is_launcher {
+                    // The others end too, and know why.
+                    for l in self.links() {
+                        if !l.is_dead() {
+                            l.send_frame(Frame::Lost(Box::new(lost.clone())));
+                        }
+                    }
+                }
+                if let Some(h) = self.handle_tx.borrow().clone() {
+                    h.quit(Event::new());
+                }
+            }
+            (OnProcessLoss::Continue { notify }, false) => {
+                let Some(stage) = notify else { return };
+                let Some((h, _)) = self.handle().await else {
+                    return;
+                };
+                let Some(i) = h.stage_index(stage) else {
+                    tracing::warn!(stage, "on_process_loss: no such stage here to notify");
+                    return;
+                };
+                let mut ev = Event::from((
+                    "process_lost",
+                    lost.process.clone(),
+                    lost.cluster.map_or(-1, |c| c as i64),
+                    lost.reason.clone(),
+                ));
+                // Told even when its queue is full for a while.
+                loop {
+                    match h.inject(i, ev) {
+                        Ok(()) => break,
+                        Err(r) if matches!(r.error, SendError::QueueFull { .. }) => {
+                            if h.is_stopping() {
+                                break;
+                            }
+                            ev = r.event;
+                            tokio::time::sleep(RETRY).await;
+                        }
+                        Err(r) => {
+                            tracing::warn!(stage, error = %r.error, "could not tell of a lost process");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
