@@ -205,6 +205,40 @@ pub struct ProcessSnapshot {
     pub rss_bytes: u64,
 }
 
+/// The outcomes of the events one stage of this process sent to a stage of another
+/// process (a remote route): each event taken is delivered (acknowledged: queued at
+/// the destination), failed (reported to the sending stage), discarded (still
+/// unacknowledged when the run ended), or still in flight.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RouteCounts {
+    /// Emitting stage.
+    pub from: String,
+    /// Receiving stage.
+    pub to: String,
+    /// Events taken by this process' transport.
+    pub sent: u64,
+    /// Acknowledged by the receiving process.
+    pub delivered: u64,
+    /// Reported failed to the sending stage (refused, or lost with a process).
+    pub failed: u64,
+    /// Unacknowledged when the run ended.
+    pub discarded: u64,
+}
+
+impl RouteCounts {
+    /// Events neither delivered, failed nor discarded yet.
+    pub fn in_flight(&self) -> u64 {
+        self.sent
+            .saturating_sub(self.delivered + self.failed + self.discarded)
+    }
+
+    /// `true` when every event sent is accounted for (`sent = delivered + failed +
+    /// discarded`): always so once the run has ended.
+    pub fn adds_up(&self) -> bool {
+        self.sent == self.delivered + self.failed + self.discarded
+    }
+}
+
 /// A statistics snapshot of one process.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Snapshot {
@@ -216,6 +250,10 @@ pub struct Snapshot {
     pub stages: Vec<StageSnapshot>,
     /// One entry per connector leaving a stage of this process.
     pub connectors: Vec<ConnectorSnapshot>,
+    /// The remote routes this process sends on, with the outcomes of their events
+    /// (from the transport; empty in a single-process run).
+    #[serde(default)]
+    pub remote_routes: Vec<RouteCounts>,
 }
 
 impl Snapshot {

@@ -81,6 +81,18 @@ fn launcher_dashboard_shows_and_steers_the_daemon() {
         "{metrics}"
     );
     assert!(metrics.contains("leda_stage_handled_total{process=\"launcher:1\",stage=\"gen\"}"));
+    // The remote route's accounting, by outcome, in the metrics and the snapshot.
+    for outcome in ["sent", "delivered", "failed", "discarded"] {
+        let series = format!(
+            "leda_remote_events_total{{process=\"launcher:1\",from=\"gen\",to=\"slow\",outcome=\"{outcome}\"}}"
+        );
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
+    let route = &stats(addr).local.remote_routes;
+    assert!(
+        route.len() == 1 && route[0].sent > 0 && route[0].from == "gen",
+        "{route:?}"
+    );
 
     let graph: serde_json::Value = serde_json::from_str(&http(addr, "GET", "/graph").1).unwrap();
     let procs: Vec<&str> = graph["processes"]
@@ -119,6 +131,11 @@ fn launcher_dashboard_shows_and_steers_the_daemon() {
     launched.handle().quit(());
     let report = launched.wait().expect("the run ends");
     assert!(!report.idle);
+    // Quit with events still queued at the daemon: every one sent is delivered or
+    // discarded at the end, in the report and in the end-of-run statistics.
+    let r = &report.routes;
+    assert!(r.len() == 1 && r[0].adds_up() && r[0].failed == 0, "{r:?}");
+    assert_eq!(report.run.stats.remote_routes.len(), 1);
     let (status, _) = node.finish(Duration::from_secs(10));
     assert!(
         status.is_some_and(|s| s.success()),

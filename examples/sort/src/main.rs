@@ -149,7 +149,18 @@ impl Procs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the program with one line (the cause chain) and status 1.
+fn main() -> std::process::ExitCode {
+    match run_cli() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leda-sort: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_cli() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")

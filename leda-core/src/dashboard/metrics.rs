@@ -1,6 +1,7 @@
 //! Prometheus text exposition of a snapshot. Names are stable: `leda_stage_*`,
-//! `leda_connector_*`, `leda_process_*`; labels `process`, `stage`, and for connectors
-//! `from`, `port`, `to`, `kind`. Every process of the sample (this one and the peers
+//! `leda_connector_*`, `leda_remote_events_total`, `leda_process_*`; labels `process`,
+//! `stage`, for connectors `from`, `port`, `to`, `kind`, and for remote routes `from`,
+//! `to`, `outcome`. Every process of the sample (this one and the peers
 //! the transport reported) contributes its samples to each family.
 
 use std::fmt::Write as _;
@@ -170,6 +171,30 @@ pub(crate) fn prometheus(sample: &Sample) -> String {
                     esc(&c.kind)
                 );
                 f.sample(name, &labels, get(c));
+            }
+        }
+    }
+    let name = "leda_remote_events_total";
+    f.header(
+        name,
+        "counter",
+        "Events sent to a stage of another process, by outcome: sent = delivered + \
+         failed + discarded (+ in flight).",
+    );
+    for (p, snap) in &procs {
+        for r in &snap.remote_routes {
+            for (outcome, v) in [
+                ("sent", r.sent),
+                ("delivered", r.delivered),
+                ("failed", r.failed),
+                ("discarded", r.discarded),
+            ] {
+                let labels = format!(
+                    "process=\"{p}\",from=\"{}\",to=\"{}\",outcome=\"{outcome}\"",
+                    esc(&r.from),
+                    esc(&r.to)
+                );
+                f.sample(name, &labels, v as f64);
             }
         }
     }

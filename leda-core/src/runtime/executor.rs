@@ -90,6 +90,11 @@ pub trait RemoteLinks: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The outcomes of the events sent on each remote route so far; none by default.
+    fn route_counts(&self) -> Vec<crate::stats::RouteCounts> {
+        Vec::new()
+    }
+
     /// Applies a dashboard control action in the process `process`; unsupported by
     /// default.
     fn peer_control(

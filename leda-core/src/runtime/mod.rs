@@ -351,6 +351,9 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     for (st, r) in process.stages.iter().zip(routes) {
         st.set_routes(r);
     }
+    if let Some(links) = &opts.remote {
+        let _ = process.remote.set(Arc::downgrade(links));
+    }
     for (i, events) in initial {
         for ev in events {
             process.stages[i].push_initial(ev);
@@ -831,5 +834,11 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
         },
         stages,
         connectors,
+        remote_routes: process
+            .remote
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .map(|l| l.route_counts())
+            .unwrap_or_default(),
     }
 }

@@ -317,6 +317,9 @@ pub(crate) struct Process {
     ending: Mutex<Option<Event>>,
     pub(crate) on_end: Box<dyn Fn() + Send + Sync>,
     pub(crate) started: Instant,
+    /// The transport, for the remote routes' counts in snapshots (weak: the
+    /// transport holds a handle to this process).
+    pub(crate) remote: std::sync::OnceLock<std::sync::Weak<dyn super::executor::RemoteLinks>>,
 }
 
 /// Names of a connector, for statistics.
@@ -353,6 +356,7 @@ impl Process {
             ending: Mutex::new(None),
             on_end,
             started: Instant::now(),
+            remote: std::sync::OnceLock::new(),
         }
     }
 

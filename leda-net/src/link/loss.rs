@@ -178,7 +178,12 @@ impl Transport {
             delivered: link.acked.iter().map(|a| a.load(Acquire)).sum(),
             noticed_by: self.me.clone(),
         };
-        tracing::error!(me = %self.me, "{lost}");
+        if self.topology.launcher.is_some() {
+            tracing::warn!(me = %self.me, "{lost}");
+        } else {
+            // The launcher returns it as the run's error: the caller reports it.
+            tracing::info!(me = %self.me, "{lost}");
+        }
         self.record_loss(lost, true).await;
     }
 

@@ -80,6 +80,7 @@ use crate::deploy::RouteInfo;
 use crate::error::FrameError;
 use crate::frame::{self, Frame, LinkCount, MAX_FRAME, Refusal, Reply, Status};
 use crate::wire::{EventsFrame, Outgoing};
+pub use leda_core::stats::RouteCounts;
 
 /// How long a closing link waits for the peer to finish its side.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -198,31 +199,6 @@ impl TransportCounts {
     pub fn in_flight(&self) -> u64 {
         self.sent
             .saturating_sub(self.delivered + self.failed + self.discarded)
-    }
-}
-
-/// The outcomes of one route's events in this process (`sent = delivered + failed +
-/// discarded + in flight`; nothing is in flight once the run has ended).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RouteCounts {
-    /// Emitting stage.
-    pub from: String,
-    /// Receiving stage.
-    pub to: String,
-    /// Events taken by this process' sinks.
-    pub sent: u64,
-    /// Acknowledged by the receiving process (queued there).
-    pub delivered: u64,
-    /// Reported failed to the sending stage.
-    pub failed: u64,
-    /// Unacknowledged when the run ended.
-    pub discarded: u64,
-}
-
-impl RouteCounts {
-    /// `true` when every event sent is accounted for.
-    pub fn adds_up(&self) -> bool {
-        self.sent == self.delivered + self.failed + self.discarded
     }
 }
 
@@ -722,6 +698,11 @@ impl RemoteLinks for Transport {
 
     fn peer_stats(&self) -> Vec<leda_core::dashboard::PeerStats> {
         self.observe_peers()
+    }
+
+    fn route_counts(&self) -> Vec<RouteCounts> {
+        // (The inherent method: same name, same answer.)
+        Transport::route_counts(self)
     }
 
     fn peer_control(

@@ -355,7 +355,7 @@ pub(super) async fn read_loop(
         let read = match read {
             Some(Err(_)) => {
                 let s = heard.elapsed().as_secs_f64();
-                tracing::warn!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
+                tracing::debug!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
                 link.lose(format!("nothing heard from it for {s:.1} s"));
                 break;
             }
