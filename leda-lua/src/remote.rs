@@ -149,6 +149,10 @@ fn net_runtime() -> Result<tokio::runtime::Runtime, RemoteError> {
 /// nothing).
 pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String, RemoteError> {
     let rt = net_runtime()?;
+    let key = match secret {
+        Some(s) => s.clone(),
+        None => Secret::for_user().map_err(NetError::from)?,
+    };
     let mut free = Vec::new();
     let mut busy = Vec::new();
     for addr in mapped {
@@ -157,7 +161,7 @@ pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String
             Role::Probe,
             "probe",
             0,
-            secret,
+            &key,
             Duration::from_millis(1500),
         ));
         match r {

@@ -24,7 +24,7 @@ fn daemon(secret: Option<&str>) -> (String, Served) {
     let opts = DaemonOptions {
         listen: "127.0.0.1:0".into(),
         threads: Some(2),
-        secret: secret.map(Secret::new),
+        secret: secret.map(|s| Secret::new(s).expect("a long enough test secret")),
         ..DaemonOptions::default()
     };
     let h = std::thread::spawn(move || {
@@ -43,7 +43,7 @@ fn launcher(secret: Option<&str>) -> Script {
         until_idle: true,
         threads: Some(2),
         process: Some(ME.into()),
-        secret: secret.map(Secret::new),
+        secret: secret.map(|s| Secret::new(s).expect("a long enough test secret")),
         ..ScriptOptions::default()
     })
     .expect("configuring state")
@@ -149,9 +149,9 @@ fn values_round_trip_through_another_process() {
 #[test]
 fn secrets_and_unknown_stages_are_refused_before_running() {
     register_triple();
-    let (addr, served) = daemon(Some("right"));
+    let (addr, served) = daemon(Some("the right secret, 16+"));
     // A wrong secret fails the handshake.
-    let e = common::run_in(&launcher(Some("wrong")), &pipeline(&addr))
+    let e = common::run_in(&launcher(Some("the wrong secret, 16+")), &pipeline(&addr))
         .unwrap_err()
         .to_string();
     assert!(e.contains("authentication"), "{e}");
@@ -160,7 +160,7 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
         Stage::new("late", |_: Event, _: &mut Ctx| Ok(()))
     });
     let e = common::run_in(
-        &launcher(Some("right")),
+        &launcher(Some("the right secret, 16+")),
         &format!(
             r#"
         local late = require 'leda.stage.test.late'
@@ -179,7 +179,7 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
         "{e}"
     );
     // The daemon still serves a good deployment.
-    let s = launcher(Some("right"));
+    let s = launcher(Some("the right secret, 16+"));
     let out = common::run_in(&s, &pipeline(&addr)).expect("run");
     assert_eq!(values(out), vec![st("new:306")]);
     assert!(served.join().expect("daemon thread").is_ok());

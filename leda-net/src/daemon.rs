@@ -54,7 +54,9 @@ pub struct DaemonConfig {
     pub listen: String,
     /// Worker threads (default: what the deployment asks, else one per CPU).
     pub threads: Option<usize>,
-    /// Shared secret; required to listen on a non-loopback address.
+    /// Shared secret (default: the user's: `LEDA_SECRET`, `LEDA_SECRET_FILE`, else the
+    /// cookie file, see [`crate::auth`]). Listening off loopback needs one configured
+    /// here or in the environment, not the cookie alone.
     pub secret: Option<Secret>,
     /// Time a connecting peer has to complete the handshake.
     pub handshake_timeout: Duration,
@@ -76,7 +78,7 @@ impl Default for DaemonConfig {
         DaemonConfig {
             listen: format!("127.0.0.1:{DEFAULT_PORT}"),
             threads: None,
-            secret: Secret::from_env(),
+            secret: None,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             deploy_timeout: Duration::from_secs(30),
             dashboard: None,
@@ -87,8 +89,8 @@ impl Default for DaemonConfig {
 }
 
 impl DaemonConfig {
-    /// Parses `--listen HOST:PORT`, `--threads N`, `--secret S` (the secret may also
-    /// come from `LEDA_SECRET`), `--handshake-timeout-ms MS`, `--dashboard ADDR`,
+    /// Parses `--listen HOST:PORT`, `--threads N`, `--secret-file PATH` (the secret may
+    /// also come from the environment or the cookie: [`crate::auth`]), `--handshake-timeout-ms MS`, `--dashboard ADDR`,
     /// `--dashboard-token T` and `--once`. Unknown arguments are refused.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
         let mut c = DaemonConfig::default();
@@ -105,7 +107,16 @@ impl DaemonConfig {
                             .map_err(|_| format!("--threads: '{v}' is not a number"))?,
                     );
                 }
-                "--secret" => c.secret = Some(Secret::new(value("--secret")?)),
+                "--secret-file" => {
+                    let path = value("--secret-file")?;
+                    c.secret = Some(Secret::from_file(&path).map_err(|e| e.to_string())?);
+                }
+                "--secret" => {
+                    return Err("--secret is not accepted: a secret on the command line is \
+                                visible to every local user; use --secret-file PATH or \
+                                LEDA_SECRET"
+                        .into());
+                }
                 "--dashboard" | "--dashboard-token" => {
                     let v = value(&a)?;
                     let d = c
@@ -156,7 +167,7 @@ pub struct DaemonReport {
 pub struct Daemon {
     rt: tokio::runtime::Runtime,
     addr: SocketAddr,
-    config: Arc<DaemonConfig>,
+    config: Arc<Settings>,
     registry: Arc<Registry>,
     /// Authenticated connections, from the accept loop.
     incoming: mpsc::Receiver<Incoming>,
@@ -167,6 +178,20 @@ pub struct Daemon {
 impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Daemon").field("addr", &self.addr).finish()
+    }
+}
+
+/// A daemon's configuration with its secret resolved.
+struct Settings {
+    config: DaemonConfig,
+    /// The secret every connection is authenticated with.
+    key: Secret,
+}
+
+impl std::ops::Deref for Settings {
+    type Target = DaemonConfig;
+    fn deref(&self) -> &DaemonConfig {
+        &self.config
     }
 }
 
@@ -187,18 +212,29 @@ pub(crate) fn net_runtime(name: &str) -> Result<tokio::runtime::Runtime, NetErro
 }
 
 impl Daemon {
-    /// Binds the listening socket. Refuses a non-loopback address without a secret.
+    /// Binds the listening socket and starts accepting (and authenticating)
+    /// connections. Resolves the secret (see [`DaemonConfig::secret`]); refuses a
+    /// non-loopback address without a configured one.
     pub fn bind(config: DaemonConfig, registry: Registry) -> Result<Daemon, NetError> {
         let addrs: Vec<SocketAddr> = config
             .listen
             .to_socket_addrs()
             .map_err(|e| NetError::io(format!("resolving {}", config.listen), e))?
             .collect();
-        if config.secret.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
+        let mut config = config;
+        let configured = match config.secret.take() {
+            Some(s) => Some(s),
+            None => Secret::from_env()?,
+        };
+        if configured.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
             return Err(NetError::SecretRequired {
                 addr: config.listen.clone(),
             });
         }
+        let key = match configured {
+            Some(s) => s,
+            None => Secret::cookie()?,
+        };
         let rt = net_runtime("leda-daemon-net")?;
         let listener = rt
             .block_on(TcpListener::bind(&addrs[..]))
@@ -207,7 +243,7 @@ impl Daemon {
             .local_addr()
             .map_err(|e| NetError::io("reading the bound address", e))?;
         tracing::info!(%addr, "leda daemon listening");
-        let config = Arc::new(config);
+        let config = Arc::new(Settings { config, key });
         let (tx, incoming) = mpsc::channel::<Incoming>(64);
         rt.spawn(accept_loop(listener, config.clone(), tx));
         Ok(Daemon {
@@ -262,7 +298,7 @@ impl Daemon {
 /// a flood of connections costs a bounded number of tasks.
 const MAX_HANDSHAKES: usize = 64;
 
-async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc::Sender<Incoming>) {
+async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sender<Incoming>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -281,13 +317,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc:
         tokio::spawn(async move {
             let _slot = slot;
             let peer = addr.to_string();
-            match handshake::server(
-                &mut stream,
-                &peer,
-                config.secret.as_ref(),
-                config.handshake_timeout,
-            )
-            .await
+            match handshake::server(&mut stream, &peer, &config.key, config.handshake_timeout).await
             {
                 Ok(acc) => {
                     let _ = tx
@@ -307,7 +337,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<DaemonConfig>, tx: mpsc:
 async fn serve_deployments(
     inc_rx: &mut mpsc::Receiver<Incoming>,
     parked: &mut Vec<Incoming>,
-    config: &DaemonConfig,
+    config: &Settings,
     registry: &Registry,
     rt: tokio::runtime::Handle,
 ) -> Result<DaemonReport, NetError> {
@@ -356,7 +386,7 @@ async fn deploy(
     inc: Incoming,
     inc_rx: &mut mpsc::Receiver<Incoming>,
     parked: &mut Vec<Incoming>,
-    config: &DaemonConfig,
+    config: &Settings,
     registry: &Registry,
     rt: &tokio::runtime::Handle,
 ) -> Result<DaemonReport, NetError> {
@@ -493,7 +523,7 @@ async fn mesh(
     transport: &Arc<Transport>,
     inc_rx: &mut mpsc::Receiver<Incoming>,
     parked: &mut Vec<Incoming>,
-    config: &DaemonConfig,
+    config: &Settings,
 ) -> Result<(), NetError> {
     let me = d.target.as_str();
     let peers: Vec<String> = d
@@ -509,7 +539,7 @@ async fn mesh(
                 Role::Peer,
                 me,
                 d.id,
-                config.secret.as_ref(),
+                &config.key,
                 config.handshake_timeout,
             )
             .await?;

@@ -118,9 +118,13 @@ pub enum NetError {
     /// The graph cannot be deployed as written.
     #[error("cannot deploy: {0}")]
     Deploy(String),
-    /// Binding a non-loopback address needs a shared secret.
+    /// No usable shared secret ([`crate::auth`]).
+    #[error(transparent)]
+    Secret(#[from] crate::auth::SecretError),
+    /// Binding a non-loopback address needs a configured shared secret.
     #[error(
-        "listening on {addr} (not loopback) requires a shared secret (--secret or LEDA_SECRET)"
+        "listening on {addr} (not loopback) requires a configured shared secret \
+         (--secret-file PATH, LEDA_SECRET_FILE or LEDA_SECRET; the same on every host)"
     )]
     SecretRequired {
         /// The address.

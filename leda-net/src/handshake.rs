@@ -7,8 +7,9 @@
 //! server -> client:     Welcome frame {mac}   or   Error frame {reason}, then close
 //! ```
 //!
-//! Flags bit 0 says "this side requires a shared secret". With a secret, `mac` is the
-//! HMAC-SHA256 proof of [`crate::auth`]; both directions are checked. The preamble is
+//! Flags bit 0 says "this side requires a shared secret" (always set: every peer is
+//! authenticated). `mac` is the HMAC-SHA256 proof of [`crate::auth`] over the whole
+//! handshake (both preambles and the hello); both directions are checked. The preamble is
 //! fixed-size and outside the frame format, so a version mismatch is detected whatever
 //! the other version's framing. The whole handshake runs under a timeout, so a peer
 //! that connects and says nothing is dropped.
@@ -18,7 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::auth::{NONCE_LEN, Secret, nonce};
+use crate::auth::{self, NONCE_LEN, Secret, nonce};
 use crate::error::NetError;
 use crate::frame::{Frame, HANDSHAKE_MAX_FRAME, Hello, Role, Welcome, read_frame, write_frame};
 
@@ -33,11 +34,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 const PREAMBLE_LEN: usize = 8 + NONCE_LEN;
 
-fn preamble(secret: bool, nonce: &[u8; NONCE_LEN]) -> [u8; PREAMBLE_LEN] {
+fn preamble(nonce: &[u8; NONCE_LEN]) -> [u8; PREAMBLE_LEN] {
     let mut p = [0u8; PREAMBLE_LEN];
     p[..4].copy_from_slice(&MAGIC);
     p[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
-    p[6..8].copy_from_slice(&u16::from(secret).to_le_bytes());
+    // Flags, bit 0: a shared secret is required (always, since version 2).
+    p[6..8].copy_from_slice(&1u16.to_le_bytes());
     p[8..].copy_from_slice(nonce);
     p
 }
@@ -84,7 +86,7 @@ pub struct Accepted {
 pub async fn server(
     s: &mut TcpStream,
     peer: &str,
-    secret: Option<&Secret>,
+    secret: &Secret,
     timeout: Duration,
 ) -> Result<Accepted, NetError> {
     tokio::time::timeout(timeout, server_inner(s, peer, secret))
@@ -99,15 +101,16 @@ pub async fn server(
 async fn server_inner(
     s: &mut TcpStream,
     peer: &str,
-    secret: Option<&Secret>,
+    secret: &Secret,
 ) -> Result<Accepted, NetError> {
     let my_nonce = nonce().map_err(|e| NetError::io("drawing a nonce", e))?;
-    s.write_all(&preamble(secret.is_some(), &my_nonce))
+    let mine = preamble(&my_nonce);
+    s.write_all(&mine)
         .await
         .map_err(|e| frame_err(peer)(e.into()))?;
-    let p = read_preamble(s, peer).await?;
-    check_preamble(peer, &p)?;
-    let hello = match read_frame(s, HANDSHAKE_MAX_FRAME)
+    let theirs = read_preamble(s, peer).await?;
+    let (_, client_nonce) = check_preamble(peer, &theirs)?;
+    let mut hello = match read_frame(s, HANDSHAKE_MAX_FRAME)
         .await
         .map_err(frame_err(peer))?
     {
@@ -125,23 +128,37 @@ async fn server_inner(
             });
         }
     };
-    let mac = match secret {
-        None => Vec::new(),
-        Some(sec) => {
-            if !sec.verify_client(&my_nonce, &hello.nonce, &hello.mac) {
-                let _ = write_frame(s, &Frame::Error("authentication failed".into())).await;
-                return Err(NetError::Auth {
-                    peer: peer.into(),
-                    reason: "wrong or missing shared secret".into(),
-                });
-            }
-            sec.server_proof(&hello.nonce, &my_nonce)
-        }
-    };
+    let client_mac = std::mem::take(&mut hello.mac);
+    let t = transcript(&mine, &theirs, &hello, peer)?;
+    if hello.nonce != client_nonce || !secret.verify_client(&t, &client_mac) {
+        let _ = write_frame(s, &Frame::Error("authentication failed".into())).await;
+        return Err(NetError::Auth {
+            peer: peer.into(),
+            reason: "wrong or missing shared secret".into(),
+        });
+    }
+    let mac = secret.server_proof(&t, &client_mac);
     write_frame(s, &Frame::Welcome(Welcome { mac }))
         .await
         .map_err(frame_err(peer))?;
+    hello.mac = client_mac;
     Ok(Accepted { hello })
+}
+
+/// The transcript both sides prove: the server's preamble, the client's, and the
+/// client's hello without its MAC.
+fn transcript(
+    server: &[u8],
+    client: &[u8],
+    hello: &Hello,
+    peer: &str,
+) -> Result<[u8; 32], NetError> {
+    debug_assert!(hello.mac.is_empty());
+    let bytes = rmp_serde::to_vec(hello).map_err(|e| NetError::Protocol {
+        peer: peer.into(),
+        reason: format!("cannot encode the hello: {e}"),
+    })?;
+    Ok(auth::transcript(server, client, &bytes))
 }
 
 /// Connects to `addr` and runs the client side of the handshake.
@@ -150,7 +167,7 @@ pub async fn connect(
     role: Role,
     from: &str,
     deployment: u64,
-    secret: Option<&Secret>,
+    secret: &Secret,
     timeout: Duration,
 ) -> Result<TcpStream, NetError> {
     let during = NetError::Timeout {
@@ -176,30 +193,25 @@ async fn client(
     role: Role,
     from: &str,
     deployment: u64,
-    secret: Option<&Secret>,
+    secret: &Secret,
 ) -> Result<(), NetError> {
     let my_nonce = nonce().map_err(|e| NetError::io("drawing a nonce", e))?;
-    s.write_all(&preamble(secret.is_some(), &my_nonce))
+    let mine = preamble(&my_nonce);
+    s.write_all(&mine)
         .await
         .map_err(|e| frame_err(peer)(e.into()))?;
-    let p = read_preamble(s, peer).await?;
-    let (flags, server_nonce) = check_preamble(peer, &p)?;
-    if flags & 1 != 0 && secret.is_none() {
-        return Err(NetError::Auth {
-            peer: peer.into(),
-            reason: "the peer requires a shared secret and none is configured".into(),
-        });
-    }
-    let mac = secret
-        .map(|sec| sec.client_proof(&server_nonce, &my_nonce))
-        .unwrap_or_default();
-    let hello = Hello {
+    let theirs = read_preamble(s, peer).await?;
+    check_preamble(peer, &theirs)?;
+    let mut hello = Hello {
         role,
         from: from.into(),
         deployment,
         nonce: my_nonce.to_vec(),
-        mac,
+        mac: Vec::new(),
     };
+    let t = transcript(&theirs, &mine, &hello, peer)?;
+    hello.mac = secret.client_proof(&t);
+    let client_mac = hello.mac.clone();
     write_frame(s, &Frame::Hello(hello))
         .await
         .map_err(frame_err(peer))?;
@@ -208,9 +220,7 @@ async fn client(
         .map_err(frame_err(peer))?
     {
         Some(Frame::Welcome(w)) => {
-            if let Some(sec) = secret
-                && !sec.verify_server(&my_nonce, &server_nonce, &w.mac)
-            {
+            if !secret.verify_server(&t, &client_mac, &w.mac) {
                 return Err(NetError::Auth {
                     peer: peer.into(),
                     reason: "the peer could not prove it knows the shared secret".into(),

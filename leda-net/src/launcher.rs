@@ -159,7 +159,7 @@ impl Launcher {
     pub fn new(addr: impl Into<String>) -> Launcher {
         Launcher {
             addr: addr.into(),
-            secret: Secret::from_env(),
+            secret: None,
             threads: None,
             until_idle: false,
             timeout: Duration::from_secs(30),
@@ -174,7 +174,8 @@ impl Launcher {
         self
     }
 
-    /// The shared secret to authenticate with (default: `LEDA_SECRET`).
+    /// The shared secret to authenticate with (default: the user's, see
+    /// [`crate::auth`]: `LEDA_SECRET`, `LEDA_SECRET_FILE`, else the cookie file).
     pub fn secret(mut self, s: Secret) -> Self {
         self.secret = Some(s);
         self
@@ -316,6 +317,10 @@ impl Launcher {
 
     /// Sends every deployment, then collects every answer.
     async fn deploy_all(&self, per: &[Deployment]) -> Result<Vec<(String, TcpStream)>, NetError> {
+        let secret = match &self.secret {
+            Some(s) => s.clone(),
+            None => Secret::for_user()?,
+        };
         let mut streams = Vec::new();
         for d in per {
             let mut s = handshake::connect(
@@ -323,7 +328,7 @@ impl Launcher {
                 Role::Launcher,
                 &self.addr,
                 d.id,
-                self.secret.as_ref(),
+                &secret,
                 self.timeout,
             )
             .await?;

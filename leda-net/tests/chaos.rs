@@ -504,9 +504,18 @@ fn network_faults_between_namespaces() {
             return;
         }
     };
-    let secret = ["--secret", "chaos-test-secret-0123456789abcdef"];
+    let secret = "chaos-test-secret-0123456789abcdef";
+    let file = common::scratch("netns").join("secret");
+    std::fs::write(&file, secret).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut daemon = Node::start(
-        &["daemon", "--listen", "10.213.7.2:0", secret[0], secret[1]],
+        &[
+            "daemon",
+            "--listen",
+            "10.213.7.2:0",
+            "--secret-file",
+            file.to_str().unwrap(),
+        ],
         Some(&ns.names[1]),
     );
     let daemon_addr = daemon.addr.clone();
@@ -516,7 +525,7 @@ fn network_faults_between_namespaces() {
             .arg(env!("CARGO_BIN_EXE_leda-net-test-node"))
             .args(["launch", "--me", "10.213.7.1:1", "--daemon", &daemon_addr])
             .args(["--events", events, "--ms", "0", "--silence-ms", "1500"])
-            .env("LEDA_SECRET", secret[1])
+            .env("LEDA_SECRET", secret)
             .env("LEDA_LOG", "error")
             .stdout(Stdio::piped())
             .stdin(Stdio::null())

@@ -108,7 +108,7 @@ fn garbage_version_mismatch_silence_and_bad_frames() {
                 Role::Launcher,
                 ME,
                 0,
-                None,
+                &Secret::for_user().unwrap(),
                 Duration::from_secs(5),
             )
             .await
@@ -130,19 +130,57 @@ fn garbage_version_mismatch_silence_and_bad_frames() {
     assert!(status.is_some_and(|s| s.success()));
 }
 
+/// A secret file, mode 0600, holding `secret`.
+fn secret_file(name: &str, secret: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = common::scratch(name).join("secret");
+    std::fs::write(&p, secret).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
 #[test]
 fn shared_secret_is_checked_both_ways() {
-    let node = Node::spawn(&["--secret", "s3cret"]);
-    let none = good_run(&node, Launcher::new(ME)).expect_err("no secret");
-    assert!(matches!(none, NetError::Auth { .. }), "{none}");
-    let wrong =
-        good_run(&node, Launcher::new(ME).secret(Secret::new("guess"))).expect_err("wrong secret");
+    let file = secret_file("secret-both-ways", "s3cret-of-enough-length\n");
+    let node = Node::spawn(&["--secret-file", file.to_str().unwrap()]);
+    let mine = good_run(&node, Launcher::new(ME)).expect_err("the cookie is not it");
+    assert!(matches!(mine, NetError::Auth { .. }), "{mine}");
+    let guess = Secret::new("a guess of sixteen+ bytes").unwrap();
+    let wrong = good_run(&node, Launcher::new(ME).secret(guess)).expect_err("wrong secret");
     assert!(matches!(wrong, NetError::Auth { .. }), "{wrong}");
-    let ok =
-        good_run(&node, Launcher::new(ME).secret(Secret::new("s3cret"))).expect("right secret");
+    let right = Secret::from_file(&file).unwrap();
+    let ok = good_run(&node, Launcher::new(ME).secret(right)).expect("right secret");
     assert_eq!(ok, 10);
     let (status, _) = node.finish(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()));
+}
+
+/// With no flag at all, a daemon authenticates with the user's cookie: whoever cannot
+/// read it (another local user) cannot deploy, and the same user needs no flag.
+#[test]
+fn a_default_daemon_refuses_whoever_lacks_the_cookie() {
+    let node = Node::spawn(&[]);
+    let stranger = Secret::new("not the cookie, only a guess").unwrap();
+    let refused = good_run(&node, Launcher::new(ME).secret(stranger)).expect_err("refused");
+    assert!(matches!(refused, NetError::Auth { .. }), "{refused}");
+    assert_eq!(good_run(&node, Launcher::new(ME)).expect("same user"), 10);
+}
+
+/// Secrets stay off the command line (every local user can read it with `ps`), and
+/// short ones are refused.
+#[test]
+fn secrets_on_argv_and_short_secrets_are_refused() {
+    let e = leda_net::DaemonConfig::from_args(["--secret".to_owned(), "x".repeat(32)])
+        .expect_err("--secret refused");
+    assert!(e.contains("--secret-file"), "{e}");
+    let short = secret_file("short-secret", "tiny");
+    let e = leda_net::DaemonConfig::from_args([
+        "--secret-file".to_owned(),
+        short.display().to_string(),
+    ])
+    .expect_err("short secret refused");
+    assert!(e.contains("at least 16"), "{e}");
+    assert!(Secret::new("").is_err());
 }
 
 #[test]

@@ -87,17 +87,18 @@ enum Cmd {
 
 #[derive(Args)]
 struct SecretArg {
-    /// Shared secret authenticating the processes (default: $LEDA_SECRET).
-    #[arg(long)]
-    secret: Option<String>,
+    /// File holding the shared secret that authenticates the processes (mode 0600;
+    /// default: $LEDA_SECRET, $LEDA_SECRET_FILE, else the per-user cookie file).
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<PathBuf>,
 }
 
 impl SecretArg {
-    fn get(&self) -> Option<Secret> {
-        self.secret
-            .as_ref()
-            .map(|s| Secret::new(s.as_bytes()))
-            .or_else(Secret::from_env)
+    fn get(&self) -> anyhow::Result<Option<Secret>> {
+        Ok(match &self.secret_file {
+            Some(p) => Some(Secret::from_file(p)?),
+            None => None,
+        })
     }
 }
 
@@ -133,12 +134,12 @@ impl Procs {
         }
     }
 
-    fn launcher(&self) -> Launcher {
+    fn launcher(&self) -> anyhow::Result<Launcher> {
         let l = Launcher::new(self.me.clone());
-        match self.secret.get() {
+        Ok(match self.secret.get()? {
             Some(s) => l.secret(s),
             None => l,
-        }
+        })
     }
 
     fn run_opts(&self) -> Run {
@@ -174,7 +175,7 @@ fn run_cli() -> anyhow::Result<()> {
             listen,
             threads,
             secret,
-        } => daemon(listen, threads, secret.get(), once),
+        } => daemon(listen, threads, secret.get()?, once),
         Cmd::Run {
             np,
             length,
@@ -237,7 +238,7 @@ fn run(
     let (addrs, children) = procs.resolve(np)?;
     let g = graph::sort_graph(np, length, kernel, &procs.me, &addrs)?;
     let report = procs
-        .launcher()
+        .launcher()?
         .run(&g, procs.run_opts())
         .context("running the distributed sort")?;
     let quit = report
@@ -271,7 +272,7 @@ fn send(bytes: usize, rounds: usize, warmup: usize, procs: &Procs) -> anyhow::Re
     };
     let g = graph::send_graph(bytes, rounds, warmup, &procs.me, remote)?;
     let report = procs
-        .launcher()
+        .launcher()?
         .run(&g, procs.run_opts())
         .context("running the communication test")?;
     let quit = report

@@ -7,8 +7,9 @@
 //! * `leda graph script.lua [args...] --dot`: prints the graph as Graphviz DOT;
 //! * `leda run --process ADDR --map FROM=TO`: a graph mapped to several processes is
 //!   deployed to the daemons of the other clusters (leda-net);
-//! * `leda start --listen ADDR [--threads N] [--secret S] [--once]`: a daemon that
-//!   runs the clusters deployed to it (the secret may come from `LEDA_SECRET`);
+//! * `leda start --listen ADDR [--threads N] [--secret-file PATH] [--once]`: a daemon
+//!   that runs the clusters deployed to it (by default every peer is authenticated
+//!   with the per-user cookie file; see `leda_net::auth`);
 //! * `run` and `start` take `--dashboard ADDR [--dashboard-token T]`: the live
 //!   dashboard (page, `/stats`, `/metrics`, `/graph`, controls; see
 //!   `leda_core::dashboard`);
@@ -52,9 +53,10 @@ enum Command {
         /// Rewrite a mapped address (repeatable), e.g. `--map host1:port1=127.0.0.1:9001`.
         #[arg(long = "map", value_name = "FROM=TO", value_parser = parse_alias)]
         aliases: Vec<(String, String)>,
-        /// Shared secret for the daemons (default: the LEDA_SECRET variable).
-        #[arg(long)]
-        secret: Option<String>,
+        /// File holding the shared secret of the daemons (mode 0600; default:
+        /// LEDA_SECRET, LEDA_SECRET_FILE, else the per-user cookie file).
+        #[arg(long = "secret-file", value_name = "PATH")]
+        secret: Option<std::path::PathBuf>,
         #[command(flatten)]
         dashboard: DashboardArgs,
         /// The script.
@@ -90,9 +92,11 @@ enum Command {
         /// Worker threads (default: one per CPU).
         #[arg(long)]
         threads: Option<usize>,
-        /// Shared secret (default: the LEDA_SECRET variable); required off loopback.
-        #[arg(long)]
-        secret: Option<String>,
+        /// File holding the shared secret (mode 0600; default: LEDA_SECRET,
+        /// LEDA_SECRET_FILE, else the per-user cookie file); off loopback one must be
+        /// configured (not the cookie).
+        #[arg(long = "secret-file", value_name = "PATH")]
+        secret: Option<std::path::PathBuf>,
         /// Serve one deployment, then exit (default: wait for the next one).
         #[arg(long)]
         once: bool,
@@ -232,7 +236,13 @@ fn main() -> ExitCode {
                 threads,
                 process,
                 aliases,
-                secret: secret.map(Secret::new).or_else(Secret::from_env),
+                secret: match secret.map(Secret::from_file).transpose() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("leda: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
                 dashboard: dashboard.config(),
             };
             load(&script, &args, options).map(|_| ())
@@ -283,7 +293,13 @@ fn main() -> ExitCode {
             let options = DaemonOptions {
                 listen,
                 threads,
-                secret: secret.map(Secret::new).or_else(Secret::from_env),
+                secret: match secret.map(Secret::from_file).transpose() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("leda: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
                 dashboard: dashboard.config(),
                 maxpar: None,
             };

@@ -43,7 +43,6 @@ impl Node {
                 "LEDA_LOG",
                 std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
             )
-            .env_remove("LEDA_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

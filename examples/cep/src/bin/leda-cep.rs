@@ -108,7 +108,7 @@ enum Cmd {
     },
     /// A daemon for the launcher (prints `listening ADDR`).
     Daemon {
-        /// Daemon options (--listen, --threads, --secret).
+        /// Daemon options (--listen, --threads, --secret-file, --once).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -199,7 +199,7 @@ fn main() -> anyhow::Result<()> {
             let options = leda_lua::remote::DaemonOptions {
                 listen,
                 threads,
-                secret: leda_net::Secret::from_env(),
+                secret: None,
                 ..leda_lua::remote::DaemonOptions::default()
             };
             leda_lua::remote::serve(&options, false, |addr| {
