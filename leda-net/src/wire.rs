@@ -16,8 +16,10 @@
 //! # Decoding
 //!
 //! `events` frames carry nearly all the traffic, so their decoding is specialised:
-//! values are read in one pass over the frame, declared lengths only reserve what the
-//! remaining bytes can hold, nesting is bounded by [`MAX_DEPTH`], and binaries of
+//! values are read in one pass over the frame, declared lengths reserve at most a
+//! few hundred items (vectors grow as items actually arrive, so memory follows what
+//! was decoded, not what was declared), a frame carries at most [`MAX_FRAME_EVENTS`]
+//! events, nesting is bounded by [`MAX_DEPTH`], and binaries of
 //! [`ZERO_COPY_MIN`] bytes or more are slices of the received frame (no copy) when the
 //! frame is given as [`Bytes`]. Smaller binaries are copied, so that a small value
 //! kept by a stage does not pin a whole frame buffer: into shared, recycled chunks
@@ -38,6 +40,14 @@ use crate::frame::{MAX_DEPTH, MAX_FRAME, kind};
 
 /// Binaries at least this long are decoded as slices of the frame buffer.
 pub const ZERO_COPY_MIN: usize = 4096;
+
+/// Most items reserved ahead for one declared array, map or list of groups or events.
+const PREALLOC: usize = 256;
+
+/// Most events one `events` frame may carry (senders close a frame at 8192): an empty
+/// event takes one byte on the wire and 64 in memory, so a frame of empty events is
+/// bounded by this, not by its size.
+pub const MAX_FRAME_EVENTS: usize = 1 << 16;
 
 /// Binaries shorter than this are decoded into shared chunks of [`ARENA_CHUNK`] bytes.
 pub const ARENA_MAX: usize = 256;
@@ -181,9 +191,12 @@ impl<'a> Reader<'a> {
         usize::try_from(u32::from_be_bytes(self.be()?)).map_err(|e| e.to_string())
     }
 
-    /// A capacity for `n` declared items of at least one byte each.
+    /// A capacity to reserve for `n` declared items of at least one byte each: no
+    /// more than the remaining bytes could hold, and no more than [`PREALLOC`] (the
+    /// vector grows as items actually arrive: a declared length alone, or nested
+    /// declared lengths, cost little).
     fn room(&self, n: usize) -> usize {
-        n.min(self.buf.len() - self.pos)
+        n.min(self.buf.len() - self.pos).min(PREALLOC)
     }
 
     /// An array header; its length.
@@ -691,7 +704,13 @@ pub(crate) fn decode_events_into(
         }
         let route = r.u32()?;
         let n = r.array()?;
-        events.reserve(r.room(n).min(1 << 16));
+        if n > MAX_FRAME_EVENTS - events.len() {
+            return Err(format!(
+                "more than {MAX_FRAME_EVENTS} events in one frame (senders close a frame \
+                 at 8192)"
+            ));
+        }
+        events.reserve(r.room(n));
         for _ in 0..n {
             let args = r.array()?;
             let mut ev = Event::new();

@@ -94,6 +94,7 @@ const READ_CHUNK: usize = 256 * 1024;
 const FRAME_TARGET: usize = 2 * 1024 * 1024;
 /// See [`FRAME_TARGET`].
 const FRAME_EVENTS: u32 = 8192;
+const _: () = assert!(FRAME_EVENTS as usize <= crate::wire::MAX_FRAME_EVENTS);
 /// Binaries at least this long are written from the event's own memory rather than
 /// copied into the outbound buffer.
 const SPLICE_MIN: usize = 512;

@@ -84,8 +84,15 @@ impl Group {
         let mut addrs: Vec<&str> = vec![ME];
         addrs.extend(daemons.iter().map(String::as_str));
         built.graph.part(built.clusters.clone())?.map(addrs)?;
+        // With a failure detector (the crash-tolerant quorums), the group goes on
+        // when a node's process is lost: that is the algorithm's job. Otherwise the
+        // loss of any node ends the run (the default).
+        let mut run = Run::default().threads(2);
+        if detection.config.is_some() {
+            run = run.on_process_loss(OnProcessLoss::Continue { notify: None });
+        }
         let launched = Launcher::new(ME)
-            .start(&built.graph, Run::default().threads(2))
+            .start(&built.graph, run)
             .context("deploying the group")?;
         let handle = launched.handle();
         let client = LockClient::new(handle.clone(), "front0", shared)?;

@@ -1,0 +1,133 @@
+//! Hostile `events` frames cost memory in proportion to their size, not to the
+//! lengths they declare: a counting allocator measures the peak of each decode.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use bytes::Bytes;
+use leda_net::frame::{self, Frame, kind};
+
+/// Counts live bytes and their peak.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// One measurement at a time (the test harness runs tests on several threads).
+static ONE: Mutex<()> = Mutex::new(());
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(l.size(), SeqCst) + l.size();
+            PEAK.fetch_max(now, SeqCst);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) };
+        LIVE.fetch_sub(l.size(), SeqCst);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            if new >= l.size() {
+                let now = LIVE.fetch_add(new - l.size(), SeqCst) + new - l.size();
+                PEAK.fetch_max(now, SeqCst);
+            } else {
+                LIVE.fetch_sub(l.size() - new, SeqCst);
+            }
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Peak bytes allocated while decoding `body` as an `events` frame (beyond what was
+/// live before), and whether it decoded.
+fn peak_decoding(body: Vec<u8>) -> (usize, bool) {
+    let mut raw = vec![kind::EVENTS];
+    raw.extend_from_slice(&body);
+    let raw = Bytes::from(raw);
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let before = LIVE.load(SeqCst);
+    PEAK.store(before, SeqCst);
+    let r = frame::decode_shared(raw.clone());
+    let ok = matches!(r, Ok(Frame::Events(_)));
+    drop(r);
+    (PEAK.load(SeqCst) - before, ok)
+}
+
+/// The memory a decode may take: each byte of the frame may become at most one
+/// value (a one-byte integer becomes a whole `Value`), held in vectors that grow by
+/// doubling (two values' room per byte), plus a little; events are capped in number
+/// (an empty event is one byte on the wire), and the same doubling applies to them.
+fn bound(size: usize) -> usize {
+    let per_value = 2 * std::mem::size_of::<leda_core::value::Value>();
+    let events =
+        2 * leda_net::wire::MAX_FRAME_EVENTS * std::mem::size_of::<leda_core::event::Event>();
+    per_value * size + events + (256 << 10)
+}
+
+const SIZE: usize = 1 << 20;
+
+fn check(name: &str, body: Vec<u8>) -> bool {
+    let size = body.len();
+    let (peak, ok) = peak_decoding(body);
+    assert!(
+        peak <= bound(size),
+        "{name}: {peak} bytes for a {size}-byte frame (bound {})",
+        bound(size)
+    );
+    ok
+}
+
+/// `[[0, [ <nested array headers declaring 2^32-1 items each> ]]]`.
+#[test]
+fn nested_declared_lengths_reserve_little() {
+    let mut b = vec![0x91, 0x92, 0x00, 0x91];
+    while b.len() + 5 < SIZE {
+        b.extend_from_slice(&[0xdd, 0xff, 0xff, 0xff, 0xff]);
+    }
+    assert!(!check("nested headers", b), "truncated: refused");
+}
+
+/// A frame declaring 2^32-1 groups, then 2^32-1 events, and nothing else.
+#[test]
+fn declared_groups_and_events_reserve_little() {
+    let mut b = vec![0xdd, 0xff, 0xff, 0xff, 0xff, 0x92, 0x00];
+    b.extend_from_slice(&[0xdd, 0xff, 0xff, 0xff, 0xff]);
+    b.resize(SIZE, 0x90);
+    assert!(
+        !check("declared counts", b),
+        "more events than the cap: refused"
+    );
+}
+
+/// One byte per empty event: refused past the cap, bounded below it.
+#[test]
+fn empty_events_are_capped() {
+    let n = leda_net::wire::MAX_FRAME_EVENTS;
+    let mut b = vec![0x91, 0x92, 0x00, 0xdd];
+    b.extend_from_slice(&(n as u32).to_be_bytes());
+    b.resize(b.len() + n, 0x90);
+    assert!(check("empty events at the cap", b), "decodes");
+    let mut b = vec![0x91, 0x92, 0x00, 0xdd];
+    b.extend_from_slice(&(SIZE as u32).to_be_bytes());
+    b.resize(b.len() + SIZE, 0x90);
+    assert!(!check("empty events past the cap", b), "refused");
+}
+
+/// One event whose argument is an array of a million one-byte integers: legitimate,
+/// and its memory follows the values decoded.
+#[test]
+fn many_small_values_cost_a_multiple_of_the_frame() {
+    let n = SIZE - 16;
+    let mut b = vec![0x91, 0x92, 0x00, 0x91, 0x91, 0xdd];
+    b.extend_from_slice(&(n as u32).to_be_bytes());
+    b.resize(b.len() + n, 0x01);
+    assert!(check("a million small integers", b), "decodes");
+}
