@@ -361,7 +361,7 @@ fn start_options_are_checked() {
     let e = run("leda.start{ host = '0.0.0.0', port = 0 }")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("requires a shared secret"), "{e}");
+    assert!(e.contains("requires a configured shared secret"), "{e}");
 }
 
 #[test]

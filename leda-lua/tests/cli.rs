@@ -276,7 +276,7 @@ fn start_refuses_a_public_address_without_a_secret() {
         .expect("run leda");
     assert!(!out.status.success());
     let e = text(&out.stderr);
-    assert!(e.contains("requires a shared secret"), "{e}");
+    assert!(e.contains("requires a configured shared secret"), "{e}");
 }
 
 #[test]

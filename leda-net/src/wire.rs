@@ -741,6 +741,26 @@ pub(crate) fn decode_events_into(
     Ok(())
 }
 
+/// Decodes an `events` body as a live link does: with the body as a shared buffer
+/// (large binaries are slices of it), into event and group buffers and a small-binary
+/// arena kept from call to call (per thread). Returns the number of events. The
+/// fuzz target's entry to the link's own path.
+#[doc(hidden)]
+pub fn decode_events_live(body: &[u8]) -> R<usize> {
+    type State = (Arena, Vec<(u32, usize)>, Vec<Event>);
+    thread_local! {
+        static STATE: std::cell::RefCell<State> = std::cell::RefCell::default();
+    }
+    let owner = Bytes::copy_from_slice(body);
+    STATE.with(|s| {
+        let (arena, groups, events) = &mut *s.borrow_mut();
+        let r = decode_events_into(&owner, Some(&owner), arena, groups, events);
+        let n = events.len();
+        events.clear();
+        r.map(|()| n)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
