@@ -162,6 +162,7 @@ pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String
             "probe",
             0,
             &key,
+            None,
             Duration::from_millis(1500),
         ));
         match r {

@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leda_core::runtime::{Run, RunReport};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::conn::Conn;
 use tokio::sync::mpsc;
 
 use crate::auth::Secret;
@@ -71,6 +73,8 @@ pub struct DaemonConfig {
     /// Serve one deployment, then return ([`Daemon::serve`]); by default a daemon
     /// serves deployments one after another.
     pub once: bool,
+    /// Speak TLS, with mutual certificates ([`crate::tls`]), on every connection.
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl Default for DaemonConfig {
@@ -84,6 +88,7 @@ impl Default for DaemonConfig {
             dashboard: None,
             maxpar: None,
             once: false,
+            tls: None,
         }
     }
 }
@@ -91,7 +96,8 @@ impl Default for DaemonConfig {
 impl DaemonConfig {
     /// Parses `--listen HOST:PORT`, `--threads N`, `--secret-file PATH` (the secret may
     /// also come from the environment or the cookie: [`crate::auth`]), `--handshake-timeout-ms MS`, `--dashboard ADDR`,
-    /// `--dashboard-token T` and `--once`. Unknown arguments are refused.
+    /// `--dashboard-token T`, `--once` and `--tls-cert/--tls-key/--tls-ca PATH` (all
+    /// three together). Unknown arguments are refused.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
         let mut c = DaemonConfig::default();
         let mut it = args.into_iter();
@@ -100,6 +106,19 @@ impl DaemonConfig {
             match a.as_str() {
                 "--listen" => c.listen = value("--listen")?,
                 "--once" => c.once = true,
+                "--tls-cert" | "--tls-key" | "--tls-ca" => {
+                    let v = std::path::PathBuf::from(value(&a)?);
+                    let t = c.tls.get_or_insert(crate::tls::TlsConfig {
+                        cert: Default::default(),
+                        key: Default::default(),
+                        ca: Default::default(),
+                    });
+                    match a.as_str() {
+                        "--tls-cert" => t.cert = v,
+                        "--tls-key" => t.key = v,
+                        _ => t.ca = v,
+                    }
+                }
                 "--threads" => {
                     let v = value("--threads")?;
                     c.threads = Some(
@@ -186,6 +205,8 @@ struct Settings {
     config: DaemonConfig,
     /// The secret every connection is authenticated with.
     key: Secret,
+    /// TLS contexts, when configured.
+    tls: Option<crate::tls::Tls>,
 }
 
 impl std::ops::Deref for Settings {
@@ -197,7 +218,7 @@ impl std::ops::Deref for Settings {
 
 /// A connection that completed the handshake.
 struct Incoming {
-    stream: TcpStream,
+    stream: Conn,
     hello: Hello,
     addr: SocketAddr,
 }
@@ -243,7 +264,11 @@ impl Daemon {
             .local_addr()
             .map_err(|e| NetError::io("reading the bound address", e))?;
         tracing::info!(%addr, "leda daemon listening");
-        let config = Arc::new(Settings { config, key });
+        let tls = match &config.tls {
+            Some(t) => Some(crate::tls::Tls::load(t)?),
+            None => None,
+        };
+        let config = Arc::new(Settings { config, key, tls });
         let (tx, incoming) = mpsc::channel::<Incoming>(64);
         rt.spawn(accept_loop(listener, config.clone(), tx));
         Ok(Daemon {
@@ -304,7 +329,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (mut stream, addr) = match listener.accept().await {
+        let (tcp, addr) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -317,6 +342,24 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
         tokio::spawn(async move {
             let _slot = slot;
             let peer = addr.to_string();
+            let _ = tcp.set_nodelay(true);
+            let tls = async {
+                match &config.tls {
+                    Some(t) => t.accept(tcp, &peer).await,
+                    None => Ok(Conn::Plain(tcp)),
+                }
+            };
+            let mut stream = match tokio::time::timeout(config.handshake_timeout, tls).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::warn!(peer, error = %e, "connection refused");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(peer, "connection refused: no TLS handshake in time");
+                    return;
+                }
+            };
             match handshake::server(&mut stream, &peer, &config.key, config.handshake_timeout).await
             {
                 Ok(acc) => {
@@ -540,6 +583,7 @@ async fn mesh(
                 me,
                 d.id,
                 &config.key,
+                config.tls.as_ref(),
                 config.handshake_timeout,
             )
             .await?;

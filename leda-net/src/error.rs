@@ -118,6 +118,9 @@ pub enum NetError {
     /// The graph cannot be deployed as written.
     #[error("cannot deploy: {0}")]
     Deploy(String),
+    /// TLS material could not be loaded or used ([`crate::tls`]).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// No usable shared secret ([`crate::auth`]).
     #[error(transparent)]
     Secret(#[from] crate::auth::SecretError),

@@ -19,6 +19,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::conn::Conn;
+use crate::tls::Tls;
+
 use crate::auth::{self, NONCE_LEN, Secret, nonce};
 use crate::error::NetError;
 use crate::frame::{Frame, HANDSHAKE_MAX_FRAME, Hello, Role, Welcome, read_frame, write_frame};
@@ -67,7 +70,7 @@ fn frame_err(peer: &str) -> impl Fn(crate::error::FrameError) -> NetError + '_ {
     }
 }
 
-async fn read_preamble(s: &mut TcpStream, peer: &str) -> Result<[u8; PREAMBLE_LEN], NetError> {
+async fn read_preamble(s: &mut Conn, peer: &str) -> Result<[u8; PREAMBLE_LEN], NetError> {
     let mut p = [0u8; PREAMBLE_LEN];
     s.read_exact(&mut p)
         .await
@@ -84,7 +87,7 @@ pub struct Accepted {
 
 /// Runs the server side of the handshake on an accepted connection.
 pub async fn server(
-    s: &mut TcpStream,
+    s: &mut Conn,
     peer: &str,
     secret: &Secret,
     timeout: Duration,
@@ -98,16 +101,13 @@ pub async fn server(
         })?
 }
 
-async fn server_inner(
-    s: &mut TcpStream,
-    peer: &str,
-    secret: &Secret,
-) -> Result<Accepted, NetError> {
+async fn server_inner(s: &mut Conn, peer: &str, secret: &Secret) -> Result<Accepted, NetError> {
     let my_nonce = nonce().map_err(|e| NetError::io("drawing a nonce", e))?;
     let mine = preamble(&my_nonce);
     s.write_all(&mine)
         .await
         .map_err(|e| frame_err(peer)(e.into()))?;
+    s.flush().await.map_err(|e| frame_err(peer)(e.into()))?;
     let theirs = read_preamble(s, peer).await?;
     let (_, client_nonce) = check_preamble(peer, &theirs)?;
     let mut hello = match read_frame(s, HANDSHAKE_MAX_FRAME)
@@ -161,25 +161,31 @@ fn transcript(
     Ok(auth::transcript(server, client, &bytes))
 }
 
-/// Connects to `addr` and runs the client side of the handshake.
+/// Connects to `addr` (under TLS with `tls`) and runs the client side of the
+/// handshake.
 pub async fn connect(
     addr: &str,
     role: Role,
     from: &str,
     deployment: u64,
     secret: &Secret,
+    tls: Option<&Tls>,
     timeout: Duration,
-) -> Result<TcpStream, NetError> {
+) -> Result<Conn, NetError> {
     let during = NetError::Timeout {
         peer: addr.into(),
         during: "connect and handshake",
         secs: timeout.as_secs_f64(),
     };
     tokio::time::timeout(timeout, async {
-        let mut s = TcpStream::connect(addr)
+        let tcp = TcpStream::connect(addr)
             .await
             .map_err(|e| NetError::io(format!("connecting to {addr}"), e))?;
-        let _ = s.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let mut s = match tls {
+            Some(t) => t.connect(tcp, addr).await?,
+            None => Conn::Plain(tcp),
+        };
         client(&mut s, addr, role, from, deployment, secret).await?;
         Ok(s)
     })
@@ -188,7 +194,7 @@ pub async fn connect(
 }
 
 async fn client(
-    s: &mut TcpStream,
+    s: &mut Conn,
     peer: &str,
     role: Role,
     from: &str,
@@ -200,6 +206,7 @@ async fn client(
     s.write_all(&mine)
         .await
         .map_err(|e| frame_err(peer)(e.into()))?;
+    s.flush().await.map_err(|e| frame_err(peer)(e.into()))?;
     let theirs = read_preamble(s, peer).await?;
     check_preamble(peer, &theirs)?;
     let mut hello = Hello {

@@ -33,10 +33,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::conn::Conn;
 use leda_core::event::Event;
 use leda_core::graph::Graph;
 use leda_core::runtime::{ProcessHandle, Run, RunReport, Running};
-use tokio::net::TcpStream;
 
 use crate::auth::Secret;
 use crate::daemon::net_runtime;
@@ -57,6 +57,7 @@ pub struct Launcher {
     until_idle: bool,
     timeout: Duration,
     liveness: Liveness,
+    tls: Option<crate::tls::TlsConfig>,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -164,7 +165,15 @@ impl Launcher {
             until_idle: false,
             timeout: Duration::from_secs(30),
             liveness: Liveness::default(),
+            tls: None,
         }
+    }
+
+    /// Speak TLS with mutual certificates to every daemon ([`crate::tls`]); the daemons
+    /// must be configured with TLS too.
+    pub fn tls(mut self, t: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(t);
+        self
     }
 
     /// How the run's links tell a live peer from a lost one (every process uses the
@@ -316,10 +325,14 @@ impl Launcher {
     }
 
     /// Sends every deployment, then collects every answer.
-    async fn deploy_all(&self, per: &[Deployment]) -> Result<Vec<(String, TcpStream)>, NetError> {
+    async fn deploy_all(&self, per: &[Deployment]) -> Result<Vec<(String, Conn)>, NetError> {
         let secret = match &self.secret {
             Some(s) => s.clone(),
             None => Secret::for_user()?,
+        };
+        let tls = match &self.tls {
+            Some(t) => Some(crate::tls::Tls::load(t)?),
+            None => None,
         };
         let mut streams = Vec::new();
         for d in per {
@@ -329,6 +342,7 @@ impl Launcher {
                 &self.addr,
                 d.id,
                 &secret,
+                tls.as_ref(),
                 self.timeout,
             )
             .await?;

@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod conn;
 pub mod daemon;
 pub mod deploy;
 pub mod error;
@@ -52,6 +53,7 @@ pub mod launcher;
 pub mod link;
 pub mod observe;
 pub mod registry;
+pub mod tls;
 pub mod wire;
 
 pub use auth::Secret;
@@ -61,3 +63,4 @@ pub use handshake::PROTOCOL_VERSION;
 pub use launcher::{LaunchReport, Launched, Launcher};
 pub use link::{Liveness, OnProcessLoss, ProcessLost, RouteCounts, Transport, TransportCounts};
 pub use registry::{Registry, ResolveError};
+pub use tls::{Tls, TlsConfig};

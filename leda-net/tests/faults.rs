@@ -109,6 +109,7 @@ fn garbage_version_mismatch_silence_and_bad_frames() {
                 ME,
                 0,
                 &Secret::for_user().unwrap(),
+                None,
                 Duration::from_secs(5),
             )
             .await

@@ -549,9 +549,9 @@ impl Transport {
     }
 
     /// Starts the link to `peer` over `stream` (handshake done).
-    pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: TcpStream) -> Arc<Link> {
-        let _ = stream.set_nodelay(true);
-        self.liveness.apply_to(&stream);
+    pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: crate::conn::Conn) -> Arc<Link> {
+        let _ = stream.tcp().set_nodelay(true);
+        self.liveness.apply_to(stream.tcp());
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: Mutex::new(Outbox {
@@ -594,7 +594,7 @@ impl Transport {
             old.mark_dead();
             lock(&self.retired).push(old);
         }
-        let (rd, wr) = stream.into_split();
+        let (rd, wr) = stream.split();
         let reader = self.rt.spawn(read_loop(self.clone(), link.clone(), rd));
         let writer = self
             .rt

@@ -215,11 +215,7 @@ impl Inbound {
 /// Reads, decodes and handles the peer's frames, and retries events waiting for room.
 /// Reads go into one buffer with a cancel-safe `read_buf`, so the retry timer can
 /// interrupt them; frames are handled on this task (no hop to another).
-pub(super) async fn read_loop(
-    t: Arc<Transport>,
-    link: Arc<Link>,
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-) {
+pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate::conn::ReadHalf) {
     let mut inb = Inbound {
         pending: HashMap::new(),
         pending_total: 0,
@@ -318,7 +314,7 @@ pub(super) async fn read_loop(
         // they leave as soon as the connection has nothing more for now.
         let held: usize = inb.replies.iter().map(|r| r.count as usize).sum();
         if held < REPLY_BATCH && inb.pending_len() == 0 {
-            match rd.try_read_buf(&mut buf) {
+            match try_read(&mut rd, &mut buf) {
                 Ok(0) => {
                     closed(&link, &buf);
                     break;
@@ -391,6 +387,17 @@ pub(super) async fn read_loop(
     }
     // Let the writer finish what is queued (replies included), then close.
     link.close();
+}
+
+/// Reads what is already there without waiting: one poll of a read (cancel-safe)
+/// with a waker that does nothing (the next real read registers the task's own).
+fn try_read(rd: &mut crate::conn::ReadHalf, buf: &mut BytesMut) -> std::io::Result<usize> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let read = std::pin::pin!(rd.read_buf(buf));
+    match read.poll(&mut cx) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+    }
 }
 
 /// The peer closed the connection: the orderly end after its `Quit`, a loss otherwise.

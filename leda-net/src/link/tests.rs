@@ -32,8 +32,8 @@ fn linked_pair(
         let (s, _) = l.accept().await.unwrap();
         (c, s)
     });
-    sender.attach("r:1", client);
-    receiver.attach("s:1", server);
+    sender.attach("r:1", crate::conn::Conn::Plain(client));
+    receiver.attach("s:1", crate::conn::Conn::Plain(server));
     (rt, sender, receiver)
 }
 

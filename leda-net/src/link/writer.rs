@@ -6,7 +6,7 @@ use super::*;
 
 /// Writes `out`: one plain write without spliced binaries, vectored writes with them.
 pub(super) async fn write_out(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut crate::conn::WriteHalf,
     out: &Outgoing,
 ) -> std::io::Result<()> {
     if out.splices.is_empty() {
@@ -48,7 +48,7 @@ pub(super) async fn write_out(
 pub(super) async fn write_loop(
     t: Arc<Transport>,
     link: Arc<Link>,
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut wr: crate::conn::WriteHalf,
     mut reader: JoinHandle<()>,
 ) {
     // Swapped with the outbox's buffer: one is filled by senders while the other is
@@ -82,7 +82,8 @@ pub(super) async fn write_loop(
             let written = tokio::select! {
                 biased;
                 _ = link.dead_notify.notified() => break,
-                r = write_out(&mut wr, &bytes) => r,
+                // (TLS holds records back until flushed; plain TCP's flush is free.)
+                r = async { write_out(&mut wr, &bytes).await?; wr.flush().await } => r,
             };
             if let Err(e) = written {
                 tracing::warn!(peer = %link.peer, error = %e, "link write failed");
