@@ -12,7 +12,8 @@
 //!
 //! Scenarios (medians over alternating rounds, after a warm-up):
 //! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload from a stage in
-//!   this process to a stage in a daemon; events/s from deployment to the end of the run.
+//!   this process to a stage in a daemon; events/s from deployment to the end of the run
+//!   (`ours_tls=`: the same over mutual TLS; `LEDA_BENCH_TLS=0` leaves it out).
 //! * `remote-latency-p50/p99`: round trips (stage → remote echo stage → stage), in
 //!   microseconds, at about 10 % of our peak 16-byte rate (events paced every 100 µs);
 //!   the raw peer paces the same events through its echo server.
@@ -41,8 +42,14 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn ours_throughput(n: u64, size: usize) -> f64 {
-    let node = Node::spawn(&["--threads", "2"]);
+/// Our events/s; under TLS (mutual certificates) with `tls`.
+fn ours_throughput(n: u64, size: usize, tls: Option<&leda_net::TlsConfig>) -> f64 {
+    let mut args = vec!["--threads".to_owned(), "2".to_owned()];
+    if let Some(t) = tls {
+        args.extend(common::tls_args(t));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let node = Node::spawn(&args);
     let gen_ = stages::generator("gen");
     let drain = stages::drain("drain").attr("expect", n as i64);
     let mut g = Graph::new("bench");
@@ -53,7 +60,11 @@ fn ours_throughput(n: u64, size: usize) -> f64 {
         .expect("map");
     gen_.push((n as i64, size as i64, false));
     let t0 = Instant::now();
-    let r = Launcher::new(ME)
+    let mut launcher = Launcher::new(ME);
+    if let Some(t) = tls {
+        launcher = launcher.tls(t.clone());
+    }
+    let r = launcher
         .run(&g, Run::default().threads(2))
         .expect("bench run");
     let secs = t0.elapsed().as_secs_f64();
@@ -316,6 +327,9 @@ fn main() {
     // `LEDA_BENCH_SCENARIOS=16B,latency` runs those scenarios alone (default: all).
     let scenarios = std::env::var("LEDA_BENCH_SCENARIOS").unwrap_or_default();
     let wanted = |s: &str| scenarios.is_empty() || scenarios.split(',').any(|x| x.trim() == s);
+    // Our transport under TLS too (`ours_tls=`), unless `LEDA_BENCH_TLS=0`.
+    let tls = (run_ours && env_or("LEDA_BENCH_TLS", 1) != 0)
+        .then(|| common::pki(&common::scratch("bench-tls"), "bench"));
 
     for (name, size) in [("remote-16B", 16usize), ("remote-1KB", 1024)] {
         if !wanted(name.trim_start_matches("remote-")) {
@@ -323,26 +337,33 @@ fn main() {
         }
         // Warm-up (page cache, binaries, sockets).
         if run_ours {
-            ours_throughput(n / 20 + 1, size);
+            ours_throughput(n / 20 + 1, size, None);
         }
         if run_raw {
             raw_throughput(n / 20 + 1, size);
         }
-        let (mut ours, mut raw) = (Vec::new(), Vec::new());
+        let (mut ours, mut raw, mut ours_tls) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             if run_ours {
-                ours.push(ours_throughput(n, size));
+                ours.push(ours_throughput(n, size, None));
             }
             if run_raw {
                 raw.push(raw_throughput(n, size));
+            }
+            if let Some(t) = &tls {
+                ours_tls.push(ours_throughput(n, size, Some(t)));
             }
         }
         let ours = median(ours);
         if size == 16 {
             peak_16b = ours;
         }
+        let tls_column = match &tls {
+            Some(_) => format!(" ours_tls={:.0}", median(ours_tls)),
+            None => String::new(),
+        };
         println!(
-            "BENCH {name} unit=events/s better=higher ours={ours:.0} raw={:.0}",
+            "BENCH {name} unit=events/s better=higher ours={ours:.0} raw={:.0}{tls_column}",
             median(raw)
         );
     }

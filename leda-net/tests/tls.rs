@@ -6,46 +6,11 @@ mod common;
 #[path = "../src/bin/leda-net-test-node/stages.rs"]
 mod stages;
 
-use std::path::Path;
-
-use common::{Node, scratch};
+use common::{Node, pki, scratch};
 use leda_core::prelude::*;
-use leda_net::{Launcher, NetError, TlsConfig};
+use leda_net::{Launcher, NetError};
 
 const ME: &str = "launcher:1";
-
-/// A CA, and a certificate for 127.0.0.1 signed by it, written as PEM files in `dir`.
-fn pki(dir: &Path, name: &str) -> TlsConfig {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let c = TlsConfig {
-        cert: dir.join(format!("{name}.crt")),
-        key: dir.join(format!("{name}.key")),
-        ca: dir.join(format!("{name}-ca.crt")),
-    };
-    std::fs::write(&c.cert, cert.pem()).unwrap();
-    std::fs::write(&c.key, key.serialize_pem()).unwrap();
-    std::fs::write(&c.ca, ca.pem()).unwrap();
-    c
-}
-
-fn tls_args(c: &TlsConfig) -> Vec<String> {
-    vec![
-        "--tls-cert".into(),
-        c.cert.display().to_string(),
-        "--tls-key".into(),
-        c.key.display().to_string(),
-        "--tls-ca".into(),
-        c.ca.display().to_string(),
-    ]
-}
 
 /// 200 events of 70 KB (spliced binaries) from the launcher to a drain on the daemon.
 fn run(node: &Node, launcher: Launcher) -> Result<i64, NetError> {
@@ -69,7 +34,7 @@ fn run(node: &Node, launcher: Launcher) -> Result<i64, NetError> {
 fn runs_over_mutual_tls_and_refuses_others() {
     let dir = scratch("tls");
     let ours = pki(&dir, "ours");
-    let args = tls_args(&ours);
+    let args = common::tls_args(&ours);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let node = Node::start(
         &[&["daemon", "--listen", "127.0.0.1:0"][..], &args].concat(),
