@@ -7,7 +7,7 @@
 //!   `s1 .. s2`; `stage:push(...)` (`stage:send`), `stage:run{...}`;
 //! * `leda.graph{...}` / `leda.graph "name" {...}`, `graph:add`, `graph:all`,
 //!   `graph:part`, `graph:map`, `graph:run{controller=, maxpar=, host=, port=,
-//!   until_idle=, timeout=}`, `graph:verify`, `graph:dot`;
+//!   until_idle=, timeout=, on_process_loss=, notify=}`, `graph:verify`, `graph:dot`;
 //! * `leda.cluster(...)` with `+`, `-`, `*`;
 //! * controllers: `require 'leda.controller.thread_pool'.get(n)`,
 //!   `require 'leda.controller.auto'.get(min, max)`;
@@ -508,6 +508,7 @@ fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::Result<Multi
         }
         host = o.get("host")?;
         port = o.get("port")?;
+        run = run.on_process_loss(process_loss(o)?);
     }
     let mapped: Vec<String> = graph
         .mapping()
@@ -551,6 +552,24 @@ fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::Result<Multi
         }
     }
     Ok(MultiValue::from_vec(out))
+}
+
+/// `graph:run{on_process_loss = 'end' | 'continue', notify = 'stage'}`: what the run
+/// does when one of its processes is lost ([`leda_core::runtime::OnProcessLoss`];
+/// `notify` names the stage told of each loss under `'continue'`).
+fn process_loss(o: &Table) -> mlua::Result<leda_core::runtime::OnProcessLoss> {
+    use leda_core::runtime::OnProcessLoss;
+    let notify = o.get::<Option<String>>("notify")?;
+    match o.get::<Option<String>>("on_process_loss")?.as_deref() {
+        None | Some("end") if notify.is_none() => Ok(OnProcessLoss::End),
+        None | Some("end") => Err(rt(
+            "notify= needs on_process_loss = 'continue' (the run ends on a loss by default)",
+        )),
+        Some("continue") => Ok(OnProcessLoss::Continue { notify }),
+        Some(other) => Err(rt(format!(
+            "on_process_loss: '{other}' is neither 'end' nor 'continue'"
+        ))),
+    }
 }
 
 /// Builds a stage from a definition table.

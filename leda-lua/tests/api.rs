@@ -376,3 +376,22 @@ fn cohort_and_local_connectors_between_lua_stages() {
     .unwrap();
     assert_eq!(out, vec![Value::Int(42)]);
 }
+
+#[test]
+fn process_loss_options_are_checked() {
+    let graph = "local s = leda.stage{ handler = function() leda.quit() end, autostart = true }
+                 return leda.graph{ s }";
+    let e = run(&format!("{graph}:run{{ on_process_loss = 'maybe' }}"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("neither 'end' nor 'continue'"), "{e}");
+    let e = run(&format!("{graph}:run{{ notify = 'x' }}"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs on_process_loss = 'continue'"), "{e}");
+    // Accepted (one process: nothing can be lost).
+    run(&format!(
+        "{graph}:run{{ on_process_loss = 'continue', notify = 'x' }}"
+    ))
+    .unwrap();
+}

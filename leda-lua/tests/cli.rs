@@ -334,3 +334,72 @@ fn bad_script_and_bind_failure_exit_nonzero() {
     let e = text(&out.stderr);
     assert!(e.contains("'match' port must be connected"), "{e}");
 }
+
+/// `graph:run{on_process_loss=...}` with a daemon killed (-9) in the middle of the
+/// run: by default `leda run` fails naming the lost daemon; with `'continue'` the
+/// stage named by `notify` is told and the script goes on (here it quits).
+#[test]
+fn lua_runs_end_or_go_on_when_a_daemon_is_killed() {
+    let dir = common::tempdir();
+    let script = dir.join("loss.lua");
+    std::fs::write(
+        &script,
+        r#"require 'leda'
+local policy = arg[1]
+local src = leda.stage "src" { handler = function()
+    for i = 1, 100000000 do
+        if not leda.send(1, i) then leda.sleep(0.001) end
+    end
+end, autostart = true }
+local work = leda.stage "work" { handler = function(i) leda.sleep(0.001) end }
+local watch = leda.stage "watch" { handler = function(what, addr)
+    print(what .. " " .. addr)
+    leda.quit()
+end }
+local g = leda.graph{ src:connect(work), watch }
+g:part(leda.cluster(src, watch), leda.cluster(work))
+g:map("127.0.0.1:9998", "127.0.0.1:9999")
+if policy == "continue" then
+    g:run{ on_process_loss = "continue", notify = "watch", until_idle = false }
+else
+    g:run{ until_idle = false }
+end
+"#,
+    )
+    .unwrap();
+    for policy in ["end", "continue"] {
+        let (mut child, addr) = daemon(&["start", "--listen", "127.0.0.1:0"]);
+        let alias = format!("127.0.0.1:9999={addr}");
+        let run = Command::new(env!("CARGO_BIN_EXE_leda"))
+            .args(["run", "--map", &alias, "--process", "127.0.0.1:9998"])
+            .args([script.to_str().unwrap(), policy])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("leda run");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let _ = child.0.kill();
+        let _ = child.0.wait();
+        let t0 = std::time::Instant::now();
+        let out = run.wait_with_output().expect("leda run ends");
+        let took = t0.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{policy}: {took:?}"
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if policy == "end" {
+            assert!(!out.status.success(), "{policy}: {stdout} {stderr}");
+            assert!(
+                stderr.contains(&format!("process {addr} (cluster 1: work) was lost")),
+                "{policy}: {stderr}"
+            );
+        } else {
+            assert!(out.status.success(), "{policy}: {stderr}");
+            assert!(
+                stdout.contains(&format!("process_lost {addr}")),
+                "{policy}: {stdout} {stderr}"
+            );
+        }
+    }
+}
