@@ -57,6 +57,11 @@ impl DaemonChild {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits up to `limit` for the daemon to exit on its own; returns `true` if it
     /// exited successfully, and its remaining output.
     pub fn finish(mut self, limit: Duration) -> (bool, String) {

@@ -66,6 +66,10 @@ enum Cmd {
         /// Output file for the sorted vector (one number per line).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// When a sort process is lost: `end` the run with an error naming it, or
+        /// `continue`: its part is sorted again by a surviving process.
+        #[arg(long, value_enum, default_value = "end")]
+        on_loss: OnLoss,
         #[command(flatten)]
         procs: Procs,
     },
@@ -83,6 +87,15 @@ enum Cmd {
         #[command(flatten)]
         procs: Procs,
     },
+}
+
+/// `run --on-loss`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnLoss {
+    /// End the run with an error naming the lost process.
+    End,
+    /// Sort the lost process' part again on a surviving one.
+    Continue,
 }
 
 #[derive(Args)]
@@ -181,8 +194,9 @@ fn run_cli() -> anyhow::Result<()> {
             length,
             kernel,
             out,
+            on_loss,
             procs,
-        } => run(np, length, kernel, out, &procs),
+        } => run(np, length, kernel, out, on_loss, &procs),
         Cmd::Send {
             bytes,
             rounds,
@@ -232,14 +246,22 @@ fn run(
     length: usize,
     kernel: Kernel,
     out: Option<PathBuf>,
+    on_loss: OnLoss,
     procs: &Procs,
 ) -> anyhow::Result<()> {
     let part = vector::part_len(length, np)?;
     let (addrs, children) = procs.resolve(np)?;
     let g = graph::sort_graph(np, length, kernel, &procs.me, &addrs)?;
+    let mut opts = procs.run_opts();
+    if on_loss == OnLoss::Continue {
+        // The scatter is told of each loss and sends the lost part again.
+        opts = opts.on_process_loss(OnProcessLoss::Continue {
+            notify: Some(stages::SCATTER.into()),
+        });
+    }
     let report = procs
         .launcher()?
-        .run(&g, procs.run_opts())
+        .run(&g, opts)
         .context("running the distributed sort")?;
     let quit = report
         .run

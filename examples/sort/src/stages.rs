@@ -37,29 +37,72 @@ fn usize_attr(a: &Attrs, key: &str) -> Result<usize, BoxError> {
     usize::try_from(v).map_err(|_| format!("attribute '{key}' = {v} is too large").into())
 }
 
-/// Scatter (Listing B.4): on any event, builds the `length`-double input, starts the
-/// clock and sends part `k` on port `k + 1`, for `k` in `0..np` (attributes `np`,
-/// `length`).
+struct Scatter {
+    np: usize,
+    length: usize,
+    /// The parts sent (kept to send a lost one again) and when.
+    parts: Vec<Bytes>,
+    t0: f64,
+    /// Sort stages whose process was lost (by port, 1-based).
+    lost: Vec<bool>,
+}
+
+/// Scatter (Listing B.4): on its start event, builds the `length`-double input, starts
+/// the clock and sends part `k` on port `k + 1`, for `k` in `0..np` (attributes `np`,
+/// `length`). Told that the process of cluster `c` (stage `sort{c}`) was lost — the run
+/// goes on (`OnProcessLoss::Continue`) and names this stage to notify — it sends part
+/// `c - 1` again to the next sort stage whose process lives: what the lost process had
+/// queued or was sorting died with it.
 pub fn scatter() -> Stage {
     Stage::stateful(
         SCATTER,
-        |a: &Attrs| -> Result<(usize, usize), BoxError> {
+        |a: &Attrs| -> Result<Scatter, BoxError> {
             let (np, length) = (usize_attr(a, "np")?, usize_attr(a, "length")?);
             vector::part_len(length, np)?;
-            Ok((np, length))
+            Ok(Scatter {
+                np,
+                length,
+                parts: Vec::new(),
+                t0: 0.0,
+                lost: vec![false; np + 1],
+            })
         },
-        |&mut (np, length): &mut (usize, usize), _ev: Event, ctx: &mut Ctx| {
+        |st: &mut Scatter, ev: Event, ctx: &mut Ctx| {
+            if ev.get::<&str>(0)? == "process_lost" {
+                let cluster: i64 = ev.get(2)?;
+                let Some(k) = usize::try_from(cluster - 1).ok().filter(|&k| k < st.np) else {
+                    return Ok(());
+                };
+                st.lost[k + 1] = true;
+                // The next sort stage whose process lives takes the part.
+                for p in (1..=st.np).map(|i| (k + i) % st.np + 1) {
+                    if st.lost[p] {
+                        continue;
+                    }
+                    let part = st.parts[k].clone();
+                    match ctx.send_or_wait(p, (part, st.t0, k as i64)) {
+                        Ok(()) => {
+                            tracing::warn!(part = k, to = p, "sending a lost part again");
+                            return Ok(());
+                        }
+                        Err(SendError::Unreachable { .. }) => st.lost[p] = true,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                return Err(format!("no sort process left for part {k}").into());
+            }
             // Initialisation: outside the timing window.
-            let parts = (0..np)
-                .map(|k| vector::input_part(length, np, k).map(|p| vector::to_bytes(&p)))
+            st.parts = (0..st.np)
+                .map(|k| vector::input_part(st.length, st.np, k).map(|p| vector::to_bytes(&p)))
                 .collect::<Result<Vec<Bytes>, _>>()?;
-            let t0 = ctx.gettime();
-            for (k, part) in parts.into_iter().enumerate() {
-                ctx.send_or_wait(k + 1, (part, t0, k as i64))?;
+            st.t0 = ctx.gettime();
+            for (k, part) in st.parts.iter().enumerate() {
+                ctx.send_or_wait(k + 1, (part.clone(), st.t0, k as i64))?;
             }
             Ok(())
         },
     )
+    .serial()
     .kind(SCATTER)
 }
 
@@ -96,7 +139,8 @@ pub fn sorter() -> Stage {
 struct Reduce {
     np: usize,
     length: usize,
-    parts: Vec<Vec<f64>>,
+    /// Sorted parts by index (a part sent again after a loss may arrive twice).
+    parts: std::collections::BTreeMap<i64, Vec<f64>>,
 }
 
 /// Reducer (serial): collects the `np` sorted parts; when the last arrives, stops the
@@ -108,7 +152,7 @@ pub fn reducer() -> Stage {
             Ok(Reduce {
                 np: usize_attr(a, "np")?,
                 length: usize_attr(a, "length")?,
-                parts: Vec::new(),
+                parts: Default::default(),
             })
         },
         |st: &mut Reduce, ev: Event, ctx: &mut Ctx| {
@@ -117,13 +161,15 @@ pub fn reducer() -> Stage {
                 .and_then(Value::as_bytes)
                 .ok_or("expected a sorted part (bytes)")?;
             let t0: f64 = ev.get(1)?;
-            st.parts.push(vector::from_bytes(part)?);
+            let k: i64 = ev.get(2)?;
+            st.parts.insert(k, vector::from_bytes(part)?);
             if st.parts.len() < st.np {
                 return Ok(());
             }
             let secs = ctx.gettime() - t0;
             // Outside the window: put the parts in order and check them.
-            let mut parts = std::mem::take(&mut st.parts);
+            let parts = std::mem::take(&mut st.parts);
+            let mut parts: Vec<Vec<f64>> = parts.into_values().collect();
             parts.sort_by(|a, b| {
                 a.first()
                     .unwrap_or(&0.0)

@@ -104,3 +104,52 @@ fn send_one_vector_and_bad_arguments() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("3 equal parts"));
 }
+
+/// One of three sort daemons killed (-9) in the middle: by default the run fails at
+/// once naming it; with `--on-loss continue` its part is sorted again by a survivor
+/// and the output is still 1..=n in order.
+#[test]
+fn a_killed_sort_daemon_ends_the_run_or_its_part_moves() {
+    for policy in ["end", "continue"] {
+        let dir = scratch(&format!("loss-{policy}"));
+        let out = dir.join("sorted.txt");
+        let daemons: Vec<DaemonChild> =
+            spawn_many(EXE.as_ref(), 3, &["--threads", "1"]).expect("daemons");
+        let procs = daemons
+            .iter()
+            .map(|d| d.addr.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let launcher = Command::new(EXE)
+            .args(["run", "--np", "3", "--length", "60000", "--threads", "2"])
+            .args(["--on-loss", policy, "--procs", &procs, "--out"])
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("launcher");
+        // The parts are out and being sorted (about a second each here).
+        std::thread::sleep(Duration::from_millis(400));
+        let victim = &daemons[1];
+        let killed = Command::new("kill")
+            .args(["-9", &victim.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(killed);
+        let o = launcher.wait_with_output().expect("launcher ends");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        if policy == "end" {
+            assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+            let line = format!("process {} (cluster 2: sort2) was lost", victim.addr);
+            assert!(stderr.contains(&line), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        } else {
+            assert!(o.status.success(), "{stdout}{stderr}");
+            let want: Vec<f64> = (1..=60000).map(f64::from).collect();
+            assert_eq!(read_numbers(&out), want, "sorted and complete");
+        }
+    }
+}
