@@ -565,7 +565,10 @@ fn network_faults_between_namespaces() {
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert_eq!(status.code(), Some(3), "{rest}");
     assert!(
-        rest.contains("FAILED process 10.213.7.2") && rest.contains("nothing heard"),
+        // Silence, or TCP_USER_TIMEOUT on data the partition left unacknowledged
+        // (both set to the bound): whichever comes first.
+        rest.contains("FAILED process 10.213.7.2")
+            && (rest.contains("nothing heard") || rest.contains("timed out")),
         "{rest}"
     );
     assert!(

@@ -77,6 +77,39 @@ impl Liveness {
     }
 }
 
+/// Watches every link of the transport once a heartbeat period, off the links' hot
+/// paths (no timer per read or write): a link that wrote nothing for a period writes a
+/// `Heartbeat`, and a peer nothing was read from for the silence bound is lost (its
+/// writer then ends the link, reader included). Ends with the transport (it holds a
+/// weak reference) or when the transport closes.
+pub(super) async fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
+    let mut tick = tokio::time::interval(l.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (beat_ms, silence_ms) = (l.heartbeat.as_millis() as u64, l.silence.as_millis() as u64);
+    loop {
+        tick.tick().await;
+        let Some(t) = t.upgrade() else { return };
+        if t.closing.load(Relaxed) {
+            return;
+        }
+        let now = t.now_ms();
+        for link in t.links() {
+            if link.is_dead() {
+                continue;
+            }
+            let quiet = now.saturating_sub(link.heard_ms.load(Relaxed));
+            if quiet >= silence_ms {
+                let s = quiet as f64 / 1000.0;
+                tracing::debug!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
+                link.lose(format!("nothing heard from it for {s:.1} s"));
+            } else if now.saturating_sub(link.wrote_ms.load(Relaxed)) >= beat_ms {
+                // Written nothing for a while: tell the peer this process is alive.
+                link.send_frame(Frame::Heartbeat);
+            }
+        }
+    }
+}
+
 /// A process of the mapping that was lost during a run, as the run reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessLost {

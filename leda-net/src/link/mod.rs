@@ -217,6 +217,8 @@ pub(crate) struct Link {
     /// When something was last read from the peer (milliseconds since the
     /// transport's epoch).
     heard_ms: AtomicU64,
+    /// When something was last written to the peer (likewise).
+    wrote_ms: AtomicU64,
     /// The peer said `Quit`: its closing the connection is the orderly end.
     goodbye: AtomicBool,
     /// Why the link was lost, if it was (first reason wins).
@@ -386,7 +388,7 @@ impl Transport {
             .enumerate()
             .map(|(i, r)| ((r.from.clone(), r.to.clone()), i as u32))
             .collect();
-        Arc::new(Transport {
+        let t = Arc::new(Transport {
             me: me.into(),
             stats: Arc::new(TransportStats::new(routes.len())),
             routes,
@@ -404,7 +406,9 @@ impl Transport {
             topology,
             lost: Mutex::new(Vec::new()),
             epoch: std::time::Instant::now(),
-        })
+        });
+        t.rt.spawn(loss::watch(Arc::downgrade(&t), liveness));
+        t
     }
 
     /// Milliseconds since this transport was made.
@@ -579,6 +583,7 @@ impl Transport {
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
             received: AtomicU64::new(0),
             heard_ms: AtomicU64::new(self.now_ms()),
+            wrote_ms: AtomicU64::new(self.now_ms()),
             goodbye: AtomicBool::new(false),
             lost: Mutex::new(None),
             dead: AtomicBool::new(false),

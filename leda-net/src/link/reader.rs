@@ -230,12 +230,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
-    let silence = t.liveness.silence;
-    let mut heard = tokio::time::Instant::now();
-    let was_heard = |heard: &mut tokio::time::Instant| {
-        *heard = tokio::time::Instant::now();
-        link.heard_ms.store(t.now_ms(), Relaxed);
-    };
+    // For the liveness watch (`loss::watch`): when something was last read.
+    let heard = || link.heard_ms.store(t.now_ms(), Relaxed);
     'conn: loop {
         // Handle every complete frame in the buffer.
         loop {
@@ -320,7 +316,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
                     break;
                 }
                 Ok(_) => {
-                    was_heard(&mut heard);
+                    heard();
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -338,25 +334,15 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
             // ready at once, and the writer may share this thread.
             tokio::task::yield_now().await;
         }
-        // Nothing heard for `silence` (heartbeats included): the peer is lost.
-        let read = tokio::time::timeout_at(heard + silence, rd.read_buf(&mut buf));
+        // (A silent peer: the liveness watch declares it lost, and the writer then
+        // ends this task.)
         let read = if inb.pending_len() > 0 {
             tokio::select! {
-                r = read => Some(r),
+                r = rd.read_buf(&mut buf) => Some(r),
                 _ = tokio::time::sleep(RETRY) => None,
             }
         } else {
-            Some(read.await)
-        };
-        let read = match read {
-            Some(Err(_)) => {
-                let s = heard.elapsed().as_secs_f64();
-                tracing::debug!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
-                link.lose(format!("nothing heard from it for {s:.1} s"));
-                break;
-            }
-            Some(Ok(r)) => Some(r),
-            None => None,
+            Some(rd.read_buf(&mut buf).await)
         };
         match read {
             None => {
@@ -372,7 +358,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
                 closed(&link, &buf);
                 break;
             }
-            Some(Ok(_)) => was_heard(&mut heard),
+            Some(Ok(_)) => heard(),
             Some(Err(e)) => {
                 tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
                 link.lose(format!("the connection failed ({e})"));

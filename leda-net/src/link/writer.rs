@@ -1,6 +1,6 @@
 //! The writer task of a link: writes what the outbox accumulated (vectored for
-//! spliced binaries), sends heartbeats while idle, and when the link ends reports
-//! everything still unacknowledged. The only task that writes the socket.
+//! spliced binaries, heartbeats included), and when the link ends reports everything
+//! still unacknowledged. The only task that writes the socket.
 
 use super::*;
 
@@ -55,23 +55,13 @@ pub(super) async fn write_loop(
     // written.
     let mut bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
     let mut clean = false;
-    let heartbeat = t.liveness.heartbeat;
-    let mut last_write = tokio::time::Instant::now();
     loop {
-        let beat = tokio::select! {
+        tokio::select! {
             biased;
             _ = link.dead_notify.notified() => break,
-            _ = link.wake.notified() => false,
-            _ = tokio::time::sleep_until(last_write + heartbeat) => true,
-        };
-        let close = {
-            let mut ob = lock(&link.outbox);
-            if beat && !ob.down && !ob.close {
-                // Written nothing for a while: tell the peer this process is alive.
-                ob.push_frame(&Frame::Heartbeat, &link.peer);
-            }
-            ob.take(&mut bytes)
-        };
+            _ = link.wake.notified() => {}
+        }
+        let close = lock(&link.outbox).take(&mut bytes);
         if bytes.bytes.len() >= MAX_BACKLOG {
             // Senders refused for the backlog may go on.
             t.room.notify_waiters();
@@ -90,7 +80,8 @@ pub(super) async fn write_loop(
                 link.lose(format!("writing to it failed ({e})"));
                 break;
             }
-            last_write = tokio::time::Instant::now();
+            // For the liveness watch: a link that writes needs no heartbeat.
+            link.wrote_ms.store(t.now_ms(), Relaxed);
             if bytes.bytes.capacity() > KEEP_BUFFER {
                 // A very large batch or event passed: do not keep its buffer.
                 bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
