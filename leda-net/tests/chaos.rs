@@ -77,22 +77,7 @@ fn lost_after(l: leda_net::Launched, since: Instant) -> (NetError, Duration) {
 
 /// A small good run on `node`: it still serves.
 fn good_run(node: &Node) -> i64 {
-    let gen_ = stages::generator("gen");
-    let collect = stages::collect("collect").attr("expect", 10);
-    let mut g = Graph::new("good");
-    g.connect(&gen_, 1, &collect);
-    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    gen_.push((10, 0, false));
-    let r = Launcher::new(ME)
-        .run(&g, Run::default().threads(1))
-        .expect("good run");
-    r.run
-        .quit
-        .and_then(|q| q.arg(0).and_then(Value::as_int))
-        .unwrap_or(-1)
+    common::good_run(node, Launcher::new(ME)).expect("good run")
 }
 
 /// Reads a daemon's report of one run: its `ENDED ... routes=R lost=L` line, then its

@@ -9,8 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::Node;
-use leda_core::prelude::*;
+use common::{Node, good_run};
 use leda_net::frame::{self, Frame, Role};
 use leda_net::handshake::{MAGIC, PROTOCOL_VERSION};
 use leda_net::{Launcher, NetError, Secret};
@@ -31,23 +30,6 @@ fn closed_by_peer(s: &mut TcpStream, limit: Duration) -> bool {
     }
 }
 
-/// A small good run on `node`: proves the daemon still serves.
-fn good_run(node: &Node, launcher: Launcher) -> Result<i64, NetError> {
-    let gen_ = stages::generator("gen");
-    let collect = stages::collect("collect").attr("expect", 10);
-    let mut g = Graph::new("good");
-    g.connect(&gen_, 1, &collect);
-    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    gen_.push((10, 0, false));
-    let r = launcher.run(&g, Run::default().threads(1))?;
-    Ok(r.run
-        .quit
-        .and_then(|q| q.arg(0).and_then(Value::as_int))
-        .unwrap_or(-1))
-}
 
 fn preamble(version: u16) -> Vec<u8> {
     let mut p = MAGIC.to_vec();

@@ -169,3 +169,22 @@ pub fn tls_args(c: &leda_net::TlsConfig) -> Vec<String> {
         c.ca.display().to_string(),
     ]
 }
+
+/// A small good run on `node` (10 events from `launcher:1` to a collector there):
+/// proves the daemon still serves. Needs the test crate's `stages` module.
+pub fn good_run(node: &Node, launcher: leda_net::Launcher) -> Result<i64, leda_net::NetError> {
+    let gen_ = crate::stages::generator("gen");
+    let collect = crate::stages::collect("collect").attr("expect", 10);
+    let mut g = leda_core::graph::Graph::new("good");
+    g.connect(&gen_, 1, &collect);
+    g.part([leda_core::cluster::Cluster::of([&gen_]), leda_core::cluster::Cluster::of([&collect])])
+        .unwrap()
+        .map(["launcher:1", node.addr.as_str()])
+        .unwrap();
+    gen_.push((10, 0, false));
+    let r = launcher.run(&g, leda_core::runtime::Run::default().threads(1))?;
+    Ok(r.run
+        .quit
+        .and_then(|q| q.arg(0).and_then(leda_core::value::Value::as_int))
+        .unwrap_or(-1))
+}
