@@ -10,7 +10,9 @@
 //! `LEDA_BENCH_SCENARIOS=16B,1KB,latency` picks scenarios; `LEDA_BENCH_ONLY=ours` or
 //! `raw` runs one side alone, for profiling.)
 //!
-//! Scenarios (medians over alternating rounds, after a warm-up):
+//! Scenarios (each figure the median over alternating rounds, after a warm-up, with
+//! the rounds' minimum and maximum: `ours=`, `ours_min=`, `ours_max=`, the same for
+//! `raw` and `ours_tls`):
 //! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload from a stage in
 //!   this process to a stage in a daemon; events/s from deployment to the end of the run
 //!   (`ours_tls=`: the same over mutual TLS; `LEDA_BENCH_TLS=0` leaves it out).
@@ -313,6 +315,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// `NAME=median NAME_min=min NAME_max=max` of the rounds (nothing if none ran).
+fn spread(name: &str, v: &[f64], digits: usize) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let med = median(v.to_vec());
+    format!(" {name}={med:.digits$} {name}_min={min:.digits$} {name}_max={max:.digits$}")
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -354,17 +367,14 @@ fn main() {
                 ours_tls.push(ours_throughput(n, size, Some(t)));
             }
         }
-        let ours = median(ours);
         if size == 16 {
-            peak_16b = ours;
+            peak_16b = median(ours.clone());
         }
-        let tls_column = match &tls {
-            Some(_) => format!(" ours_tls={:.0}", median(ours_tls)),
-            None => String::new(),
-        };
         println!(
-            "BENCH {name} unit=events/s better=higher ours={ours:.0} raw={:.0}{tls_column}",
-            median(raw)
+            "BENCH {name} unit=events/s better=higher{}{}{}",
+            spread("ours", &ours, 0),
+            spread("raw", &raw, 0),
+            spread("ours_tls", &ours_tls, 0)
         );
     }
 
@@ -397,13 +407,13 @@ fn main() {
         }
     }
     println!(
-        "BENCH remote-latency-p50 unit=us better=lower ours={:.1} raw={:.1}",
-        median(o50),
-        median(r50)
+        "BENCH remote-latency-p50 unit=us better=lower{}{}",
+        spread("ours", &o50, 1),
+        spread("raw", &r50, 1)
     );
     println!(
-        "BENCH remote-latency-p99 unit=us better=lower ours={:.1} raw={:.1}",
-        median(o99),
-        median(r99)
+        "BENCH remote-latency-p99 unit=us better=lower{}{}",
+        spread("ours", &o99, 1),
+        spread("raw", &r99, 1)
     );
 }

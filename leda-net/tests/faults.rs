@@ -30,7 +30,6 @@ fn closed_by_peer(s: &mut TcpStream, limit: Duration) -> bool {
     }
 }
 
-
 fn preamble(version: u16) -> Vec<u8> {
     let mut p = MAGIC.to_vec();
     p.extend_from_slice(&version.to_le_bytes());

@@ -177,10 +177,13 @@ pub fn good_run(node: &Node, launcher: leda_net::Launcher) -> Result<i64, leda_n
     let collect = crate::stages::collect("collect").attr("expect", 10);
     let mut g = leda_core::graph::Graph::new("good");
     g.connect(&gen_, 1, &collect);
-    g.part([leda_core::cluster::Cluster::of([&gen_]), leda_core::cluster::Cluster::of([&collect])])
-        .unwrap()
-        .map(["launcher:1", node.addr.as_str()])
-        .unwrap();
+    g.part([
+        leda_core::cluster::Cluster::of([&gen_]),
+        leda_core::cluster::Cluster::of([&collect]),
+    ])
+    .unwrap()
+    .map(["launcher:1", node.addr.as_str()])
+    .unwrap();
     gen_.push((10, 0, false));
     let r = launcher.run(&g, leda_core::runtime::Run::default().threads(1))?;
     Ok(r.run
