@@ -1,6 +1,7 @@
 //! `cargo bench -p leda-core --bench runtime`: the runtime against raw crossbeam
 //! channels and tokio, in the same run, alternating, after a warm-up. Prints one
-//! `BENCH` line per comparison (medians of the rounds) and a `detail` line per round.
+//! `BENCH` line per comparison (medians of the rounds, with each contender's minimum
+//! and maximum: `ours=`, `ours_min=`, `ours_max=`, ...) and a `detail` line per round.
 //!
 //! Environment: `LEDA_BENCH_EVENTS` (default 5,000,000), `LEDA_BENCH_ROUNDS` (default
 //! 3), `LEDA_BENCH_THREADS` (default: one per CPU; every contender gets the same).
@@ -28,12 +29,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Runs each contender `rounds` times, alternating, and returns the median of each.
+/// Runs each contender `rounds` times, alternating, and returns each one's figures.
 ///
 /// `LEDA_BENCH_OURS_ONLY=1` runs only our side (the first contender; for profiling),
 /// `LEDA_BENCH_PEERS_ONLY=1` only the peers (to check their figures alone); the
 /// others report NaN.
-fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) -> Vec<f64> {
+fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) -> Vec<Vec<f64>> {
     let ours_only = std::env::var("LEDA_BENCH_OURS_ONLY").is_ok();
     let peers_only = std::env::var("LEDA_BENCH_PEERS_ONLY").is_ok();
     let runs = |i: usize| !(ours_only && i > 0 || peers_only && i == 0);
@@ -52,14 +53,23 @@ fn compare(rounds: usize, contenders: &mut [(&str, &mut dyn FnMut() -> f64)]) ->
             }
         }
     }
-    results.into_iter().map(median).collect()
+    results
 }
 
-fn bench_line(scenario: &str, unit: &str, better: &str, names: &[&str], values: &[f64]) {
+/// One `BENCH` line: per contender the median of its rounds (`name=`) and their
+/// spread (`name_min=`, `name_max=`); a contender that did not run shows NaN.
+fn bench_line(scenario: &str, unit: &str, better: &str, names: &[&str], rounds: &[Vec<f64>]) {
     let fields: Vec<String> = names
         .iter()
-        .zip(values)
-        .map(|(n, v)| format!("{n}={v:.3}"))
+        .zip(rounds)
+        .map(|(n, v)| {
+            let min = v.iter().copied().fold(f64::NAN, f64::min);
+            let max = v.iter().copied().fold(f64::NAN, f64::max);
+            format!(
+                "{n}={:.3} {n}_min={min:.3} {n}_max={max:.3}",
+                median(v.clone())
+            )
+        })
         .collect();
     println!(
         "BENCH {scenario} unit={unit} better={better} {}",
@@ -571,7 +581,7 @@ fn main() {
             "s",
             "lower",
             &["ours", "fixed8"],
-            &[ours, fixed],
+            &[vec![ours], vec![fixed]],
         );
     }
 
