@@ -575,3 +575,46 @@ fn network_faults_between_namespaces() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("DONE"), "{text}");
 }
+
+/// A launcher that vanishes in the middle of a deployment — after sending it, before
+/// `Start` — leaves the daemon waiting for the next one, which runs.
+#[test]
+fn a_launcher_gone_mid_deployment_leaves_the_daemon_serving() {
+    use leda_net::frame::{Frame, Role, read_frame, write_frame};
+    let a = long_lived();
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 10);
+    let mut g = Graph::new("half");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, a.addr.as_str()])
+        .unwrap();
+    let mut d = leda_net::deploy::Deployment::from_graph(&g, ME, 7, None).unwrap();
+    d.target = a.addr.clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let secret = leda_net::Secret::for_user().unwrap();
+        let mut s = leda_net::handshake::connect(
+            &a.addr,
+            Role::Launcher,
+            ME,
+            7,
+            &secret,
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("handshake");
+        write_frame(&mut s, &Frame::Deploy(Box::new(d)))
+            .await
+            .unwrap();
+        let answer = read_frame(&mut s, 1 << 20).await.unwrap();
+        assert!(matches!(answer, Some(Frame::Ready)), "{answer:?}");
+        // Gone without `Start`.
+    });
+    assert_eq!(good_run(&a), 10, "the next deployment runs");
+}
