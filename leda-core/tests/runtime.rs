@@ -190,6 +190,65 @@ fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() 
     );
 }
 
+/// A panic in a stage's `init` is an instance-creation failure: each event that
+/// needed the instance goes to the `error` port as a handler failure would, no worker
+/// thread is lost (another stage keeps running on the one worker), and the next
+/// event tries `init` again.
+#[test]
+fn a_panicking_init_is_reported_like_a_handler_error() {
+    let inits = Arc::new(AtomicUsize::new(0));
+    let i2 = inits.clone();
+    let broken = Stage::stateful(
+        "broken",
+        move |_| -> Result<(), BoxError> {
+            i2.fetch_add(1, SeqCst);
+            panic!("init cannot start");
+        },
+        |_: &mut (), _ev: Event, _ctx: &mut Ctx| Ok(()),
+    );
+    let oks = Arc::new(AtomicUsize::new(0));
+    let o2 = oks.clone();
+    let fine = Stage::new("fine", move |_, _| {
+        o2.fetch_add(1, SeqCst);
+        Ok(())
+    });
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    let errs = Stage::new("errors", move |ev: Event, _| {
+        e2.lock().unwrap().push(ev.get::<String>(1)?);
+        Ok(())
+    });
+    for i in 0..5 {
+        broken.push(i);
+        fine.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.connect(&broken, "error", &errs);
+    g.add(&fine);
+    let r = g
+        .run(
+            Run::default()
+                .threads(1)
+                .until_idle()
+                .timeout(Duration::from_secs(20)),
+        )
+        .expect("run");
+    assert_eq!(
+        r.reason,
+        EndReason::Idle,
+        "ended by idleness, not the timeout"
+    );
+    assert_eq!(oks.load(SeqCst), 5, "the only worker survived");
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 5, "{errors:?}");
+    assert!(
+        errors[0].contains("init failed: panic: init cannot start"),
+        "{errors:?}"
+    );
+    assert_eq!(inits.load(SeqCst), 5, "init is tried again for each event");
+    assert_eq!(r.stats.stage("broken").unwrap().errors, 5);
+}
+
 #[test]
 fn send_errors_say_why() {
     let result = Arc::new(Mutex::new(Vec::new()));

@@ -289,7 +289,15 @@ impl StageRt {
         if let Some(i) = self.idle.pop() {
             return Ok(i);
         }
-        let i = self.factory.create(&self.attrs)?;
+        // A panicking `init` (or factory) is an instance-creation failure like an
+        // error, reported as a handler's would be; it must not unwind the worker.
+        let created = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.factory.create(&self.attrs)
+        }));
+        let i = match created {
+            Ok(r) => r?,
+            Err(p) => return Err(super::task::panic_message(&p).into()),
+        };
         self.instances.fetch_add(1, Relaxed);
         self.counters.created.fetch_add(1, Relaxed);
         Ok(i)

@@ -420,7 +420,7 @@ fn sample_tick(every: u64) -> bool {
     t.is_multiple_of(every)
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panic: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
