@@ -1,9 +1,10 @@
 //! One stage instance: a private Lua state running the stage's handler.
 //!
-//! * The state opens only the base library, `coroutine` and `require`; `io`,
-//!   `string`, `table`, `math`, `os` and `utf8` are pre-registered and loaded by
-//!   `require` (which also sets the global, as Lua 5.1 did). `unpack` is provided as
-//!   in Lua 5.1's base library.
+//! * The state opens only the base library, `coroutine` and `require`; `string`,
+//!   `table`, `math`, `os` (a safe part unless allowed) and `utf8` (and `io`, if
+//!   allowed) are pre-registered and loaded by `require` (which also sets the global,
+//!   as Lua 5.1 did); chunks compile as text only. What is allowed:
+//!   [`crate::capabilities`]. `unpack` is provided as in Lua 5.1's base library.
 //! * `self` is a table holding the stage's attributes (as they stood when the run
 //!   started) and its `name`.
 //! * `init` runs once, when the instance is created.
@@ -122,18 +123,62 @@ pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
     let package: Table = globals.get("package")?;
     package.set("path", package_path)?;
     let preload: Table = package.get("preload")?;
-    preload_libs(&lua, &globals, &preload)?;
+    let caps = crate::capabilities::allowed();
+    preload_libs(&lua, &globals, &preload, caps)?;
     globals.set("unpack", lua.create_function(unpack)?)?;
+    lua.load(crate::capabilities::sandbox_chunk(caps))
+        .set_name("=leda sandbox")
+        .exec()?;
     Ok(lua)
 }
 
-/// `require 'string'` (etc.) opens the library then, and sets its global.
+/// What `require NAME` gives a handler under `caps`: the library table `t` (as
+/// opened), restricted; an error for a library that is not allowed.
+fn restricted(
+    lua: &Lua,
+    name: &str,
+    t: mlua::Value,
+    caps: crate::capabilities::Capabilities,
+) -> mlua::Result<mlua::Value> {
+    match (name, &t) {
+        ("io", _) if !caps.io => Err(mlua::Error::runtime(
+            "require 'io': files are not allowed in handlers of this process (start it \
+             with --allow io)",
+        )),
+        ("string", mlua::Value::Table(s)) => {
+            // No bytecode out (and so none back in).
+            s.set("dump", mlua::Value::Nil)?;
+            Ok(t)
+        }
+        ("os", mlua::Value::Table(os)) if !caps.os => {
+            let safe = lua.create_table()?;
+            for f in ["time", "clock", "date", "difftime"] {
+                safe.set(f, os.get::<mlua::Value>(f)?)?;
+            }
+            Ok(mlua::Value::Table(safe))
+        }
+        _ => Ok(t),
+    }
+}
+
+/// `require 'string'` (etc.) opens the library then, and sets its global (restricted
+/// by `caps`).
 #[cfg(not(feature = "luajit"))]
-fn preload_libs(lua: &Lua, _: &Table, preload: &Table) -> mlua::Result<()> {
+fn preload_libs(
+    lua: &Lua,
+    _: &Table,
+    preload: &Table,
+    caps: crate::capabilities::Capabilities,
+) -> mlua::Result<()> {
     for &(name, lib) in LIBS {
         let f = lua.create_function(move |lua, _: MultiValue| {
+            if name == "io" && !caps.io {
+                return restricted(lua, name, mlua::Value::Nil, caps);
+            }
             lua.load_std_libs(lib)?;
-            lua.globals().get::<mlua::Value>(name)
+            let t = restricted(lua, name, lua.globals().get::<mlua::Value>(name)?, caps)?;
+            lua.globals().set(name, t.clone())?;
+            Ok(t)
         })?;
         preload.set(name, f)?;
     }
@@ -143,7 +188,12 @@ fn preload_libs(lua: &Lua, _: &Table, preload: &Table) -> mlua::Result<()> {
 /// LuaJIT: opening a library from inside a Rust callback corrupts the state through
 /// mlua, so the libraries are opened with the state and hidden until `require`d.
 #[cfg(feature = "luajit")]
-fn preload_libs(lua: &Lua, globals: &Table, preload: &Table) -> mlua::Result<()> {
+fn preload_libs(
+    lua: &Lua,
+    globals: &Table,
+    preload: &Table,
+    caps: crate::capabilities::Capabilities,
+) -> mlua::Result<()> {
     let mut all = StdLib::NONE;
     for &(_, lib) in LIBS {
         all |= lib;
@@ -151,10 +201,18 @@ fn preload_libs(lua: &Lua, globals: &Table, preload: &Table) -> mlua::Result<()>
     lua.load_std_libs(all)?;
     let loaded: Table = globals.get::<Table>("package")?.get("loaded")?;
     for &(name, _) in LIBS {
-        let t: mlua::Value = globals.get(name)?;
+        let opened: mlua::Value = globals.get(name)?;
         globals.set(name, mlua::Value::Nil)?;
         loaded.set(name, mlua::Value::Nil)?;
+        let t = if name == "io" && !caps.io {
+            None
+        } else {
+            Some(restricted(lua, name, opened, caps)?)
+        };
         let f = lua.create_function(move |lua, _: MultiValue| {
+            let Some(t) = &t else {
+                return restricted(lua, name, mlua::Value::Nil, caps);
+            };
             lua.globals().set(name, t.clone())?;
             Ok(t.clone())
         })?;

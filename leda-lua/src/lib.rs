@@ -10,6 +10,7 @@
 //! * [`script`]: the configuring state and the `leda.*` graph API;
 //! * [`instance`]: one instance: its Lua state and the handler coroutine;
 //! * [`api`]: `leda.send/sleep/nice/quit/gettime` inside handlers;
+//! * [`capabilities`]: what handler code may do (libraries, opt-ins);
 //! * [`registry`]: Rust stages reachable with `require`;
 //! * [`remote`]: graphs across processes (leda-net): daemons, deployment;
 //! * [`error`]: typed errors.
@@ -60,6 +61,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod capabilities;
 pub mod error;
 pub mod instance;
 pub mod library;

@@ -30,6 +30,8 @@ fn grep_runs_in_one_process() {
     let script = grep_dir().join("grep.lua");
     let out = leda(&[
         "run",
+        "--allow",
+        "io",
         script.to_str().unwrap(),
         "(t%w+)",
         a.to_str().unwrap(),
@@ -41,6 +43,23 @@ fn grep_runs_in_one_process() {
     assert_eq!(lines, vec!["test", "tests", "ther", "thing"]);
 }
 
+/// Handlers get no files unless the process allows them: the grep's `lines` stage
+/// (`require 'io'`) fails, saying how to allow it; `--allow` refuses unknown names.
+#[test]
+fn handlers_need_allow_io_for_files() {
+    let dir = common::tempdir();
+    let a = dir.join("a.txt");
+    std::fs::write(&a, "a test line\n").unwrap();
+    let script = grep_dir().join("grep.lua");
+    let out = leda(&["run", script.to_str().unwrap(), "test", a.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "", "nothing read: {err}");
+    assert!(err.contains("start it with --allow io"), "{err}");
+    let out = leda(&["run", "--allow", "io,net", script.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("unknown capability 'net'"));
+}
+
 #[test]
 fn grep_reports_a_missing_file_and_goes_on() {
     let dir = common::tempdir();
@@ -49,6 +68,8 @@ fn grep_reports_a_missing_file_and_goes_on() {
     let script = grep_dir().join("grep.lua");
     let out = leda(&[
         "run",
+        "--allow",
+        "io",
         script.to_str().unwrap(),
         "test",
         "/no/such/file",
@@ -216,7 +237,8 @@ fn grep_across(daemon_args: &[&str], launcher_args: &[&str]) {
     let (a, b) = grep_files();
     let main = grep_dir().join("main.lua");
     let alias = format!("127.0.0.1:9999={addr}");
-    let mut args = vec!["run", "--map", &alias];
+    // The lines stage (here) reads files.
+    let mut args = vec!["run", "--allow", "io", "--map", &alias];
     args.extend_from_slice(launcher_args);
     args.extend([
         main.to_str().unwrap(),

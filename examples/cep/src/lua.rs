@@ -49,6 +49,11 @@ pub fn run(
             daemons.push(DaemonChild::spawn("lua-daemon", t)?);
         }
     }
+    // The Lua stages persist windows and alarms to files (`cep.lua`): they need `io`.
+    leda_lua::capabilities::allow(leda_lua::capabilities::Capabilities {
+        io: true,
+        os: false,
+    });
     let s = Script::new(ScriptOptions {
         mode: Mode::Run,
         until_idle: true,

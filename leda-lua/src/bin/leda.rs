@@ -57,6 +57,10 @@ enum Command {
         /// LEDA_SECRET, LEDA_SECRET_FILE, else the per-user cookie file).
         #[arg(long = "secret-file", value_name = "PATH")]
         secret: Option<std::path::PathBuf>,
+        /// Let handlers of this process use more than the default libraries: `io`
+        /// (files), `os` (the whole os library, C modules), comma-separated.
+        #[arg(long, value_name = "io,os", value_parser = leda_lua::capabilities::Capabilities::parse)]
+        allow: Option<leda_lua::capabilities::Capabilities>,
         #[command(flatten)]
         dashboard: DashboardArgs,
         /// The script.
@@ -100,6 +104,10 @@ enum Command {
         /// Serve one deployment, then exit (default: wait for the next one).
         #[arg(long)]
         once: bool,
+        /// Let deployed handlers use more than the default libraries: `io` (files),
+        /// `os` (the whole os library, C modules), comma-separated.
+        #[arg(long, value_name = "io,os", value_parser = leda_lua::capabilities::Capabilities::parse)]
+        allow: Option<leda_lua::capabilities::Capabilities>,
         #[command(flatten)]
         dashboard: DashboardArgs,
     },
@@ -226,10 +234,12 @@ fn main() -> ExitCode {
             process,
             aliases,
             secret,
+            allow,
             dashboard,
             script,
             args,
         } => {
+            leda_lua::capabilities::allow(allow.unwrap_or_default());
             let options = ScriptOptions {
                 mode: Mode::Run,
                 until_idle: !forever,
@@ -288,8 +298,10 @@ fn main() -> ExitCode {
             threads,
             secret,
             once,
+            allow,
             dashboard,
         } => {
+            leda_lua::capabilities::allow(allow.unwrap_or_default());
             let options = DaemonOptions {
                 listen,
                 threads,

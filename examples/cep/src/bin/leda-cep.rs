@@ -196,6 +196,11 @@ fn main() -> anyhow::Result<()> {
             report("lua", &o, t.as_secs_f64());
         }
         Cmd::LuaDaemon { listen, threads } => {
+            // The Lua stages it runs persist windows and alarms to files: `io`.
+            leda_lua::capabilities::allow(leda_lua::capabilities::Capabilities {
+                io: true,
+                os: false,
+            });
             let options = leda_lua::remote::DaemonOptions {
                 listen,
                 threads,
