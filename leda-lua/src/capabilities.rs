@@ -51,7 +51,7 @@ impl Capabilities {
     }
 
     fn bits(self) -> u8 {
-        u8::from(self.io) * IO | u8::from(self.os) * OS
+        (u8::from(self.io) * IO) | (u8::from(self.os) * OS)
     }
 }
 
