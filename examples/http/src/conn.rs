@@ -87,6 +87,8 @@ pub struct Conn {
     pub buf: BytesMut,
     /// Requests served on this connection so far.
     pub served: u64,
+    /// Where the head being received ends, searched as bytes arrive.
+    scan: request::HeadScan,
     _slot: Option<Slot>,
 }
 
@@ -98,6 +100,7 @@ impl Conn {
             stream,
             buf: BytesMut::with_capacity(4096),
             served: 0,
+            scan: request::HeadScan::default(),
             _slot: slot,
         }
     }
@@ -109,13 +112,28 @@ impl Conn {
         loop {
             if !self.buf.is_empty() {
                 deadline.get_or_insert_with(|| Instant::now() + cfg.header_timeout);
-                match request::parse(&self.buf, cfg) {
+                // The head is parsed once it is whole (linear in the bytes received,
+                // however they drip in).
+                let whole = match self.scan.complete(&self.buf, cfg) {
+                    Ok(w) => w,
+                    Err(e) => return Next::Refuse(e),
+                };
+                match if whole {
+                    request::parse(&self.buf, cfg)
+                } else {
+                    Ok(Parsed::Partial)
+                } {
                     Ok(Parsed::Complete(mut req)) => {
+                        self.scan.reset();
                         req.raw = self.buf.split_to(req.head_len).freeze();
                         return match self.discard_body(req.content_length, deadline).await {
                             Ok(()) => Next::Request(req),
                             Err(e) => e,
                         };
+                    }
+                    // (A whole head that does not parse whole is malformed.)
+                    Ok(Parsed::Partial) if whole => {
+                        return Next::Refuse(HttpError::BadRequest("malformed request"));
                     }
                     Ok(Parsed::Partial) => {}
                     Err(e) => return Next::Refuse(e),

@@ -149,6 +149,8 @@ impl Root {
             match seg {
                 b"" | b"." => {}
                 b".." => return None,
+                // Dotfiles (`.git`, `.env`, ...): left to `resolve`, which refuses them.
+                s if s.starts_with(b".") => return None,
                 s => {
                     if full.len() > start {
                         full.push(b'/');
@@ -185,20 +187,28 @@ pub fn resolve(root: &Path, decoded: &[u8]) -> Result<Resolved, HttpError> {
         return Err(HttpError::BadRequest("path must start with '/'"));
     }
     let mut full = root.to_path_buf();
+    // The path as a clean absolute one (`//a/./b` is `/a/b`): what a redirect names,
+    // never `//a/`, which a browser reads as the host `a`.
+    let mut clean = String::new();
     for seg in decoded.split(|&b| b == b'/') {
         match seg {
             b"" | b"." => {}
             b".." => return Err(HttpError::Forbidden),
-            s => full.push(OsStr::from_bytes(s)),
+            // Dotfiles and dot-directories are not served: 404, as if absent.
+            s if s.starts_with(b".") => return Err(HttpError::NotFound),
+            s => {
+                full.push(OsStr::from_bytes(s));
+                clean.push('/');
+                clean.push_str(&String::from_utf8_lossy(s));
+            }
         }
     }
     let (path, meta) = canonical_under(root, &full)?;
     if meta.is_dir() {
         if !decoded.ends_with(b"/") {
-            let mut location = String::from_utf8_lossy(decoded).into_owned();
-            location.push('/');
+            clean.push('/');
             return Ok(Resolved::Redirect {
-                location: encode_location(&location),
+                location: encode_location(&clean),
             });
         }
         let (path, meta) = match canonical_under(root, &path.join("index.html")) {
@@ -224,6 +234,14 @@ fn canonical_under(root: &Path, p: &Path) -> Result<(PathBuf, Metadata), HttpErr
     })?;
     if !real.starts_with(root) {
         return Err(HttpError::Forbidden);
+    }
+    // A symlink into a dotfile or dot-directory under the root is refused too.
+    let hidden = real.strip_prefix(root).is_ok_and(|rel| {
+        rel.components()
+            .any(|c| c.as_os_str().as_bytes().starts_with(b"."))
+    });
+    if hidden {
+        return Err(HttpError::NotFound);
     }
     let meta = std::fs::metadata(&real).map_err(|e| match e.kind() {
         ErrorKind::PermissionDenied => HttpError::Forbidden,
@@ -322,5 +340,47 @@ mod tests {
             Ok(Resolved::Redirect { .. })
         ));
         assert!(resolve(&root, b"a.txt").is_err());
+    }
+
+    /// Dotfiles and dot-directories are not served, directly or through a symlink,
+    /// and a directory's redirect is a clean path (`//sub` must not become
+    /// `Location: //sub/`, which a browser reads as the host `sub`).
+    #[test]
+    fn dotfiles_and_protocol_relative_redirects() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join(".env"), "SECRET=1").unwrap();
+        std::fs::write(root.join(".git/config"), "x").unwrap();
+        std::os::unix::fs::symlink(".env", root.join("env")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        let fast = Root::shared(root.clone());
+        for p in [
+            &b"/.env"[..],
+            b"/.git/config",
+            b"/sub/../.env",
+            b"/./.env",
+            b"/env",
+        ] {
+            let p_text = String::from_utf8_lossy(p);
+            for r in [fast.resolve(p), resolve(&root, p)] {
+                assert!(
+                    matches!(r, Err(HttpError::NotFound) | Err(HttpError::Forbidden)),
+                    "{p_text}"
+                );
+            }
+        }
+        for (p, want) in [
+            (&b"//sub"[..], "/sub/"),
+            (b"///sub", "/sub/"),
+            (b"/./sub", "/sub/"),
+            (b"/sub", "/sub/"),
+        ] {
+            match fast.resolve(p) {
+                Ok(Resolved::Redirect { location }) => assert_eq!(location, want),
+                other => panic!("{}: {:?}", String::from_utf8_lossy(p), other.is_ok()),
+            }
+        }
     }
 }

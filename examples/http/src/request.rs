@@ -78,6 +78,61 @@ pub enum Parsed {
     Partial,
 }
 
+/// Finds where a request head ends in a buffer that grows as bytes arrive, looking
+/// at each byte about once: a client that drips its request a byte at a time costs
+/// linear work, not a full parse per read. The head is parsed ([`parse`]) once, when
+/// it is whole.
+#[derive(Debug, Default)]
+pub struct HeadScan {
+    /// Bytes already searched (the next search starts a little before, so that a
+    /// terminator split across reads is found).
+    scanned: usize,
+    /// Where the first line ends, once seen.
+    first_line: Option<usize>,
+    /// Bytes looked at so far (what the linearity test counts).
+    pub examined: usize,
+}
+
+impl HeadScan {
+    /// Forgets the previous head (the buffer now starts with the next request).
+    pub fn reset(&mut self) {
+        self.scanned = 0;
+        self.first_line = None;
+    }
+
+    /// `Ok(true)` when `buf` holds a whole head (through its empty line), `Ok(false)`
+    /// when more is needed; the limits of `cfg` on the request line (414) and on the
+    /// head (431) are checked as the bytes arrive.
+    pub fn complete(&mut self, buf: &[u8], cfg: &Config) -> Result<bool, HttpError> {
+        let from = self.scanned.saturating_sub(2);
+        let mut found = false;
+        for (i, &b) in buf.iter().enumerate().skip(from) {
+            self.examined += 1;
+            if b != b'\n' {
+                continue;
+            }
+            self.first_line.get_or_insert(i);
+            // An empty line: `\n\n` or `\n\r\n`.
+            if buf.get(i + 1) == Some(&b'\n')
+                || (buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n'))
+            {
+                found = true;
+                break;
+            }
+        }
+        self.scanned = buf.len();
+        match self.first_line {
+            Some(n) if n > cfg.max_request_line + 1 => return Err(HttpError::UriTooLong),
+            None if buf.len() > cfg.max_request_line + 1 => return Err(HttpError::UriTooLong),
+            _ => {}
+        }
+        if !found && buf.len() > cfg.max_header_bytes {
+            return Err(HttpError::HeadersTooLarge);
+        }
+        Ok(found)
+    }
+}
+
 /// Parses the request head at the start of `buf`, enforcing the limits of `cfg`.
 pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
     // The request line first: its own limit gives 414, not 431.
@@ -312,6 +367,49 @@ mod tests {
 
     /// A deterministic mutation loop over valid requests: the fuzz target's body on
     /// stable, in every test run.
+    /// A head dripped in one byte at a time is searched about once per byte (the
+    /// whole-buffer parse on every read it replaces was quadratic: ~n²/2 bytes), is
+    /// found whole exactly when its empty line arrives, and parses.
+    #[test]
+    fn a_dripped_head_costs_linear_work() {
+        let cfg = Config::default();
+        let mut head = String::from("GET /index.html HTTP/1.1\r\nHost: x\r\n");
+        for i in 0..16 {
+            head.push_str(&format!("X-Filler-{i}: {}\r\n", "abcdefghij".repeat(24)));
+        }
+        head.push_str("\r\n");
+        let bytes = head.as_bytes();
+        let mut scan = HeadScan::default();
+        for n in 1..=bytes.len() {
+            let whole = scan.complete(&bytes[..n], &cfg).expect("within the limits");
+            assert_eq!(whole, n == bytes.len(), "at {n} of {}", bytes.len());
+        }
+        assert!(
+            scan.examined <= 3 * bytes.len(),
+            "{} bytes examined for a {}-byte head",
+            scan.examined,
+            bytes.len()
+        );
+        assert!(matches!(parse(bytes, &cfg), Ok(Parsed::Complete(_))));
+        // The limits hold before the head is whole: an endless request line, and an
+        // endless head.
+        let mut scan = HeadScan::default();
+        let long = format!("GET /{} HTTP/1.1", "a".repeat(cfg.max_request_line + 8));
+        assert_eq!(
+            scan.complete(long.as_bytes(), &cfg).unwrap_err(),
+            HttpError::UriTooLong
+        );
+        let mut scan = HeadScan::default();
+        let mut endless = String::from("GET / HTTP/1.1\r\n");
+        while endless.len() <= cfg.max_header_bytes {
+            endless.push_str("X-A: b\r\n");
+        }
+        assert_eq!(
+            scan.complete(endless.as_bytes(), &cfg).unwrap_err(),
+            HttpError::HeadersTooLarge
+        );
+    }
+
     #[test]
     fn fuzz_body_survives_mutations() {
         let seeds: [&[u8]; 3] = [
