@@ -18,7 +18,7 @@ fn request(addr: SocketAddr, method: &str, path: &str, headers: &str) -> (u16, S
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -531,6 +531,59 @@ fn page_in_headless_chromium_shows_stages_and_adds_a_thread() {
     assert!(clicked, "clicked \"add thread\"");
     wait_until("the page to show 3 threads", || threads(&tab) == "3");
     assert_eq!(running.handle().snapshot().process.threads, 3);
+    running.handle().quit(());
+    running.wait().unwrap();
+}
+
+/// Without a token, the dashboard takes state-changing requests only from its own
+/// pages: a cross-site POST (another `Origin`) and a rebound name (another `Host`) are
+/// refused; control values are bounded; connections are capped and a client that
+/// drips its request is dropped at the deadline.
+#[test]
+fn cross_site_requests_huge_values_and_floods_are_refused() {
+    let running = start(Run::default().dashboard("127.0.0.1:0"));
+    let addr = running.dashboard_addr().unwrap();
+    let (code, body) = request(
+        addr,
+        "POST",
+        "/control/threads?n=3",
+        "Origin: http://evil.example\r\n",
+    );
+    assert_eq!(code, 403, "{body}");
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /stats HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n",
+        addr.port()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    // Its own page's origin is fine, and so is a client that sends none (curl).
+    let own = format!("Origin: http://{addr}\r\n");
+    assert_eq!(request(addr, "POST", "/control/threads?n=3", &own).0, 200);
+    let (code, body) = http(addr, "POST", "/control/threads?n=100000", None);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("outside 1..="), "{body}");
+    assert_eq!(http(addr, "POST", "/control/threads?n=0", None).0, 400);
+    assert_eq!(running.handle().snapshot().process.threads, 3);
+    // A flood of silent connections: some are refused at once (503), and every one
+    // is closed by the request deadline, after which the dashboard answers again.
+    let t0 = Instant::now();
+    let silent: Vec<TcpStream> = (0..48).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut refused = 0;
+    for mut c in silent {
+        c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        if out.starts_with("HTTP/1.1 503") {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 48 - 32, "{refused} refused");
+    assert!(t0.elapsed() < Duration::from_secs(14), "{:?}", t0.elapsed());
+    assert_eq!(http(addr, "GET", "/stats", None).0, 200);
     running.handle().quit(());
     running.wait().unwrap();
 }

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 /// Largest request head accepted.
 const MAX_HEAD: usize = 16 * 1024;
+/// Time a client has to send its whole request head (a client that drips bytes is
+/// dropped), and each write of the answer.
+pub(super) const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A parsed request: method, path, decoded query pairs, bearer token, and whether the
 /// client prefers Graphviz DOT.
@@ -16,6 +19,10 @@ pub(super) struct Request {
     pub(super) query: Vec<(String, String)>,
     pub(super) bearer: Option<String>,
     pub(super) wants_dot: bool,
+    /// `Host`, if sent.
+    pub(super) host: Option<String>,
+    /// `Origin`, else `Referer`, if sent: where a browser request comes from.
+    pub(super) origin: Option<String>,
 }
 
 impl Request {
@@ -30,10 +37,17 @@ impl Request {
 
 /// Reads one request head; `None` when the peer closed or sent something unparsable.
 pub(super) fn read_request(stream: &mut TcpStream) -> Result<Option<Request>, std::io::Error> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(REQUEST_DEADLINE))?;
+    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
+        // The whole head within the deadline, however the bytes drip in.
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut chunk)?;
         if n == 0 {
             return Ok(None);
@@ -61,6 +75,8 @@ pub(super) fn read_request(stream: &mut TcpStream) -> Result<Option<Request>, st
                     query: parse_query(query),
                     bearer,
                     wants_dot,
+                    host: header("host").map(str::to_owned),
+                    origin: header("origin").or(header("referer")).map(str::to_owned),
                 }));
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
@@ -113,6 +129,7 @@ pub(super) fn respond(
         403 => "Forbidden",
         404 => "Not Found",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         _ => "Method Not Allowed",
     };
     write!(

@@ -96,9 +96,42 @@ struct Shared {
     links: Option<Arc<dyn RemoteLinks>>,
     history: Mutex<VecDeque<Sample>>,
     stop: Arc<AtomicBool>,
+    /// The bound address: the names a browser may use for it (`Host`, `Origin`).
+    addr: SocketAddr,
+    /// Connections being served.
+    conns: std::sync::atomic::AtomicUsize,
 }
 
+/// Connections served at once, at most; more are answered 503 and closed.
+const MAX_CONNECTIONS: usize = 32;
+
 impl Shared {
+    /// `true` if `host` (a `Host` header, or an origin's `host:port`) names this
+    /// dashboard: its address, or `localhost` on its port when it is on loopback.
+    /// (A page of another site that rebinds its name to 127.0.0.1 sends its own
+    /// name.)
+    fn is_us(&self, host: &str) -> bool {
+        let port = self.addr.port();
+        host == self.addr.to_string()
+            || (self.addr.ip().is_loopback()
+                && [
+                    format!("localhost:{port}"),
+                    format!("127.0.0.1:{port}"),
+                    format!("[::1]:{port}"),
+                ]
+                .iter()
+                .any(|h| h == host))
+    }
+
+    /// `true` unless `origin` (an `Origin` or `Referer` value) is another site's.
+    fn same_origin(&self, origin: &str) -> bool {
+        let rest = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        rest.map(|r| r.split('/').next().unwrap_or(""))
+            .is_some_and(|host| self.is_us(host))
+    }
+
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || self.handle.is_stopping()
     }
@@ -164,6 +197,8 @@ pub(crate) fn serve(
         links,
         history: Mutex::new(VecDeque::new()),
         stop: stop.clone(),
+        addr,
+        conns: std::sync::atomic::AtomicUsize::new(0),
     });
     let s = shared.clone();
     let sampling = std::thread::Builder::new()
@@ -239,18 +274,29 @@ impl Sampler {
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     while !shared.stopping() {
         match listener.accept() {
-            Ok((stream, peer)) => {
-                let shared = shared.clone();
+            Ok((mut stream, peer)) => {
                 let _ = stream.set_nonblocking(false);
-                // One short-lived thread per request: the dashboard sees little traffic,
-                // and a slow client must not stall the others.
-                let _ = std::thread::Builder::new()
+                // One short-lived thread per request (the dashboard sees little
+                // traffic, and a slow client must not stall the others), at most
+                // MAX_CONNECTIONS at once, each bounded by the request deadline.
+                if shared.conns.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    shared.conns.fetch_sub(1, Ordering::SeqCst);
+                    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+                    let _ = respond(&mut stream, 503, "text/plain", b"too many connections\n");
+                    continue;
+                }
+                let shared = shared.clone();
+                let spawned = std::thread::Builder::new()
                     .name("leda-dashboard-conn".into())
                     .spawn(move || {
                         if let Err(e) = handle_connection(stream, peer, &shared) {
                             tracing::debug!(%peer, error = %e, "dashboard connection");
                         }
+                        shared.conns.fetch_sub(1, Ordering::SeqCst);
                     });
+                if spawned.is_err() {
+                    tracing::warn!("dashboard: cannot start a connection thread");
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(20));
@@ -285,6 +331,11 @@ fn handle_connection(
             "text/plain",
             b"a valid token is required\n",
         );
+    }
+    // A browser always names the host it thinks it talks to: another name is a page
+    // that rebound its own name to this address.
+    if shared.token.is_none() && req.host.as_deref().is_some_and(|h| !shared.is_us(h)) {
+        return respond(&mut stream, 403, "text/plain", b"unknown Host\n");
     }
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/") => respond(
@@ -324,6 +375,21 @@ fn handle_connection(
             if shared.token.is_none() && !peer.ip().is_loopback() {
                 return respond(&mut stream, 403, "text/plain", b"control needs a token\n");
             }
+            // Without a token, a state-changing request must not come from another
+            // site's page (a cross-site POST carries its Origin).
+            if shared.token.is_none()
+                && req
+                    .origin
+                    .as_deref()
+                    .is_some_and(|o| !shared.same_origin(o))
+            {
+                return respond(
+                    &mut stream,
+                    403,
+                    "text/plain",
+                    b"cross-origin control requests need the token\n",
+                );
+            }
             match control(shared, path, &req) {
                 Ok(()) => respond(&mut stream, 200, "text/plain", b"ok\n"),
                 Err((code, e)) => {
@@ -336,6 +402,11 @@ fn handle_connection(
     }
 }
 
+/// Largest pool (or instance limit) the dashboard may set: this or 4 per CPU.
+const MAX_THREADS: usize = 64;
+/// Largest queue capacity the dashboard may set.
+const MAX_CAPACITY: usize = 1 << 20;
+
 /// Compares a presented token with the expected one in time independent of where
 /// they differ.
 fn same_secret(given: &str, expected: &str) -> bool {
@@ -346,6 +417,16 @@ fn same_secret(given: &str, expected: &str) -> bool {
 /// Parses and applies a control request, here or in the named process.
 fn control(shared: &Shared, path: &str, req: &Request) -> Result<(), (u16, String)> {
     let n = req.q("n").and_then(|n| n.parse::<usize>().ok());
+    // Bounds on every value: a pool of 100,000 threads is not a setting.
+    let max = match path {
+        "/control/threads" | "/control/maxpar" => MAX_THREADS.max(4 * num_cpus::get()),
+        _ => MAX_CAPACITY,
+    };
+    if let Some(n) = n
+        && !(1..=max).contains(&n)
+    {
+        return Err((400, format!("n={n} is outside 1..={max}")));
+    }
     let action = match (path, n, req.q("stage")) {
         ("/control/threads", Some(n), _) => Control::Threads(n),
         ("/control/maxpar", Some(n), Some(stage)) => Control::Maxpar {
