@@ -276,6 +276,64 @@ fn cgi_error_names_file_and_line() {
     assert!(err.contains("io.lua:1:"), "{err}");
 }
 
+/// Pages are isolated from each other and held to the sandbox: nothing one request
+/// writes to a library table (even with `rawset`) or to `_G` is seen by the next; no
+/// bytecode in (`load`, page files) or out (`string.dump`); and `cgi_timeout` stops a
+/// page that wraps its loop in `pcall` (which caught the timeout error before).
+#[test]
+fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::site(dir.path());
+    let cfg = leda_http::Config {
+        root: root.clone(),
+        cgi_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let mut cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
+    let mut page = |name: &str, src: &[u8]| {
+        std::fs::write(root.join(name), src).unwrap();
+        let path = std::fs::canonicalize(root.join(name)).unwrap();
+        cgi.run(&path, &Default::default())
+            .map(|p| String::from_utf8_lossy(&p.body).into_owned())
+    };
+    let poison = page(
+        "poison.lua",
+        b"pcall(function() string.x = 1 end)
+          rawset(string, 'y', 2); rawset(table, 'y', 2); _G.z = 3
+          local ok = pcall(function() getmetatable('').__index.w = 4 end)
+          return tostring(string.y) .. tostring(getmetatable('')) .. tostring(ok)",
+    )
+    .unwrap();
+    assert_eq!(
+        poison, "2falsefalse",
+        "its own view, and no way to the real table"
+    );
+    let clean = page(
+        "check.lua",
+        b"return tostring(string.x) .. tostring(string.y) .. tostring(table.y)
+                 .. tostring(z) .. tostring(('').w) .. tostring(string.dump)",
+    )
+    .unwrap();
+    assert_eq!(clean, "nilnilnilnilnilnil");
+    let err = page("binary.lua", b"\x1bLua\x54\x00 not text").unwrap_err();
+    assert!(err.contains("binary"), "{err}");
+    let loaded = page(
+        "load.lua",
+        b"local f, why = load('\\27Lua' .. string.rep('x', 40)); return tostring(why)",
+    )
+    .unwrap();
+    assert!(loaded.contains("binary"), "{loaded}");
+    let t = Instant::now();
+    let err = page(
+        "pcall.lua",
+        b"while true do pcall(function() while true do end end) end",
+    )
+    .unwrap_err();
+    assert!(err.contains("cgi_timeout"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(page("fine.lua", b"return 'ok'").unwrap(), "ok");
+}
+
 #[test]
 fn idle_and_slow_clients_are_cut_off() {
     let s = server(|c| {

@@ -82,6 +82,8 @@ pub struct Cgi {
     pages: HashMap<PathBuf, Compiled>,
     /// `{ __index = _G }`, the metatable of every page environment.
     env_meta: Table,
+    /// Per library a page sees: the metatable of its read-only view.
+    readonly: Vec<(&'static str, Table)>,
 }
 
 /// What a page returned.
@@ -150,10 +152,46 @@ impl Cgi {
                 Ok(())
             })?,
         )?;
+        // Text only: no bytecode in (`load`) or out (`string.dump`); no way to the
+        // shared string metatable.
+        lua.load(
+            r#"
+            local load = load
+            _G.load = function(chunk, name, _, env)
+              if env == nil then return load(chunk, name, "t") end
+              return load(chunk, name, "t", env)
+            end
+            if loadstring then
+              _G.loadstring = function(s, name) return load(s, name, "t") end
+            end
+            string.dump = nil
+            getmetatable("").__metatable = false
+            "#,
+        )
+        .set_name("=leda-http sandbox")
+        .exec()?;
         lua.set_memory_limit(cfg.cgi_memory)?;
         lua.gc_set_pause(GC_PAUSE);
+        // Read-only views of the libraries, made afresh for each request: nothing a
+        // page writes (`string.x = 1`, even with `rawset`) is seen by the next.
+        let mut readonly = Vec::new();
+        for name in PAGE_LIBS {
+            let meta = lua.create_table()?;
+            meta.set("__index", g.get::<mlua::Value>(name)?)?;
+            meta.set(
+                "__newindex",
+                lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
+                    Err(mlua::Error::runtime(
+                        "library tables are read-only in pages",
+                    ))
+                })?,
+            )?;
+            meta.set("__metatable", false)?;
+            readonly.push((name, meta));
+        }
         let env_meta = lua.create_table()?;
         env_meta.set("__index", g)?;
+        env_meta.set("__metatable", false)?;
         Ok(Cgi {
             timeout,
             lua,
@@ -161,6 +199,7 @@ impl Cgi {
             root,
             pages: HashMap::new(),
             env_meta,
+            readonly,
         })
     }
 
@@ -195,6 +234,7 @@ impl Cgi {
             .lua
             .load(&src[..])
             .set_name(format!("@{shown}"))
+            .set_mode(mlua::ChunkMode::Text)
             .into_function()
             .map_err(|e| e.to_string())?;
         self.pages.insert(
@@ -212,6 +252,12 @@ impl Cgi {
         let lua = &self.lua;
         let env = lua.create_table()?;
         env.set_metatable(Some(self.env_meta.clone()))?;
+        env.set("_G", &env)?;
+        for (name, meta) in &self.readonly {
+            let view = lua.create_table()?;
+            view.set_metatable(Some(meta.clone()))?;
+            env.set(*name, view)?;
+        }
         let r = lua.create_table()?;
         r.set("method", req.method.as_str())?;
         r.set("path", req.path.as_str())?;
@@ -223,7 +269,18 @@ impl Cgi {
         r.set("headers", h)?;
         env.set("request", r)?;
         func.set_environment(env)?;
-        let out = func.call::<MultiValue>(())?;
+        // In a coroutine of its own: past `cgi_timeout` the hook (Lua 5.4) yields it,
+        // which no `pcall` in the page can catch; it is then dropped.
+        let th = lua.create_thread(func.clone())?;
+        self.timeout.on_thread(&th)?;
+        let out = th.resume::<MultiValue>(())?;
+        if th.status() == mlua::ThreadStatus::Resumable {
+            return Err(mlua::Error::runtime(if self.timeout.expired() {
+                format!("{shown}: script ran past cgi_timeout")
+            } else {
+                format!("{shown}: a page may not yield")
+            }));
+        }
         let mut it = out.into_iter();
         let body = match it.next() {
             Some(mlua::Value::String(s)) => Bytes::copy_from_slice(&s.as_bytes()),

@@ -1,7 +1,9 @@
 //! Stopping a page that runs past `cgi_timeout`, in both Lua flavours.
 //!
 //! * **Lua 5.4**: a count hook (every 10,000 VM instructions) compares the clock with
-//!   the armed deadline and raises an error past it. Coroutines inherit the hook.
+//!   the armed deadline and, past it, yields the page's coroutine (no `pcall` in the
+//!   page can catch a yield; where the page cannot be yielded, an error after a
+//!   second deadline's worth). Coroutines inherit the hook.
 //! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
 //!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
 //!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
@@ -31,42 +33,65 @@ mod count_hook {
 
     use super::*;
 
+    /// The running page's deadline, and the later one past which it gets an error
+    /// where it cannot be yielded.
+    type Deadlines = Option<(Instant, Instant)>;
+
+    const TRIGGERS: HookTriggers = HookTriggers::new().every_nth_instruction(10_000);
+
+    /// The hook: past the deadline, yield the page (no `pcall` in it can catch a
+    /// yield); where it cannot yield (a metamethod, a callback of a C function) the
+    /// yield is skipped until it can; past a second deadline's worth, an error,
+    /// "file:line: message", as Lua's own.
+    fn hook(
+        d: Arc<Mutex<Deadlines>>,
+    ) -> impl Fn(&Lua, &mlua::Debug) -> mlua::Result<VmState> + Send + 'static {
+        move |_, debug| {
+            let now = Instant::now();
+            let (past, late) = d
+                .lock()
+                .map(|g| g.map_or((false, false), |(at, last)| (now > at, now > last)))
+                .unwrap_or((false, false));
+            if late {
+                let file = debug.source().short_src.unwrap_or_default().into_owned();
+                let line = debug.current_line().unwrap_or_default();
+                return Err(mlua::Error::runtime(format!(
+                    "{file}:{line}: {}",
+                    MESSAGE.to_string_lossy()
+                )));
+            }
+            Ok(if past {
+                VmState::Yield
+            } else {
+                VmState::Continue
+            })
+        }
+    }
+
     /// The deadline of the running page, checked by a count hook.
     pub(in crate::stage::cgi) struct Timeout {
-        deadline: Arc<Mutex<Option<Instant>>>,
+        deadline: Arc<Mutex<Deadlines>>,
     }
 
     impl Timeout {
         /// Installs the hook in `lua`.
         pub(in crate::stage::cgi) fn install(lua: &Lua) -> mlua::Result<Timeout> {
-            let deadline: Arc<Mutex<Option<Instant>>> = Arc::default();
-            let d = deadline.clone();
-            lua.set_hook(
-                HookTriggers::new().every_nth_instruction(10_000),
-                move |_, debug| {
-                    let past = d
-                        .lock()
-                        .map(|g| g.is_some_and(|at| Instant::now() > at))
-                        .unwrap_or(false);
-                    if past {
-                        // "file:line: message", as Lua's own errors.
-                        let file = debug.source().short_src.unwrap_or_default().into_owned();
-                        let line = debug.current_line().unwrap_or_default();
-                        return Err(mlua::Error::runtime(format!(
-                            "{file}:{line}: {}",
-                            MESSAGE.to_string_lossy()
-                        )));
-                    }
-                    Ok(VmState::Continue)
-                },
-            )?;
+            let deadline: Arc<Mutex<Deadlines>> = Arc::default();
+            lua.set_hook(TRIGGERS, hook(deadline.clone()))?;
             Ok(Timeout { deadline })
+        }
+
+        /// Sets the hook on `th` too (Lua 5.4 keeps hooks per thread; the coroutines a
+        /// page creates inherit it from `th`).
+        pub(in crate::stage::cgi) fn on_thread(&self, th: &mlua::Thread) -> mlua::Result<()> {
+            th.set_hook(TRIGGERS, hook(self.deadline.clone()))
         }
 
         /// Pages run from now on are stopped past `at`.
         pub(in crate::stage::cgi) fn arm(&self, at: Instant) {
             if let Ok(mut d) = self.deadline.lock() {
-                *d = Some(at);
+                let now = Instant::now();
+                *d = Some((at, at + at.saturating_duration_since(now)));
             }
         }
 
@@ -75,6 +100,14 @@ mod count_hook {
             if let Ok(mut d) = self.deadline.lock() {
                 *d = None;
             }
+        }
+
+        /// `true` if the armed deadline has passed.
+        pub(in crate::stage::cgi) fn expired(&self) -> bool {
+            self.deadline
+                .lock()
+                .map(|d| d.is_some_and(|(at, _)| Instant::now() > at))
+                .unwrap_or(false)
         }
     }
 }
@@ -191,6 +224,19 @@ mod watchdog {
         }
 
         /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
+        /// Nothing to do: LuaJIT's hooks are global to its state, threads included.
+        pub(in crate::stage::cgi) fn on_thread(&self, _th: &mlua::Thread) -> mlua::Result<()> {
+            Ok(())
+        }
+
+        /// `true` if the armed deadline has passed.
+        pub(in crate::stage::cgi) fn expired(&self) -> bool {
+            self.shared
+                .lock()
+                .deadline
+                .is_some_and(|at| Instant::now() > at)
+        }
+
         pub(in crate::stage::cgi) fn disarm(&self) {
             let mut slot = self.shared.lock();
             slot.deadline = None;
