@@ -1,8 +1,9 @@
 //! # leda-lua
 //!
 //! Lua for Leda-RS (mlua, vendored Lua 5.4): graph scripts written with the thesis'
-//! API, Lua stage handlers running one private Lua state per instance, and the
-//! `leda` command.
+//! API and Lua stage handlers running one private Lua state per instance. The `leda`
+//! command is the `leda-cli` crate, which also bundles the applications' stages; this
+//! library depends on nothing above `leda-core`, `leda-net` and `leda-stages`.
 //!
 //! Module map:
 //! * [`value`]: Lua values ⇄ [`leda_core::value::Value`];

@@ -1,20 +1,17 @@
-//! The Rust stages the `leda` command and every [`Script`](crate::Script) can
-//! `require`: the stage library, the bundled applications' stages and the lock
-//! service's node and front stages.
+//! The Rust stages every [`Script`](crate::Script) can `require`: the stage library
+//! (`leda-stages`). A program that bundles more (the `leda` command adds the HTTP
+//! server's, the image pipeline's and the lock service's) registers them with
+//! [`crate::registry::register_stage`] before running scripts: this crate depends on
+//! nothing above `leda-core`, `leda-net` and `leda-stages`.
 
 use std::sync::Once;
 
-/// Registers every bundled Rust stage under its `require` name (once per process).
+/// Registers the stage library's Rust stages under their `require` names (once per
+/// process).
 pub fn register_bundled() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let groups = [
-            leda_stages::catalogue(),
-            leda_http::catalogue(),
-            leda_image::catalogue(),
-            leda_lock_service::catalogue(),
-        ];
-        for (module, make) in groups.into_iter().flatten() {
+        for (module, make) in leda_stages::catalogue() {
             crate::registry::register_stage(module, make);
         }
     });

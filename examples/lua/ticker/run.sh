@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 secs="${1:-12}"
-cargo build -q --manifest-path "$root/Cargo.toml" -p leda-lua --bin leda
+cargo build -q --manifest-path "$root/Cargo.toml" -p leda-cli --bin leda
 leda="${CARGO_TARGET_DIR:-$root/target}/debug/leda"
 out="$(mktemp)"
 "$leda" run "$here/quotes.lua" 0 >"$out" &

@@ -1,6 +1,7 @@
 //! `leda run --dashboard ADDR` serves the live dashboard of the script's run, and
 //! `leda plot` charts a statistics file.
 
+#[path = "../../leda-lua/tests/common/mod.rs"]
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,5 +1,6 @@
 //! The `leda` command on the thesis' grep application (Listings 4.1–4.6).
 
+#[path = "../../leda-lua/tests/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

@@ -1,4 +1,7 @@
-//! The `leda` command: run, check and draw Lua graph scripts.
+//! The `leda` command: run, check and draw Lua graph scripts, and serve deployments.
+//! It bundles, beside the stage library, the Rust stages of the HTTP server, the image
+//! pipeline and the lock service, so that scripts can `require` them (the library
+//! crate `leda-lua` depends on none of them).
 //!
 //! * `leda run script.lua [args...]`: runs the script (`arg` as in the thesis); a
 //!   graph run by it ends when idle unless `--forever` (or `until_idle=false`);
@@ -218,6 +221,19 @@ fn summary(g: &Graph) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// Makes the bundled applications' Rust stages reachable with `require` (in scripts
+/// run here and in clusters deployed to this process as a daemon).
+fn register_applications() {
+    let groups = [
+        leda_http::catalogue(),
+        leda_image::catalogue(),
+        leda_lock_service::catalogue(),
+    ];
+    for (module, make) in groups.into_iter().flatten() {
+        leda_lua::registry::register_stage(module, make);
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -226,6 +242,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    register_applications();
     let cli = Cli::parse();
     let result: anyhow::Result<()> = match cli.command {
         Command::Run {

@@ -1,6 +1,7 @@
 //! The bundled applications' Lua graphs (`examples/http/server.lua`,
 //! `examples/image/pipeline.lua`) run by the real `leda` binary.
 
+#[path = "../../leda-lua/tests/common/mod.rs"]
 mod common;
 
 use std::io::{Read, Write};
