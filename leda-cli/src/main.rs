@@ -58,8 +58,8 @@ enum Command {
         aliases: Vec<(String, String)>,
         /// File holding the shared secret of the daemons (mode 0600; default:
         /// LEDA_SECRET, LEDA_SECRET_FILE, else the per-user cookie file).
-        #[arg(long = "secret-file", value_name = "PATH")]
-        secret: Option<std::path::PathBuf>,
+        #[arg(long = "secret-file", value_name = "PATH", value_parser = secret_file)]
+        secret: Option<Secret>,
         /// Let handlers of this process use more than the default libraries: `io`
         /// (files), `os` (the whole os library, C modules), comma-separated.
         #[arg(long, value_name = "io,os", value_parser = leda_lua::capabilities::Capabilities::parse)]
@@ -102,8 +102,8 @@ enum Command {
         /// File holding the shared secret (mode 0600; default: LEDA_SECRET,
         /// LEDA_SECRET_FILE, else the per-user cookie file); off loopback one must be
         /// configured (not the cookie).
-        #[arg(long = "secret-file", value_name = "PATH")]
-        secret: Option<std::path::PathBuf>,
+        #[arg(long = "secret-file", value_name = "PATH", value_parser = secret_file)]
+        secret: Option<Secret>,
         /// Serve one deployment, then exit (default: wait for the next one).
         #[arg(long)]
         once: bool,
@@ -221,6 +221,12 @@ fn summary(g: &Graph) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// `--secret-file PATH`: the secret in that file (refused if short, or readable by
+/// other users).
+fn secret_file(path: &str) -> Result<Secret, String> {
+    Secret::from_file(path).map_err(|e| e.to_string())
+}
+
 /// Makes the bundled applications' Rust stages reachable with `require` (in scripts
 /// run here and in clusters deployed to this process as a daemon).
 fn register_applications() {
@@ -263,13 +269,7 @@ fn main() -> ExitCode {
                 threads,
                 process,
                 aliases,
-                secret: match secret.map(Secret::from_file).transpose() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("leda: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                },
+                secret,
                 dashboard: dashboard.config(),
             };
             load(&script, &args, options).map(|_| ())
@@ -322,13 +322,7 @@ fn main() -> ExitCode {
             let options = DaemonOptions {
                 listen,
                 threads,
-                secret: match secret.map(Secret::from_file).transpose() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("leda: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                },
+                secret,
                 dashboard: dashboard.config(),
                 maxpar: None,
             };
