@@ -279,9 +279,10 @@ fn cgi_error_names_file_and_line() {
 /// Pages are isolated from each other and held to the sandbox: nothing one request
 /// writes to a library table (even with `rawset`) or to `_G` is seen by the next; no
 /// bytecode in (`load`, page files) or out (`string.dump`); and `cgi_timeout` stops a
-/// page that wraps its loop in `pcall` (which caught the timeout error before).
+/// page that wraps its loop in `pcall` (which caught the timeout error before), or that
+/// spends it in one pattern match.
 #[test]
-fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall() {
+fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() {
     let dir = tempfile::tempdir().unwrap();
     let root = common::site(dir.path());
     let cfg = leda_http::Config {
@@ -335,7 +336,31 @@ fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall() {
     .unwrap_err();
     assert!(err.contains("cgi_timeout"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A single pattern match runs in C, out of the hooks' reach: this one would
+    // backtrack ~30000^20 times. Also as a method call, and under `pcall`.
+    for src in [
+        "return string.find(string.rep('a', 30000), string.rep('a*', 20) .. 'b')",
+        "local s = ('a'):rep(30000) return s:match(('a*'):rep(20) .. 'b')",
+        "while true do pcall(string.gsub, ('a'):rep(30000), ('a-'):rep(20) .. 'b', '') end",
+    ] {
+        let t = Instant::now();
+        let err = page("pattern.lua", src.as_bytes()).unwrap_err();
+        assert!(err.contains("cgi_timeout"), "{src}: {err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{src}: {:?}",
+            t.elapsed()
+        );
+    }
     assert_eq!(page("fine.lua", b"return 'ok'").unwrap(), "ok");
+    assert_eq!(
+        page(
+            "find.lua",
+            b"return (('key=value'):gsub('(%w+)=(%w+)', '%2=%1'))"
+        )
+        .unwrap(),
+        "value=key"
+    );
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! (`method`, `path`, `query`, `headers` with lower-case names) and a sandbox: the base
 //! library without file access, `string`, `table`, `math`, `coroutine`, the time
 //! functions of `os`, `utf8` (Lua 5.4) or `bit` (LuaJIT), and a `require` for those.
-//! Each request runs in a fresh environment. A script that fails, runs past
+//! Each request runs in a fresh environment. The pattern functions of `string` are the
+//! `pattern` submodule's, which `cgi_timeout` reaches inside a match. A script that fails, runs past
 //! `cgi_timeout` or uses more than `cgi_memory` gives `500`, logged with its file and
 //! line.
 //!
@@ -35,6 +36,7 @@ use crate::config::Config;
 use crate::error::HttpError;
 use crate::response::{self, Status};
 
+mod pattern;
 mod timeout;
 use timeout::Timeout;
 
@@ -76,6 +78,8 @@ struct Compiled {
 pub struct Cgi {
     /// Declared first: dropped (its thread joined) before the Lua.
     timeout: Timeout,
+    /// The same deadline for the pattern functions, which no hook reaches.
+    patterns: pattern::Deadline,
     lua: Lua,
     cfg: Config,
     root: PathBuf,
@@ -170,6 +174,8 @@ impl Cgi {
         )
         .set_name("=leda-http sandbox")
         .exec()?;
+        let patterns = pattern::Deadline::default();
+        pattern::install(&lua, &g.get::<Table>("string")?, &patterns)?;
         lua.set_memory_limit(cfg.cgi_memory)?;
         lua.gc_set_pause(GC_PAUSE);
         // Read-only views of the libraries, made afresh for each request: nothing a
@@ -194,6 +200,7 @@ impl Cgi {
         env_meta.set("__metatable", false)?;
         Ok(Cgi {
             timeout,
+            patterns,
             lua,
             cfg,
             root,
@@ -213,9 +220,12 @@ impl Cgi {
         let func = self
             .compiled(script, &shown)
             .map_err(|e| first_line(&e, &shown))?;
-        self.timeout.arm(Instant::now() + self.cfg.cgi_timeout);
+        let deadline = Instant::now() + self.cfg.cgi_timeout;
+        self.timeout.arm(deadline);
+        self.patterns.arm(deadline);
         let result = self.call(&func, &shown, req);
         self.timeout.disarm();
+        self.patterns.disarm();
         result.map_err(|e| first_line(&e.to_string(), &shown))
     }
 
