@@ -150,7 +150,7 @@ impl Root {
                 b"" | b"." => {}
                 b".." => return None,
                 // Dotfiles (`.git`, `.env`, ...): left to `resolve`, which refuses them.
-                s if s.starts_with(b".") => return None,
+                s if hidden(s) => return None,
                 s => {
                     if full.len() > start {
                         full.push(b'/');
@@ -195,7 +195,7 @@ pub fn resolve(root: &Path, decoded: &[u8]) -> Result<Resolved, HttpError> {
             b"" | b"." => {}
             b".." => return Err(HttpError::Forbidden),
             // Dotfiles and dot-directories are not served: 404, as if absent.
-            s if s.starts_with(b".") => return Err(HttpError::NotFound),
+            s if hidden(s) => return Err(HttpError::NotFound),
             s => {
                 full.push(OsStr::from_bytes(s));
                 clean.push('/');
@@ -226,6 +226,13 @@ pub fn resolve(root: &Path, decoded: &[u8]) -> Result<Resolved, HttpError> {
     Ok(Resolved::File { path, meta })
 }
 
+/// Whether a path segment names a dotfile or dot-directory, which are never served
+/// (`.git`, `.env`, `.htpasswd`...), except `.well-known` (RFC 8615: there for the
+/// public, as ACME challenges and `security.txt`).
+fn hidden(segment: &[u8]) -> bool {
+    segment.starts_with(b".") && segment != b".well-known"
+}
+
 /// Canonicalizes `p` (following every symlink) and checks that it stays under `root`.
 fn canonical_under(root: &Path, p: &Path) -> Result<(PathBuf, Metadata), HttpError> {
     let real = std::fs::canonicalize(p).map_err(|e| match e.kind() {
@@ -236,10 +243,9 @@ fn canonical_under(root: &Path, p: &Path) -> Result<(PathBuf, Metadata), HttpErr
         return Err(HttpError::Forbidden);
     }
     // A symlink into a dotfile or dot-directory under the root is refused too.
-    let hidden = real.strip_prefix(root).is_ok_and(|rel| {
-        rel.components()
-            .any(|c| c.as_os_str().as_bytes().starts_with(b"."))
-    });
+    let hidden = real
+        .strip_prefix(root)
+        .is_ok_and(|rel| rel.components().any(|c| hidden(c.as_os_str().as_bytes())));
     if hidden {
         return Err(HttpError::NotFound);
     }
@@ -351,6 +357,9 @@ mod tests {
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join(".git")).unwrap();
         std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(root.join(".well-known/.private")).unwrap();
+        std::fs::write(root.join(".well-known/security.txt"), "Contact: x").unwrap();
+        std::fs::write(root.join(".well-known/.private/key"), "x").unwrap();
         std::fs::write(root.join(".env"), "SECRET=1").unwrap();
         std::fs::write(root.join(".git/config"), "x").unwrap();
         std::os::unix::fs::symlink(".env", root.join("env")).unwrap();
@@ -362,6 +371,7 @@ mod tests {
             b"/sub/../.env",
             b"/./.env",
             b"/env",
+            b"/.well-known/.private/key",
         ] {
             let p_text = String::from_utf8_lossy(p);
             for r in [fast.resolve(p), resolve(&root, p)] {
@@ -370,6 +380,13 @@ mod tests {
                     "{p_text}"
                 );
             }
+        }
+        // `.well-known` is the one dot-directory served.
+        for r in [
+            fast.resolve(b"/.well-known/security.txt"),
+            resolve(&root, b"/.well-known/security.txt"),
+        ] {
+            assert!(matches!(r, Ok(Resolved::File { .. })), "{:?}", r.is_ok());
         }
         for (p, want) in [
             (&b"//sub"[..], "/sub/"),
