@@ -14,6 +14,18 @@
 //! its run — always before the activation can go idle, so an accepted event is never
 //! invisible to idle detection. Outside a task's run (other threads, transports
 //! delivering through a handle) sends go straight to the queue.
+//!
+//! # An event's path, in one direction
+//!
+//! `Ctx::send` ([`super::ctx`]) → [`send`] here (this module owns batching and the
+//! accept-or-refuse decision; it only *asks* the stage for its room,
+//! [`StageRt::room`](super::process::StageRt::room)) → [`Process::enqueue_batch`] (or
+//! `Process::enqueue` outside a task) ([`super::process`]: push and claim) →
+//! [`EventQueue`](super::queue::EventQueue) (under its lock) → `Executor::schedule` of
+//! the claimed activation. Nothing below this module calls back into it; the task
+//! ([`super::task`]) opens and closes the batching around a run ([`enter`], [`flush`]).
+//!
+//! This module must not touch queues or instances itself.
 
 use std::cell::Cell;
 use std::ptr;
@@ -201,20 +213,15 @@ fn hold_slow(
     let st = &process.stages[dest];
     let e = &mut o.entries[i];
     if e.room == 0 || e.events.is_empty() {
-        let cap = st.capacity.load(Relaxed);
-        e.room = cap.saturating_sub(st.load() + e.events.len());
+        e.room = st.room(e.events.len());
         if e.room == 0 && !e.events.is_empty() {
             // Full as far as this batch goes: push it, so that a full queue is
             // really full (a sender waiting for room waits on the queue itself).
             process.enqueue_batch(dest, &mut e.events);
-            e.room = cap.saturating_sub(st.load());
+            e.room = st.room(0);
         }
         if e.room == 0 {
-            st.counters.rejected.fetch_add(1, Relaxed);
-            let error = SendError::QueueFull {
-                stage: st.name.to_string(),
-            };
-            return Err(Box::new((error, ev)));
+            return Err(Box::new((st.refuse(), ev)));
         }
     }
     accept(e, process, ev);

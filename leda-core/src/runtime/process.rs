@@ -132,11 +132,25 @@ impl StageRt {
     #[inline]
     fn push(&self, ev: Event) -> Result<bool, Event> {
         let cap = self.capacity.load(Relaxed);
-        self.queue
-            .push(ev, Some(cap), self.maxpar_now())
-            .inspect_err(|_| {
-                self.counters.rejected.fetch_add(1, Relaxed);
-            })
+        self.queue.push(ev, Some(cap), self.maxpar_now())
+    }
+
+    /// Room left for a producer that holds `held` accepted events not pushed yet, from
+    /// the lock-free counters (may be slightly stale: a soft bound).
+    #[inline]
+    pub(crate) fn room(&self, held: usize) -> usize {
+        self.capacity
+            .load(Relaxed)
+            .saturating_sub(self.load() + held)
+    }
+
+    /// Counts a send refused because the queue is full, and says so.
+    #[cold]
+    pub(crate) fn refuse(&self) -> SendError {
+        self.counters.rejected.fetch_add(1, Relaxed);
+        SendError::QueueFull {
+            stage: self.name.to_string(),
+        }
     }
 
     /// Events queued or held, from lock-free copies (may be slightly stale).
@@ -401,12 +415,7 @@ impl Process {
                 }
                 Ok(())
             }
-            Err(ev) => Err((
-                SendError::QueueFull {
-                    stage: st.name.to_string(),
-                },
-                ev,
-            )),
+            Err(ev) => Err((st.refuse(), ev)),
         }
     }
 
