@@ -69,16 +69,28 @@
 //!     waitCS site that needed them to a request with priority (the dynamic rescheduling).
 //!     [`Lejeune::loans`] and [`Lejeune::cessions`] give the two parts.
 //! 13. FIFO links are not needed (the tests run FIFO and non-FIFO).
+//!
+//! This module owns a site's state machine and its request, token and release handlers
+//! (H1–H5, H8); [`token`] what a token carries, [`msg`] the messages, [`loans`] the loan
+//! handlers (H6, H7), [`group`] the group as a [`MultiSystem`](super::model::MultiSystem).
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
 
 use crate::error::MutexError;
-use crate::node::{Fence, Message, NodeId, check_node, protocol};
+use crate::node::{NodeId, check_node, protocol};
 
-use super::model::{Hold, MultiOutbox, MultiRequest, MultiSystem, ResourceSpace};
+use super::model::{Hold, MultiOutbox, MultiRequest, ResourceSpace};
+
+mod group;
+mod loans;
+mod msg;
+mod token;
+
+pub use group::Lejeune;
+pub use msg::LjMsg;
+pub use token::{LjToken, LoanEntry, Mark, QEntry, Transfer};
+use token::{before, queue_single};
 
 /// Configuration of the Lejeune et al. algorithm.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,230 +123,6 @@ impl LjConfig {
             loan: true,
             ..Self::default()
         }
-    }
-}
-
-/// A request's mark `A(v)`: the mean of the non-zero counter values, kept as `sum / count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mark {
-    /// Sum of the counter values.
-    pub sum: u64,
-    /// Number of resources.
-    pub count: u64,
-}
-
-/// The priority of a request: mark, then site id (◁).
-fn prio_cmp(a: (Mark, NodeId), b: (Mark, NodeId)) -> Ordering {
-    let l = u128::from(a.0.sum) * u128::from(b.0.count);
-    let r = u128::from(b.0.sum) * u128::from(a.0.count);
-    l.cmp(&r).then(a.1.cmp(&b.1))
-}
-
-/// `a ◁ b`: `a` has priority over `b`.
-fn before(a: (Mark, NodeId), b: (Mark, NodeId)) -> bool {
-    prio_cmp(a, b) == Ordering::Less
-}
-
-/// An entry of a token's wait queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QEntry {
-    /// The requesting site.
-    pub site: NodeId,
-    /// Its request number.
-    pub seq: u64,
-    /// Its mark.
-    pub mark: Mark,
-}
-
-/// A pending loan request kept in a token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoanEntry {
-    /// The would-be borrower.
-    pub site: NodeId,
-    /// Its request number.
-    pub seq: u64,
-    /// Its mark.
-    pub mark: Mark,
-    /// The resources it misses.
-    pub missing: Vec<usize>,
-}
-
-/// The token of one resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LjToken {
-    /// The resource.
-    pub r: usize,
-    /// The next counter value.
-    pub counter: u64,
-    /// Last fence granted.
-    pub fence: Fence,
-    /// Wait queue, sorted by ◁.
-    pub queue: Vec<QEntry>,
-    /// Pending loan requests.
-    pub loans: Vec<LoanEntry>,
-    /// Per site: last request number whose counter read is accounted for.
-    pub acc_cnt: Vec<u64>,
-    /// Per site: last request number whose resource request is accounted for.
-    pub acc_res: Vec<u64>,
-    /// Per site: last request number whose loan request is accounted for.
-    pub acc_loan: Vec<u64>,
-}
-
-impl LjToken {
-    fn new(r: usize, n: usize) -> Self {
-        Self {
-            r,
-            counter: 1,
-            fence: 0,
-            queue: Vec::new(),
-            loans: Vec::new(),
-            acc_cnt: vec![0; n],
-            acc_res: vec![0; n],
-            acc_loan: vec![0; n],
-        }
-    }
-
-    /// Inserts `e` in ◁ order, replacing an older entry of the same site.
-    fn enqueue(&mut self, e: QEntry) {
-        if let Some(i) = self.queue.iter().position(|q| q.site == e.site) {
-            if self.queue[i].seq >= e.seq {
-                return;
-            }
-            self.queue.remove(i);
-        }
-        let at = self
-            .queue
-            .partition_point(|q| before((q.mark, q.site), (e.mark, e.site)));
-        self.queue.insert(at, e);
-    }
-
-    fn add_loan(&mut self, e: LoanEntry) {
-        if let Some(i) = self.loans.iter().position(|q| q.site == e.site) {
-            if self.loans[i].seq >= e.seq {
-                return;
-            }
-            self.loans.remove(i);
-        }
-        self.loans.push(e);
-        self.loans
-            .sort_by(|a, b| prio_cmp((a.mark, a.site), (b.mark, b.site)));
-    }
-
-    fn forget_site(&mut self, site: NodeId) {
-        self.queue.retain(|q| q.site != site);
-        self.loans.retain(|q| q.site != site);
-    }
-}
-
-/// §4.8 single-resource shortcut at the holder: the counter value is the request's mark; the
-/// request is queued as if its `ReqRes` had arrived.
-fn queue_single(tok: &mut LjToken, init: NodeId, seq: u64) {
-    let val = tok.counter;
-    tok.counter += 1;
-    tok.acc_cnt[init] = seq;
-    if tok.acc_res[init] < seq {
-        tok.enqueue(QEntry {
-            site: init,
-            seq,
-            mark: Mark { sum: val, count: 1 },
-        });
-    }
-}
-
-/// How a token travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Transfer {
-    /// Ownership moves to the receiver.
-    Give,
-    /// Lent by `lender` to the receiver's request number `seq`; `size` tokens make the loan.
-    Loan {
-        /// The lender.
-        lender: NodeId,
-        /// The borrower's request number.
-        seq: u64,
-        /// Number of tokens lent.
-        size: usize,
-    },
-    /// A lent token going back to its lender.
-    Return,
-}
-
-/// A message of the Lejeune et al. algorithm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LjMsg {
-    /// Asks for the counter of resource `r` (forwarded to the holder).
-    ReqCnt {
-        /// The resource.
-        r: usize,
-        /// The requester.
-        init: NodeId,
-        /// Its request number.
-        seq: u64,
-        /// §4.8 single-resource shortcut: the request is for `r` alone; the holder reads the
-        /// counter, uses it as the mark and queues the request as a `ReqRes` (no `Counter`).
-        single: bool,
-        /// Sites visited.
-        visited: Vec<NodeId>,
-    },
-    /// The counter value given to request `seq` (direct to the requester).
-    Counter {
-        /// The resource.
-        r: usize,
-        /// The request number it answers.
-        seq: u64,
-        /// The value.
-        val: u64,
-    },
-    /// Asks for the token of `r` with priority `mark` (forwarded to the holder).
-    ReqRes {
-        /// The resource.
-        r: usize,
-        /// The requester.
-        init: NodeId,
-        /// Its request number.
-        seq: u64,
-        /// Its mark.
-        mark: Mark,
-        /// Sites visited.
-        visited: Vec<NodeId>,
-    },
-    /// Asks the holder of `r` to lend everything in `missing` (forwarded to the holder).
-    ReqLoan {
-        /// The resource this copy is routed for.
-        r: usize,
-        /// The requester.
-        init: NodeId,
-        /// Its request number.
-        seq: u64,
-        /// Its mark.
-        mark: Mark,
-        /// All the resources it misses.
-        missing: Vec<usize>,
-        /// Sites visited.
-        visited: Vec<NodeId>,
-    },
-    /// A token (direct to its new holder).
-    Token {
-        /// The token.
-        token: LjToken,
-        /// Give, loan or return.
-        how: Transfer,
-    },
-}
-
-impl Message for LjMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            LjMsg::ReqCnt { .. } => "req_cnt",
-            LjMsg::Counter { .. } => "counter",
-            LjMsg::ReqRes { .. } => "req_res",
-            LjMsg::ReqLoan { .. } => "req_loan",
-            LjMsg::Token { .. } => "token",
-        }
-    }
-
-    fn is_token(&self) -> bool {
-        matches!(self, LjMsg::Token { .. })
     }
 }
 
@@ -656,103 +444,6 @@ impl LjNode {
         let rs: Vec<usize> = self.owned.keys().copied().collect();
         for r in rs {
             self.settle(r, out);
-        }
-    }
-
-    /// H6 conditions (a)–(e) for lending `missing` to `(mark, site)`.
-    fn loan_possible(&self, site: NodeId, mark: Mark, missing: &[usize]) -> bool {
-        self.config.loan
-            && site != self.id
-            && self.state == LjState::WaitCs
-            && !missing.is_empty()
-            && missing
-                .iter()
-                .all(|r| self.owned.contains_key(r) && self.requires(*r))
-            && self.borrowed.is_empty()
-            && self.lent.is_empty()
-            && (!self.loan_asked || self.my_prio().is_some_and(|me| before((mark, site), me)))
-    }
-
-    fn lend(&mut self, e: &LoanEntry, out: &mut MultiOutbox<LjMsg>) {
-        let size = e.missing.len();
-        for &r in &e.missing {
-            if let Some(tok) = self.owned.get_mut(&r) {
-                tok.acc_loan[e.site] = tok.acc_loan[e.site].max(e.seq);
-                tok.loans.retain(|l| l.site != e.site);
-            }
-            self.lent.insert(r);
-            self.send_token(
-                r,
-                e.site,
-                Transfer::Loan {
-                    lender: self.id,
-                    seq: e.seq,
-                    size,
-                },
-                out,
-            );
-        }
-        self.lent_to = Some(e.site);
-        self.loans_granted += 1;
-    }
-
-    /// Serves the first possible pending loan request of the owned tokens.
-    fn serve_loans(&mut self, out: &mut MultiOutbox<LjMsg>) {
-        if !self.config.loan || self.state != LjState::WaitCs || !self.lent.is_empty() {
-            return;
-        }
-        let mut candidates: Vec<LoanEntry> = Vec::new();
-        for (&r, tok) in &mut self.owned {
-            if self.borrowed.contains(&r) {
-                continue;
-            }
-            let accounted = &tok.acc_loan;
-            tok.loans.retain(|l| accounted[l.site] < l.seq);
-            candidates.extend(tok.loans.iter().cloned());
-        }
-        candidates.sort_by(|a, b| prio_cmp((a.mark, a.site), (b.mark, b.site)));
-        if let Some(e) = candidates
-            .into_iter()
-            .find(|e| self.loan_possible(e.site, e.mark, &e.missing))
-        {
-            self.lend(&e, out);
-        }
-    }
-
-    /// H7: ask for a loan when few resources are missing.
-    fn maybe_ask_loan(&mut self, out: &mut MultiOutbox<LjMsg>) {
-        if !self.config.loan
-            || self.state != LjState::WaitCs
-            || self.loan_asked
-            || !self.borrowed.is_empty()
-            || !self.lent.is_empty()
-        {
-            return;
-        }
-        let Some(mark) = self.mark else { return };
-        let missing: Vec<usize> = self
-            .required
-            .iter()
-            .copied()
-            .filter(|r| !self.owned.contains_key(r))
-            .collect();
-        if missing.is_empty() || missing.len() > self.config.loan_threshold {
-            return;
-        }
-        self.loan_asked = true;
-        for &r in &missing {
-            if self.father[r] == self.id {
-                continue;
-            }
-            let msg = LjMsg::ReqLoan {
-                r,
-                init: self.id,
-                seq: self.seq,
-                mark,
-                missing: missing.clone(),
-                visited: vec![self.id],
-            };
-            out.send(self.id, self.father[r], msg);
         }
     }
 
@@ -1088,109 +779,6 @@ impl LjNode {
         } else {
             self.progress(out)
         }
-    }
-}
-
-/// The Lejeune et al. algorithm for a group of `n` sites.
-#[derive(Debug, Clone)]
-pub struct Lejeune {
-    nodes: Vec<LjNode>,
-    loan: bool,
-}
-
-impl Lejeune {
-    /// Builds the `n` sites over `space` (single-instance resources).
-    pub fn new(n: usize, space: ResourceSpace, config: LjConfig) -> Result<Self, MutexError> {
-        if n == 0 {
-            return Err(MutexError::Config(
-                "a group needs at least one process".into(),
-            ));
-        }
-        let nodes = (0..n)
-            .map(|id| LjNode::new(id, n, &space, &config))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            nodes,
-            loan: config.loan,
-        })
-    }
-
-    /// The sites.
-    pub fn nodes(&self) -> &[LjNode] {
-        &self.nodes
-    }
-
-    /// Whether the loan mechanism is on.
-    pub fn loan(&self) -> bool {
-        self.loan
-    }
-
-    /// Loans granted by all sites.
-    pub fn loans(&self) -> u64 {
-        self.nodes.iter().map(LjNode::loans_granted).sum()
-    }
-
-    /// Tokens ceded by waiting sites to requests with priority.
-    pub fn cessions(&self) -> u64 {
-        self.nodes.iter().map(LjNode::cessions).sum()
-    }
-
-    fn node(&mut self, id: NodeId) -> Result<&mut LjNode, MutexError> {
-        let n = self.nodes.len();
-        self.nodes
-            .get_mut(id)
-            .ok_or(MutexError::UnknownNode { node: id, n })
-    }
-}
-
-impl MultiSystem for Lejeune {
-    type Msg = LjMsg;
-    const NAME: &'static str = "lejeune";
-    const REQUIRES_FIFO: bool = false;
-
-    fn token_instance(msg: &LjMsg) -> Option<usize> {
-        match msg {
-            LjMsg::Token { token, .. } => Some(token.r),
-            _ => None,
-        }
-    }
-
-    fn tokens_held(&self) -> Option<Vec<usize>> {
-        let m = self.nodes.first().map_or(0, |p| p.m);
-        let mut held = vec![0; m];
-        for p in &self.nodes {
-            for &r in p.owned.keys() {
-                held[r] += 1;
-            }
-        }
-        Some(held)
-    }
-
-    fn preemptions(&self) -> u64 {
-        self.loans() + self.cessions()
-    }
-
-    fn request(
-        &mut self,
-        node: NodeId,
-        req: &MultiRequest,
-        out: &mut MultiOutbox<LjMsg>,
-    ) -> Result<(), MutexError> {
-        self.node(node)?.on_request(req, out)
-    }
-
-    fn release(&mut self, node: NodeId, out: &mut MultiOutbox<LjMsg>) -> Result<(), MutexError> {
-        self.node(node)?.on_release(out)
-    }
-
-    fn deliver(
-        &mut self,
-        from: NodeId,
-        to: NodeId,
-        msg: LjMsg,
-        out: &mut MultiOutbox<LjMsg>,
-    ) -> Result<(), MutexError> {
-        self.node(to)?.on_message(from, msg, out)
     }
 }
 
