@@ -3,8 +3,8 @@
 //! algorithm logic.
 
 use crate::error::MutexError;
-use crate::node::NodeId;
 use crate::multi::model::{MultiOutbox, MultiRequest, MultiSystem, ResourceSpace};
+use crate::node::NodeId;
 
 use super::{LjConfig, LjMsg, LjNode};
 
@@ -110,4 +110,3 @@ impl MultiSystem for Lejeune {
         self.node(to)?.on_message(from, msg, out)
     }
 }
-

@@ -106,5 +106,4 @@ impl LjNode {
             out.send(self.id, self.father[r], msg);
         }
     }
-
 }

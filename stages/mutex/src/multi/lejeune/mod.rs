@@ -76,7 +76,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-
 use crate::error::MutexError;
 use crate::node::{NodeId, check_node, protocol};
 

@@ -85,4 +85,3 @@ impl Message for LjMsg {
         matches!(self, LjMsg::Token { .. })
     }
 }
-

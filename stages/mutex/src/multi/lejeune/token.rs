@@ -153,4 +153,3 @@ pub enum Transfer {
     /// A lent token going back to its lender.
     Return,
 }
-

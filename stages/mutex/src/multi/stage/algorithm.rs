@@ -352,4 +352,3 @@ impl FromStr for MultiAlgorithm {
             })
     }
 }
-

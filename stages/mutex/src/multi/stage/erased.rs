@@ -152,4 +152,3 @@ impl<N: MultiNode> DynMultiNode for Erased<N> {
         self.node.holds_token(flat)
     }
 }
-

@@ -295,4 +295,3 @@ fn name_counts(v: &Value) -> Result<Vec<(String, i64)>, String> {
         )),
     }
 }
-
