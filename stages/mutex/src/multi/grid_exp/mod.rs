@@ -52,8 +52,8 @@
 //! - Simulated-wall waiting time: per CS entry, request to grant, in simulated ms (mean and
 //!   standard deviation over all CS entries of a run).
 //!
-//! This module owns the setups (points, runs, the sweep and its options); [`clock`] the
-//! logical clock, [`charts`] the table and charts.
+//! This module owns the setups (points, runs, the sweep and its options); `clock` the
+//! logical clock, `charts` the table and charts.
 
 use std::fmt::Write as _;
 use std::path::Path;

@@ -71,8 +71,8 @@
 //! 13. FIFO links are not needed (the tests run FIFO and non-FIFO).
 //!
 //! This module owns a site's state machine and its request, token and release handlers
-//! (H1–H5, H8); [`token`] what a token carries, [`msg`] the messages, [`loans`] the loan
-//! handlers (H6, H7), [`group`] the group as a [`MultiSystem`](super::model::MultiSystem).
+//! (H1–H5, H8); `token` what a token carries, `msg` the messages, `loans` the loan
+//! handlers (H6, H7), `group` the group as a [`MultiSystem`](super::model::MultiSystem).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -31,8 +31,8 @@
 //! request, grant, release, message and token change, in (virtual) time.
 //!
 //! This module owns the stage (its events in and out, the per-process state, the
-//! observer); [`algorithm`] the state machines and choosing one by name, [`erased`] their
-//! type erasure to dynamic values, [`request`] resource names and request forms.
+//! observer); `algorithm` the state machines and choosing one by name, `erased` their
+//! type erasure to dynamic values, `request` resource names and request forms.
 
 use std::fmt;
 use std::sync::Arc;
