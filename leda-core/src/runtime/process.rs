@@ -144,8 +144,10 @@ impl StageRt {
             .saturating_sub(self.load() + held)
     }
 
-    /// Counts a send refused because the queue is full, and says so.
-    #[cold]
+    /// Counts a send refused because the queue is full, and says so. Not `#[cold]`:
+    /// under back-pressure (`send_wait` producers on a full queue) this is a hot path,
+    /// and marking it cold cost the fan-in bench 10 % (same-run, 3 pairs).
+    #[inline]
     pub(crate) fn refuse(&self) -> SendError {
         self.counters.rejected.fetch_add(1, Relaxed);
         SendError::QueueFull {
