@@ -44,7 +44,7 @@ enum Command {
     /// Run a Lua script (the graph runs in this process).
     Run {
         /// Worker threads when the script names no controller.
-        #[arg(long)]
+        #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
         /// Keep running when the graph is idle (until leda.quit).
         #[arg(long)]
@@ -97,7 +97,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
         /// Worker threads (default: one per CPU).
-        #[arg(long)]
+        #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
         /// File holding the shared secret (mode 0600; default: LEDA_SECRET,
         /// LEDA_SECRET_FILE, else the per-user cookie file); off loopback one must be
@@ -241,13 +241,7 @@ fn register_applications() {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    leda_core::cli::init_logging("warn");
     register_applications();
     let cli = Cli::parse();
     let result: anyhow::Result<()> = match cli.command {
@@ -327,7 +321,9 @@ fn main() -> ExitCode {
                 maxpar: None,
             };
             leda_lua::remote::serve(&options, !once, |addr| {
-                eprintln!("leda: listening on {addr}, waiting for a graph");
+                if let Err(e) = leda_core::cli::announce_listening(addr) {
+                    tracing::warn!("stdout: {e}");
+                }
             })
             .map(|_| ())
             .map_err(anyhow::Error::from)
@@ -336,11 +332,5 @@ fn main() -> ExitCode {
             .map(|()| eprintln!("leda: wrote {}", output.display()))
             .map_err(anyhow::Error::from),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leda: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    leda_core::cli::exit("leda", result)
 }

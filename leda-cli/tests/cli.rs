@@ -173,8 +173,9 @@ impl Drop for Child {
 }
 
 /// Starts a daemon (`args` are the leda arguments) and reads the address it listens on
-/// from its standard error.
-fn daemon(args: &[&str]) -> (Child, String) {
+/// from its readiness line on standard output (`LISTENING ADDR`); the rest of its
+/// standard output comes from the returned thread once it exits.
+fn daemon(args: &[&str]) -> (Child, String, std::thread::JoinHandle<String>) {
     use std::io::{BufRead, BufReader};
     let mut child = Child(
         Command::new(env!("CARGO_BIN_EXE_leda"))
@@ -184,25 +185,31 @@ fn daemon(args: &[&str]) -> (Child, String) {
             .spawn()
             .expect("start the daemon"),
     );
+    let out = child.0.stdout.take().expect("stdout");
     let err = child.0.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(err).lines();
+    let mut lines = BufReader::new(out).lines();
     let addr = loop {
         let line = lines
             .next()
             .expect("the daemon announces its address")
-            .expect("read stderr");
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split(',').next().unwrap_or_default().to_owned();
+            .expect("read stdout");
+        if let Some(rest) = line.strip_prefix("LISTENING ") {
+            break rest.to_owned();
         }
     };
-    // Keep draining stderr so the daemon never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, addr)
+    // Keep draining both so the daemon never blocks on a full pipe.
+    let rest = std::thread::spawn(move || {
+        lines
+            .map_while(Result::ok)
+            .map(|l| l + "\n")
+            .collect::<String>()
+    });
+    std::thread::spawn(move || BufReader::new(err).lines().for_each(drop));
+    (child, addr, rest)
 }
 
 /// Waits up to `secs` for the child to exit; returns its standard output.
-fn finish(mut child: Child, secs: u64) -> (bool, String) {
-    use std::io::Read;
+fn finish(mut child: Child, secs: u64, rest: std::thread::JoinHandle<String>) -> (bool, String) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     let status = loop {
         if let Some(st) = child.0.try_wait().expect("wait") {
@@ -213,10 +220,10 @@ fn finish(mut child: Child, secs: u64) -> (bool, String) {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let mut out = String::new();
-    if let Some(mut o) = child.0.stdout.take() {
-        let _ = o.read_to_string(&mut out);
+    if status.is_none() {
+        let _ = child.0.kill();
     }
+    let out = rest.join().unwrap_or_default();
     (status.is_some_and(|s| s.success()), out)
 }
 
@@ -234,7 +241,7 @@ fn grep_files() -> (PathBuf, PathBuf) {
 /// ephemeral port, and the launcher finds its own address (9998, where nothing
 /// listens) by probing.
 fn grep_across(daemon_args: &[&str], launcher_args: &[&str]) {
-    let (child, addr) = daemon(daemon_args);
+    let (child, addr, rest) = daemon(daemon_args);
     let (a, b) = grep_files();
     let main = grep_dir().join("main.lua");
     let alias = format!("127.0.0.1:9999={addr}");
@@ -251,7 +258,7 @@ fn grep_across(daemon_args: &[&str], launcher_args: &[&str]) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     // The printer runs in the daemon: nothing is printed here.
     assert_eq!(text(&out.stdout), "");
-    let (ok, printed) = finish(child, 20);
+    let (ok, printed) = finish(child, 20, rest);
     assert!(ok, "the daemon ends with the run");
     let mut lines: Vec<&str> = printed.lines().collect();
     lines.sort();
@@ -391,7 +398,7 @@ end
     )
     .unwrap();
     for policy in ["end", "continue"] {
-        let (mut child, addr) = daemon(&["start", "--listen", "127.0.0.1:0"]);
+        let (mut child, addr, _rest) = daemon(&["start", "--listen", "127.0.0.1:0"]);
         let alias = format!("127.0.0.1:9999={addr}");
         let run = Command::new(env!("CARGO_BIN_EXE_leda"))
             .args(["run", "--map", &alias, "--process", "127.0.0.1:9998"])

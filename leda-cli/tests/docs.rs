@@ -533,7 +533,7 @@ fn the_readme_lua_example_runs() {
         .find(|c| c.starts_with("target/release/leda run"))
         .expect("the README runs a Lua script with leda");
     let args = words(&cmd);
-    let out = Command::new(&leda)
+    let out = Command::new(leda)
         .args(&args[1..])
         .current_dir(repo())
         .output()

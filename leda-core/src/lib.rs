@@ -46,6 +46,8 @@
 
 #[cfg(feature = "plot")]
 pub mod chart;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod cluster;
 pub mod connector;
 pub mod controller;

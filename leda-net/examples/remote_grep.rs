@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 
 use anyhow::{Context, bail};
 use leda_core::prelude::*;
-use leda_net::{Daemon, DaemonConfig, Launcher, Registry};
+use leda_net::{Daemon, Launcher, Registry};
 
 /// Listing 4.2: one event per line.
 fn lines() -> Stage {
@@ -59,15 +59,25 @@ fn registry() -> Registry {
         .with("grep.print", |_| Ok(printer()))
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit("remote_grep", run())
+}
+
+fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("daemon") => {
             // Listing 4.6: leda.start{...}
-            let config =
-                DaemonConfig::from_args(args[1..].iter().cloned()).map_err(anyhow::Error::msg)?;
-            let daemon = Daemon::bind(config, registry())?;
-            println!("LISTENING {}", daemon.local_addr());
+            #[derive(clap::Parser)]
+            struct DaemonCli {
+                #[command(flatten)]
+                daemon: leda_net::cli::DaemonArgs,
+            }
+            let cli = <DaemonCli as clap::Parser>::parse_from(&args);
+            let daemon = Daemon::bind(cli.daemon.config(), registry())?;
+            leda_core::cli::announce_listening(daemon.local_addr())?;
             daemon.serve(|report| eprintln!("run ended: {:?}", report.run.reason))?;
             Ok(())
         }

@@ -2,11 +2,17 @@
 //! runs the cluster of each, one after another (`leda start --listen HOST:PORT`).
 //!
 //! ```no_run
-//! use leda_net::{Daemon, DaemonConfig, Registry};
+//! use clap::Parser;
+//! use leda_net::{Daemon, Registry, cli::DaemonArgs};
 //! # fn my_stages() -> Registry { Registry::new() }
-//! let config = DaemonConfig::from_args(std::env::args().skip(1)).expect("arguments");
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     daemon: DaemonArgs,
+//! }
+//! let config = Cli::parse().daemon.config();
 //! let daemon = Daemon::bind(config, my_stages()).expect("bind");
-//! println!("LISTENING {}", daemon.local_addr());
+//! leda_core::cli::announce_listening(daemon.local_addr()).expect("stdout");
 //! // One deployment after another (`--once`: only one).
 //! daemon
 //!     .serve(|report| println!("ended: {:?}", report.run.reason))
@@ -90,77 +96,6 @@ impl Default for DaemonConfig {
             once: false,
             tls: None,
         }
-    }
-}
-
-impl DaemonConfig {
-    /// Parses `--listen HOST:PORT`, `--threads N`, `--secret-file PATH` (the secret may
-    /// also come from the environment or the cookie: [`crate::auth`]), `--handshake-timeout-ms MS`, `--dashboard ADDR`,
-    /// `--dashboard-token T`, `--once` and `--tls-cert/--tls-key/--tls-ca PATH` (all
-    /// three together). Unknown arguments are refused.
-    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<DaemonConfig, String> {
-        let mut c = DaemonConfig::default();
-        let mut it = args.into_iter();
-        while let Some(a) = it.next() {
-            let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-            match a.as_str() {
-                "--listen" => c.listen = value("--listen")?,
-                "--once" => c.once = true,
-                "--tls-cert" | "--tls-key" | "--tls-ca" => {
-                    let v = std::path::PathBuf::from(value(&a)?);
-                    let t = c.tls.get_or_insert(crate::tls::TlsConfig {
-                        cert: Default::default(),
-                        key: Default::default(),
-                        ca: Default::default(),
-                    });
-                    match a.as_str() {
-                        "--tls-cert" => t.cert = v,
-                        "--tls-key" => t.key = v,
-                        _ => t.ca = v,
-                    }
-                }
-                "--threads" => {
-                    let v = value("--threads")?;
-                    c.threads = Some(
-                        v.parse()
-                            .map_err(|_| format!("--threads: '{v}' is not a number"))?,
-                    );
-                }
-                "--secret-file" => {
-                    let path = value("--secret-file")?;
-                    c.secret = Some(Secret::from_file(&path).map_err(|e| e.to_string())?);
-                }
-                "--secret" => {
-                    return Err("--secret is not accepted: a secret on the command line is \
-                                visible to every local user; use --secret-file PATH or \
-                                LEDA_SECRET"
-                        .into());
-                }
-                "--dashboard" | "--dashboard-token" => {
-                    let v = value(&a)?;
-                    let d = c
-                        .dashboard
-                        .get_or_insert(leda_core::dashboard::DashboardConfig {
-                            addr: "127.0.0.1:0".into(),
-                            token: None,
-                        });
-                    if a == "--dashboard" {
-                        d.addr = v;
-                    } else {
-                        d.token = Some(v);
-                    }
-                }
-                "--handshake-timeout-ms" => {
-                    let v = value("--handshake-timeout-ms")?;
-                    let ms: u64 = v
-                        .parse()
-                        .map_err(|_| format!("--handshake-timeout-ms: '{v}' is not a number"))?;
-                    c.handshake_timeout = Duration::from_millis(ms);
-                }
-                other => return Err(format!("unknown argument '{other}'")),
-            }
-        }
-        Ok(c)
     }
 }
 

@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod cli;
 pub mod conn;
 pub mod daemon;
 pub mod deploy;

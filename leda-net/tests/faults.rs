@@ -152,15 +152,23 @@ fn a_default_daemon_refuses_whoever_lacks_the_cookie() {
 /// short ones are refused.
 #[test]
 fn secrets_on_argv_and_short_secrets_are_refused() {
-    let e = leda_net::DaemonConfig::from_args(["--secret".to_owned(), "x".repeat(32)])
-        .expect_err("--secret refused");
+    use clap::Parser;
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        daemon: leda_net::cli::DaemonArgs,
+    }
+    let parse =
+        |args: &[&str]| Cli::try_parse_from(std::iter::once("d").chain(args.iter().copied()));
+    let long = "x".repeat(32);
+    let e = parse(&["--secret", &long])
+        .expect_err("--secret refused")
+        .to_string();
     assert!(e.contains("--secret-file"), "{e}");
     let short = secret_file("short-secret", "tiny");
-    let e = leda_net::DaemonConfig::from_args([
-        "--secret-file".to_owned(),
-        short.display().to_string(),
-    ])
-    .expect_err("short secret refused");
+    let e = parse(&["--secret-file", &short.display().to_string()])
+        .expect_err("short secret refused")
+        .to_string();
     assert!(e.contains("at least 16"), "{e}");
     assert!(Secret::new("").is_err());
 }

@@ -193,7 +193,7 @@ impl DaemonChild {
         let mut line = String::new();
         let stdout = child.stdout.take().context("daemon stdout")?;
         BufReader::new(stdout).read_line(&mut line)?;
-        let Some(addr) = line.trim().strip_prefix("listening ") else {
+        let Some(addr) = line.trim().strip_prefix("LISTENING ") else {
             let _ = child.kill();
             let _ = child.wait();
             bail!("daemon did not report its address (got '{}')", line.trim());

@@ -78,7 +78,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     layout: u8,
     /// Worker threads per process (default: one per CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = leda_core::cli::at_least_one)]
     threads: Option<usize>,
     /// Images in flight at most (default: threads in layout 1, else
     /// threads x processes + 2).
@@ -139,23 +139,13 @@ enum Command {
         #[arg(long)]
         output: PathBuf,
         /// rayon threads (default: one per CPU).
-        #[arg(long)]
+        #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
         #[command(flatten)]
         filters: FilterArgs,
     },
     /// Serve as a daemon for layouts 2 and 3 (prints `LISTENING ADDR`).
-    Daemon {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: String,
-        /// Worker threads.
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Serve one deployment, then exit (default: one after another).
-        #[arg(long)]
-        once: bool,
-    },
+    Daemon(leda_net::cli::DaemonArgs),
     /// Draw the chart of a statistics file.
     Chart {
         /// JSON-lines statistics.
@@ -226,16 +216,9 @@ fn run_pipeline(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(status(&s))
 }
 
-fn daemon(listen: String, threads: Option<usize>, once: bool) -> anyhow::Result<ExitCode> {
-    let mut config = leda_net::DaemonConfig::from_args(["--listen".to_string(), listen])
-        .map_err(anyhow::Error::msg)?;
-    config.threads = threads;
-    config.once = once;
-    let d = leda_net::Daemon::bind(config, leda_image::stages::registry())?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "LISTENING {}", d.local_addr())?;
-    out.flush()?;
-    drop(out);
+fn daemon(args: leda_net::cli::DaemonArgs) -> anyhow::Result<ExitCode> {
+    let d = leda_net::Daemon::bind(args.config(), leda_image::stages::registry())?;
+    leda_core::cli::announce_listening(d.local_addr())?;
     d.serve(|report| {
         // The launcher may have closed our stdout already: ignore a failed write.
         let _ = writeln!(std::io::stdout(), "ENDED {:?}", report.run.reason);
@@ -260,13 +243,7 @@ fn tune_allocator() {}
 
 fn main() -> ExitCode {
     tune_allocator();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    leda_core::cli::init_logging("warn");
     let cli = Cli::parse();
     let result = match cli.command {
         None => run_pipeline(cli.run),
@@ -320,11 +297,7 @@ fn main() -> ExitCode {
             );
             Ok(status(&s))
         })(),
-        Some(Command::Daemon {
-            listen,
-            threads,
-            once,
-        }) => daemon(listen, threads, once),
+        Some(Command::Daemon(args)) => daemon(args),
         Some(Command::Chart { stats, output }) => leda_core::chart::plot_jsonl(&stats, &output)
             .map(|()| {
                 out!("chart: {}", output.display());
@@ -332,11 +305,5 @@ fn main() -> ExitCode {
             })
             .map_err(Into::into),
     };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("leda-image: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    leda_core::cli::exit_code("leda-image", result)
 }

@@ -23,11 +23,12 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use leda_core::prelude::*;
 use leda_net::{Daemon, DaemonConfig, Launcher, Secret};
-use leda_sort::daemons::{self, DaemonChild, LISTENING};
+use leda_sort::daemons::{self, DaemonChild};
 use leda_sort::{Kernel, graph, stages, vector};
 
 #[derive(Parser)]
 #[command(
+    version,
     name = "leda-sort",
     about = "Leda-RS distributed vector sort (launcher and daemon)"
 )]
@@ -47,7 +48,7 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
         /// Worker threads (default: one per CPU).
-        #[arg(long)]
+        #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
         #[command(flatten)]
         secret: SecretArg,
@@ -127,7 +128,7 @@ struct Procs {
     #[arg(long, default_value = "launcher:0")]
     me: String,
     /// Worker threads here (default: one per CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = leda_core::cli::at_least_one)]
     threads: Option<usize>,
     #[command(flatten)]
     secret: SecretArg,
@@ -165,23 +166,11 @@ impl Procs {
 
 /// Errors end the program with one line (the cause chain) and status 1.
 fn main() -> std::process::ExitCode {
-    match run_cli() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("leda-sort: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    leda_core::cli::exit("leda-sort", run_cli())
 }
 
 fn run_cli() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    leda_core::cli::init_logging("warn");
     match Cli::parse().cmd {
         Cmd::Daemon {
             once,
@@ -220,10 +209,7 @@ fn daemon(
         ..DaemonConfig::default()
     };
     let daemon = Daemon::bind(config, stages::registry())?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{LISTENING}{}", daemon.local_addr())?;
-    out.flush()?;
-    drop(out);
+    leda_core::cli::announce_listening(daemon.local_addr())?;
     daemon.serve(|report| {
         println!(
             "ENDED {:?} received={} sent={} failed={} discarded={}",

@@ -100,14 +100,26 @@ fn error_printer(count: Arc<AtomicUsize>) -> Stage {
     .serial()
 }
 
-fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((pattern, files)) = args.split_first() else {
-        bail!("usage: grep PATTERN FILE...");
-    };
-    if files.is_empty() {
-        bail!("usage: grep PATTERN FILE...");
-    }
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit("grep", run())
+}
+
+/// The thesis' grep (Listings 4.4 and 4.5) as a Leda-RS graph in one process.
+#[derive(clap::Parser)]
+#[command(version, name = "grep")]
+struct Args {
+    /// A regular expression.
+    pattern: String,
+    /// Files to search.
+    #[arg(required = true)]
+    files: Vec<String>,
+}
+
+fn run() -> anyhow::Result<()> {
+    let Args { pattern, files } = <Args as clap::Parser>::parse();
+    let (pattern, files) = (&pattern, &files);
     // Listing 4.4: the graph.
     let io_errors = Arc::new(AtomicUsize::new(0));
     let (lines, matcher, printer) = (lines(), matcher(), printer());

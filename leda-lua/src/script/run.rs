@@ -172,7 +172,10 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
         maxpar,
     };
     let quit = crate::remote::serve(&daemon, false, |addr| {
-        eprintln!("leda: listening on {addr}, waiting for a graph");
+        // The readiness line of every Leda-RS daemon (`leda_core::cli`).
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "LISTENING {addr}").and_then(|()| out.flush());
     })
     .map_err(|e| rt(e.to_string()))?;
     let mut out = Vec::new();

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use leda_cep::app::{self, Scenario, Setup};
-use leda_net::{Daemon, DaemonConfig};
+use leda_net::Daemon;
 
 #[derive(Parser)]
 #[command(
+    version,
     name = "leda-cep",
     about = "Leda-RS complex event processing (thesis §5.1.2)"
 )]
@@ -97,21 +98,17 @@ enum Cmd {
         #[arg(long, default_value_t = 2)]
         correlate: usize,
     },
-    /// A daemon for the Lua variant (leda-lua deployment; prints `listening ADDR`).
+    /// A daemon for the Lua variant (leda-lua deployment; prints `LISTENING ADDR`).
     LuaDaemon {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
         /// Worker threads.
-        #[arg(long)]
+        #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
     },
-    /// A daemon for the launcher (prints `listening ADDR`).
-    Daemon {
-        /// Daemon options (--listen, --threads, --secret-file, --once).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// A daemon for the launcher (prints `LISTENING ADDR`).
+    Daemon(leda_net::cli::DaemonArgs),
 }
 
 fn logs_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -136,14 +133,13 @@ fn report(what: &str, o: &app::Outcome, secs: f64) {
     );
 }
 
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit("leda-cep", run())
+}
+
+fn run() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::Gen { out, lines, seed } => {
             let files = leda_cep::generate::write_logs(&out, lines, 3, seed)?;
@@ -208,17 +204,12 @@ fn main() -> anyhow::Result<()> {
                 ..leda_lua::remote::DaemonOptions::default()
             };
             leda_lua::remote::serve(&options, false, |addr| {
-                println!("listening {addr}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                let _ = leda_core::cli::announce_listening(addr);
             })?;
         }
-        Cmd::Daemon { args } => {
-            let config = DaemonConfig::from_args(args).map_err(anyhow::Error::msg)?;
-            let daemon = Daemon::bind(config, leda_cep::stages::registry())?;
-            println!("listening {}", daemon.local_addr());
-            use std::io::Write;
-            std::io::stdout().flush()?;
+        Cmd::Daemon(args) => {
+            let daemon = Daemon::bind(args.config(), leda_cep::stages::registry())?;
+            leda_core::cli::announce_listening(daemon.local_addr())?;
             daemon.serve(|r| tracing::info!(reason = ?r.run.reason, "run ended"))?;
         }
     }

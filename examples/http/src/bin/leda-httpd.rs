@@ -20,8 +20,8 @@ struct Args {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
-    /// Worker threads (default: one per CPU).
-    #[arg(long)]
+    /// Worker threads, at least 1 (default: one per CPU).
+    #[arg(long, value_parser = leda_core::cli::at_least_one)]
     threads: Option<usize>,
     /// Total bytes of file data the cache may hold.
     #[arg(long, default_value_t = Config::default().cache_bytes)]
@@ -58,15 +58,13 @@ fn secs(name: &str, s: f64) -> anyhow::Result<Duration> {
 /// server's user-space CPU (`RUST_LOG=warn,leda::failed_event=warn` brings it back).
 const LOG_DEFAULT: &str = "warn,leda::failed_event=off,leda_http::cgi=info";
 
-fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_DEFAULT)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging(LOG_DEFAULT);
     let args = Args::parse();
+    leda_core::cli::exit("leda-httpd", serve(args))
+}
+
+fn serve(args: Args) -> anyhow::Result<()> {
     raise_fd_limit();
     let (root, embedded) = match &args.root {
         Some(r) => (r.clone(), false),
@@ -88,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     let listener =
         TcpListener::bind(&args.listen).with_context(|| format!("listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let threads = args.threads.unwrap_or_else(num_threads).max(1);
+    let threads = args.threads.unwrap_or_else(num_threads);
     let running = leda_http::start(&cfg, listener, threads)?;
     if embedded {
         println!(

@@ -2,7 +2,7 @@
 //! transport benchmark.
 //!
 //! ```text
-//! leda-net-test-node daemon --listen 127.0.0.1:0 [--threads N] [--secret S] [--once]
+//! leda-net-test-node daemon --listen 127.0.0.1:0 [--threads N] [--secret-file PATH] [--once]
 //! leda-net-test-node launch --me ADDR --daemon ADDR [--events N] [--ms MS] [--silence-ms MS]
 //! ```
 //!
@@ -27,13 +27,12 @@ mod stages;
 
 use std::io::Write;
 
-use leda_net::{Daemon, DaemonConfig};
+use leda_net::Daemon;
 
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -48,16 +47,21 @@ fn main() {
         return;
     }
     if mode.as_deref() != Some("daemon") {
-        eprintln!("usage: leda-net-test-node daemon --listen HOST:PORT [--threads N] [--secret S]");
+        eprintln!(
+            "usage: leda-net-test-node daemon --listen HOST:PORT [--threads N] [--secret-file PATH]"
+        );
         std::process::exit(2);
     }
-    let config = match DaemonConfig::from_args(args) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("leda-net-test-node: {e}");
-            std::process::exit(2);
-        }
-    };
+    #[derive(clap::Parser)]
+    #[command(name = "leda-net-test-node daemon")]
+    struct DaemonCli {
+        #[command(flatten)]
+        daemon: leda_net::cli::DaemonArgs,
+    }
+    let config =
+        <DaemonCli as clap::Parser>::parse_from(std::iter::once("daemon".to_owned()).chain(args))
+            .daemon
+            .config();
     let daemon = match Daemon::bind(config, stages::registry()) {
         Ok(d) => d,
         Err(e) => {

@@ -31,7 +31,10 @@ use leda_mutex::experiment::{
 use leda_mutex::sim::DropRule;
 
 #[derive(Parser, Debug)]
-#[command(about = "Measure the mutual-exclusion algorithms in deterministic simulation")]
+#[command(
+    version,
+    about = "Measure the mutual-exclusion algorithms in deterministic simulation"
+)]
 struct Args {
     /// Algorithm name, or `all`.
     #[arg(long, default_value = "all")]
@@ -103,7 +106,13 @@ fn drops(specs: &[String]) -> anyhow::Result<Vec<DropRule>> {
         .collect()
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit("mutex-exp", run())
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.lejeune.sweep_lejeune {
         let started = Instant::now();

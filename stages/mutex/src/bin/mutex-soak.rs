@@ -20,7 +20,10 @@ use leda_core::sim::NetModel;
 use leda_mutex::{Algorithm, Channels, Latency, Schedule, SimConfig, StageSim, Verdict, Workload};
 
 #[derive(Parser, Debug)]
-#[command(about = "Run many seeds of every algorithm through the mutual-exclusion checker")]
+#[command(
+    version,
+    about = "Run many seeds of every algorithm through the mutual-exclusion checker"
+)]
 struct Args {
     /// Seeds per algorithm.
     #[arg(long, default_value_t = 1000)]
@@ -90,7 +93,13 @@ fn stage_sim(algorithm: Algorithm, cfg: &SimConfig) -> StageSim {
     s
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit_code("mutex-soak", run())
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     if args.crashes {
         return crash_soak(&args);

@@ -73,10 +73,13 @@ use leda_mutex::Algorithm;
 use leda_mutex::ft_quorum::Generator;
 use leda_mutex::ft_quorum::detector::{DetectorConfig, Evidence, NoticeObserver};
 use leda_mutex::multi::MultiAlgorithm;
-use leda_net::{Daemon, DaemonConfig};
+use leda_net::Daemon;
 
 #[derive(Parser, Debug)]
-#[command(about = "Leda-RS distributed lock service (one process per node)")]
+#[command(
+    version,
+    about = "Leda-RS distributed lock service (one process per node)"
+)]
 struct Args {
     #[command(subcommand)]
     cmd: Cmd,
@@ -85,17 +88,7 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run a daemon that hosts one node (prints `LISTENING ADDR` first).
-    Daemon {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: String,
-        /// Worker threads.
-        #[arg(long, default_value_t = 2)]
-        threads: usize,
-        /// Serve one deployment, then exit (default: one after another).
-        #[arg(long)]
-        once: bool,
-    },
+    Daemon(leda_net::cli::DaemonArgs),
     /// Benchmark against etcd (BENCH lines on stdout).
     Bench(bench::BenchArgs),
     /// Deploy nodes 1.. to the daemons, run node 0 here, hammer the counter, check it.
@@ -296,37 +289,23 @@ fn pick_algorithm(algorithm: &str, quorum: Option<&str>) -> anyhow::Result<Algor
     }
 }
 
-fn main() -> anyhow::Result<ExitCode> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LEDA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+/// Errors end the command with one line and status 1 (`leda_core::cli`).
+fn main() -> std::process::ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit_code("lock-service", run())
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     match Args::parse().cmd {
         Cmd::Bench(args) => {
             bench::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Daemon {
-            listen,
-            threads,
-            once,
-        } => {
-            let mut config = DaemonConfig::from_args([
-                "--listen".to_owned(),
-                listen,
-                "--threads".to_owned(),
-                threads.to_string(),
-            ])
-            .map_err(anyhow::Error::msg)?;
-            config.once = once;
-            let daemon = Daemon::bind(config, registry())?;
+        Cmd::Daemon(args) => {
+            let daemon = Daemon::bind(args.config(), registry())?;
+            leda_core::cli::announce_listening(daemon.local_addr())?;
             use std::io::Write;
             let mut out = std::io::stdout();
-            writeln!(out, "LISTENING {}", daemon.local_addr())?;
-            out.flush()?;
             daemon.serve(|report| {
                 // Whoever started us may have stopped reading: a closed stdout is not an
                 // error.

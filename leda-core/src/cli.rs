@@ -1,0 +1,127 @@
+//! The conventions every Leda-RS command follows (feature `cli`), in one place so that
+//! they cannot drift apart:
+//!
+//! - **Logs** go to stderr, filtered by `RUST_LOG` (tracing's env-filter syntax, default
+//!   `warn`), with colour only when stderr is a terminal ([`init_logging`]).
+//! - **Errors** end the command with one line, `PROG: error: cause: cause`, each cause
+//!   said once, and status 1 ([`exit`]); the backtrace only when asked for with
+//!   `RUST_LIB_BACKTRACE=1` (a `RUST_BACKTRACE` set for the program's own panics does
+//!   not print one for every error).
+//! - **Daemons** announce readiness with one line on stdout, `LISTENING ADDR`, once
+//!   bound ([`announce_listening`]).
+//! - **Counts** such as `--threads` are at least 1 ([`at_least_one`], a clap value
+//!   parser); unset, `--threads` is one per CPU.
+//!
+//! This module only formats and installs; what a command does is its own.
+
+use std::error::Error;
+use std::fmt::Display;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+/// Installs the log subscriber: stderr, `RUST_LOG` or else `default` (e.g. `"warn"`),
+/// colour only on a terminal. A second call does nothing.
+pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+/// `err` and its causes on one line, `a: b: c`, skipping a cause whose text the line
+/// already holds (an `io::Error` wrapped by an error that prints it, for instance).
+///
+/// ```
+/// let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+/// let outer = anyhow::Error::new(inner).context("reading site/index.html");
+/// assert_eq!(
+///     leda_core::cli::one_line(outer.as_ref()),
+///     "reading site/index.html: no such file"
+/// );
+/// ```
+pub fn one_line(err: &(dyn Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+/// Whether the user asked for error backtraces (`RUST_LIB_BACKTRACE=1` or `full`).
+fn backtrace_asked() -> bool {
+    std::env::var("RUST_LIB_BACKTRACE").is_ok_and(|v| v == "1" || v == "full")
+}
+
+/// The end of a command's `main`: success, or the error as one line on stderr
+/// (`PROG: ...`) and status 1.
+pub fn exit(prog: &str, result: anyhow::Result<()>) -> ExitCode {
+    exit_code(prog, result.map(|()| ExitCode::SUCCESS))
+}
+
+/// [`exit`] for a command that chooses its status when it does not fail.
+pub fn exit_code(prog: &str, result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if backtrace_asked() {
+                eprintln!("{prog}: {e:?}");
+            } else {
+                eprintln!("{prog}: {}", one_line(e.as_ref()));
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints a daemon's readiness line, `LISTENING ADDR`, on stdout and flushes it.
+pub fn announce_listening(addr: impl Display) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "LISTENING {addr}")?;
+    out.flush()
+}
+
+/// A clap value parser for counts that must be at least 1 (`--threads 0` is refused
+/// with a message rather than quietly run with one).
+///
+/// ```
+/// assert_eq!(leda_core::cli::at_least_one("4"), Ok(4));
+/// assert!(leda_core::cli::at_least_one("0").is_err());
+/// ```
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("bind 127.0.0.1:80: {0}")]
+    struct Bind(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_the_line_already_says_is_not_repeated() {
+        let io = std::io::Error::from_raw_os_error(98);
+        let shown = io.to_string();
+        let e = anyhow::Error::new(Bind(io)).context("starting the daemon");
+        let line = one_line(e.as_ref());
+        assert_eq!(
+            line,
+            format!("starting the daemon: bind 127.0.0.1:80: {shown}")
+        );
+        assert_eq!(line.matches(&shown).count(), 1, "{line}");
+    }
+}
