@@ -22,6 +22,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use clap::{Parser, Subcommand};
 use leda_core::graph::Graph;
 use leda_lua::remote::DaemonOptions;
@@ -125,6 +127,39 @@ enum Command {
     },
 }
 
+/// The flags `leda run` itself takes: after the script, they would silently become
+/// the script's arguments.
+const RUN_FLAGS: &[&str] = &[
+    "--threads",
+    "--forever",
+    "--process",
+    "--map",
+    "--secret-file",
+    "--allow",
+    "--dashboard",
+    "--dashboard-token",
+];
+
+/// The script's arguments: one of `leda run`'s own flags among them is refused (the
+/// user meant it for `leda`), unless it comes after a `--`, which is dropped.
+fn script_args(args: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    if let Some(flag) = args[..end].iter().find(|a| {
+        let name = a.split('=').next().unwrap_or(a);
+        RUN_FLAGS.contains(&name)
+    }) {
+        anyhow::bail!(
+            "{flag} comes after the script, so it would be the script's argument: put \
+             leda's options before the script (or pass it on after `--`)"
+        );
+    }
+    let mut args = args;
+    if end < args.len() {
+        args.remove(end);
+    }
+    Ok(args)
+}
+
 /// The live dashboard's options (`run` and `start`).
 #[derive(clap::Args)]
 struct DashboardArgs {
@@ -138,29 +173,27 @@ struct DashboardArgs {
 }
 
 impl DashboardArgs {
-    /// The dashboard to serve, announced on stderr. Port 0 is resolved here so that
-    /// the announced address is the real one (the run binds it again when it starts;
-    /// a failure to bind is reported then).
-    fn config(self) -> Option<leda_core::dashboard::DashboardConfig> {
-        let addr = self.dashboard?;
-        let addr = if addr.ends_with(":0") {
-            std::net::TcpListener::bind(&addr)
-                .and_then(|l| l.local_addr())
-                .map(|a| a.to_string())
-                .unwrap_or(addr)
-        } else {
-            addr
+    /// The dashboard to serve, announced on stderr once its address could be bound
+    /// (port 0 is resolved here, so that the announced address is the real one; the
+    /// run binds it again when it starts).
+    fn config(self) -> anyhow::Result<Option<leda_core::dashboard::DashboardConfig>> {
+        let Some(asked) = self.dashboard else {
+            return Ok(None);
         };
+        let addr = std::net::TcpListener::bind(&asked)
+            .and_then(|l| l.local_addr())
+            .with_context(|| format!("dashboard on {asked}"))?
+            .to_string();
         let token = if self.dashboard_token.is_some() {
             "?token=..."
         } else {
             ""
         };
         eprintln!("leda: dashboard on http://{addr}/{token}");
-        Some(leda_core::dashboard::DashboardConfig {
+        Ok(Some(leda_core::dashboard::DashboardConfig {
             addr,
             token: self.dashboard_token,
-        })
+        }))
     }
 }
 
@@ -255,7 +288,8 @@ fn main() -> ExitCode {
             dashboard,
             script,
             args,
-        } => {
+        } => (|| {
+            let args = script_args(args)?;
             leda_lua::capabilities::allow(allow.unwrap_or_default());
             let options = ScriptOptions {
                 mode: Mode::Run,
@@ -264,10 +298,10 @@ fn main() -> ExitCode {
                 process,
                 aliases,
                 secret,
-                dashboard: dashboard.config(),
+                dashboard: dashboard.config()?,
             };
             load(&script, &args, options).map(|_| ())
-        }
+        })(),
         Command::Check { script, args } => {
             load(&script, &args, check_options()).and_then(|graphs| {
                 if graphs.is_empty() {
@@ -311,23 +345,22 @@ fn main() -> ExitCode {
             once,
             allow,
             dashboard,
-        } => {
+        } => (|| {
             leda_lua::capabilities::allow(allow.unwrap_or_default());
             let options = DaemonOptions {
                 listen,
                 threads,
                 secret,
-                dashboard: dashboard.config(),
+                dashboard: dashboard.config()?,
                 maxpar: None,
             };
             leda_lua::remote::serve(&options, !once, |addr| {
                 if let Err(e) = leda_core::cli::announce_listening(addr) {
                     tracing::warn!("stdout: {e}");
                 }
-            })
-            .map(|_| ())
-            .map_err(anyhow::Error::from)
-        }
+            })?;
+            Ok(())
+        })(),
         Command::Plot { stats, output } => leda_core::chart::plot_jsonl(&stats, &output)
             .map(|()| eprintln!("leda: wrote {}", output.display()))
             .map_err(anyhow::Error::from),

@@ -433,3 +433,36 @@ end
         }
     }
 }
+
+/// `leda run`'s own flags after the script are refused (they would silently become the
+/// script's arguments), unless passed on after `--`; `--threads 0` is refused; a
+/// dashboard address that cannot be bound fails the run before anything is announced.
+#[test]
+fn misplaced_flags_zero_threads_and_unbindable_dashboards_are_refused() {
+    let dir = common::tempdir();
+    let script = dir.join("args.lua");
+    std::fs::write(&script, "print(table.concat(arg, ' '))").unwrap();
+    let s = script.to_str().unwrap();
+    let out = leda(&["run", s, "x", "--dashboard", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("--dashboard comes after the script") && e.lines().count() == 1,
+        "{e}"
+    );
+    let out = leda(&["run", s, "x", "--", "--dashboard", "y"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "x --dashboard y");
+    let out = leda(&["run", "--threads", "0", s]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("at least 1"), "{}", text(&out.stderr));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = leda(&["run", "--dashboard", &addr, s]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(!e.contains("dashboard on http"), "announced before binding: {e}");
+    assert!(e.contains(&format!("dashboard on {addr}")), "{e}");
+    // Said once: the OS error is not repeated by its wrapper.
+    assert_eq!(e.matches("in use").count(), 1, "{e}");
+}

@@ -549,3 +549,60 @@ fn the_readme_lua_example_runs() {
         "{text}"
     );
 }
+
+/// Every command follows one convention (`leda_core::cli`): `--version`, and a failure
+/// is one line on stderr, `NAME: what: why`, status 1, without a backtrace even when
+/// `RUST_BACKTRACE=1` is set.
+#[test]
+fn every_command_has_a_version_and_fails_in_one_line() {
+    let bins = bin_dir();
+    let packages = workspace();
+    let mut missing = Vec::new();
+    for name in packages.values().flat_map(|p| p.bins.iter()) {
+        if name == "leda-net-test-node" {
+            continue; // the test suite's helper, not a command
+        }
+        let exe = bins.join(name);
+        if !exe.exists() {
+            missing.push(name.clone());
+            continue;
+        }
+        let out = Command::new(&exe).arg("--version").output().expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.starts_with(&format!("{name} ")),
+            "{name} --version: {text:?} {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let failing: &[(&str, &[&str])] = &[
+        ("leda", &["run", "/nonexistent/app.lua"]),
+        ("leda-httpd", &["--root", "/nonexistent/site", "--listen", "127.0.0.1:0"]),
+        ("leda-image", &["--input", "/nonexistent/in", "--output", "/nonexistent/out"]),
+        ("leda-sort", &["run", "--np", "1", "--length", "8", "--daemons", "127.0.0.1:1"]),
+        ("mutex-exp", &["--algorithm", "no-such-algorithm"]),
+        ("grep", &["x", "/nonexistent/file"]),
+    ];
+    for (name, args) in failing {
+        let exe = bins.join(name);
+        if !exe.exists() {
+            continue;
+        }
+        let out = Command::new(&exe)
+            .args(*args)
+            .env("RUST_BACKTRACE", "1")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .env("RUST_LOG", "off")
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} {args:?} succeeded");
+        assert_eq!(err.lines().count(), 1, "{name} {args:?}: {err}");
+        assert!(err.starts_with(&format!("{name}: ")), "{name}: {err}");
+        assert!(!err.contains("backtrace"), "{name}: {err}");
+    }
+    if !missing.is_empty() {
+        assert!(std::env::var_os("CI").is_none(), "not built: {missing:?}");
+        eprintln!("skipping part of the check: not built: {missing:?}");
+    }
+}

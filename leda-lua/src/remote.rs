@@ -167,7 +167,7 @@ pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String
         ));
         match r {
             Ok(_) => busy.push(addr.clone()),
-            Err(NetError::Io { .. }) => free.push(addr.clone()),
+            Err(NetError::Io { source, .. }) => free.push((addr.clone(), source.to_string())),
             // Something answers there (a daemon that wants a secret, say).
             Err(e) => {
                 tracing::debug!(addr, error = %e, "probe");
@@ -175,14 +175,20 @@ pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String
             }
         }
     }
-    free.dedup();
+    free.dedup_by(|a, b| a.0 == b.0);
     match free.as_slice() {
-        [me] => Ok(me.clone()),
+        [(me, _)] => Ok(me.clone()),
         [] => Err(RemoteError::WhoAmI {
             found: format!("a daemon answers at every address ({})", busy.join(", ")),
         }),
         many => Err(RemoteError::WhoAmI {
-            found: format!("no daemon answers at {}", many.join(", ")),
+            found: format!(
+                "no daemon answers at {} (is one not started? `leda start --listen ADDR` on each)",
+                many.iter()
+                    .map(|(a, why)| format!("{a} ({why})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }),
     }
 }

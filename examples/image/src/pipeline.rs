@@ -208,8 +208,8 @@ impl DaemonChild {
             // The daemons' "lost the launcher" warning at the end of every run is
             // noise (the launcher closes its links once the run is over).
             .env(
-                "LEDA_LOG",
-                std::env::var("LEDA_LOG").unwrap_or_else(|_| "warn,leda_net::link=error".into()),
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,leda_net::link=error".into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

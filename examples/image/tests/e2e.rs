@@ -38,7 +38,7 @@ fn inputs(dir: &Path) {
 fn run(args: &[&str]) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
-        .env("LEDA_LOG", "error")
+        .env("RUST_LOG", "error")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

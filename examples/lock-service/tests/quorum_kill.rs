@@ -36,7 +36,7 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 fn run(generator: &str, dir: &Path) {
     let counter = dir.join(format!("{generator}.counter"));
     let _ = std::fs::remove_file(&counter);
-    let daemons: Vec<(Proc, String)> = (0..3).map(|_| daemon(&[("LEDA_LOG", "error")])).collect();
+    let daemons: Vec<(Proc, String)> = (0..3).map(|_| daemon(&[("RUST_LOG", "error")])).collect();
     let addrs: Vec<&str> = daemons.iter().map(|d| d.1.as_str()).collect();
     let mut launcher = Proc(
         Command::new(BIN)
@@ -49,7 +49,7 @@ fn run(generator: &str, dir: &Path) {
             .args(["--detector-period-ms", "20", "--detector-timeout-ms", "400"])
             .args(["--acquire-timeout", "20"])
             .env_remove("LEDA_SECRET")
-            .env("LEDA_LOG", "error")
+            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

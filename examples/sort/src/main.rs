@@ -4,7 +4,7 @@
 //! # every remote process: a daemon of this same binary
 //! leda-sort daemon --listen 127.0.0.1:9001
 //! # the launcher: scatter and reducer here, sort1..sortP on the daemons
-//! leda-sort run --np 2 --length 48000 --procs 127.0.0.1:9001,127.0.0.1:9002
+//! leda-sort run --np 2 --length 48000 --daemons 127.0.0.1:9001,127.0.0.1:9002
 //! # or let the launcher start P local daemons itself
 //! leda-sort run --np 4 --length 192000 --spawn
 //! # communication only: one vector to one remote process
@@ -118,8 +118,15 @@ impl SecretArg {
 
 #[derive(Args)]
 struct Procs {
-    /// Daemon addresses, comma-separated (one per sort stage; one for `send`).
-    #[arg(long, value_delimiter = ',', conflicts_with = "spawn")]
+    /// Daemon addresses, comma-separated (one per sort stage; one for `send`); the
+    /// same flag as `lock-service run --daemons` (`--procs` is an alias).
+    #[arg(
+        long = "daemons",
+        alias = "procs",
+        value_name = "ADDRS",
+        value_delimiter = ',',
+        conflicts_with = "spawn"
+    )]
     procs: Vec<String>,
     /// Start the daemons here, as children on 127.0.0.1 (ephemeral ports).
     #[arg(long)]
@@ -142,7 +149,7 @@ impl Procs {
             let children = daemons::spawn_many(&exe, n, &[]).context("starting daemons")?;
             Ok((children.iter().map(|c| c.addr.clone()).collect(), children))
         } else if self.procs.is_empty() {
-            bail!("give the daemons with --procs ADDR,... or start them here with --spawn")
+            bail!("give the daemons with --daemons ADDR,... or start them here with --spawn")
         } else {
             Ok((self.procs.clone(), Vec::new()))
         }

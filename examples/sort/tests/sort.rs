@@ -24,7 +24,7 @@ fn read_numbers(path: &std::path::Path) -> Vec<f64> {
 }
 
 /// Daemons started as in the README (two terminals), then the launcher with
-/// `--procs`: the output is 1..=n in order, and every daemon ends with the run.
+/// `--daemons`: the output is 1..=n in order, and every daemon ends with the run.
 #[test]
 fn sort_over_two_daemon_processes() {
     let dir = scratch("two");
@@ -38,7 +38,7 @@ fn sort_over_two_daemon_processes() {
         .join(",");
     let o = Command::new(EXE)
         .args(["run", "--np", "2", "--length", "3000", "--threads", "2"])
-        .args(["--procs", &procs, "--out"])
+        .args(["--daemons", &procs, "--out"])
         .arg(&out)
         .output()
         .expect("launcher");
@@ -122,7 +122,7 @@ fn a_killed_sort_daemon_ends_the_run_or_its_part_moves() {
             .join(",");
         let launcher = Command::new(EXE)
             .args(["run", "--np", "3", "--length", "60000", "--threads", "2"])
-            .args(["--on-loss", policy, "--procs", &procs, "--out"])
+            .args(["--on-loss", policy, "--daemons", &procs, "--out"])
             .arg(&out)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

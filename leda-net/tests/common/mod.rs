@@ -40,8 +40,8 @@ impl Node {
         let mut child = cmd
             .args(args)
             .env(
-                "LEDA_LOG",
-                std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

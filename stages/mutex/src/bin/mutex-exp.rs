@@ -33,6 +33,7 @@ use leda_mutex::sim::DropRule;
 #[derive(Parser, Debug)]
 #[command(
     version,
+    name = "mutex-exp",
     about = "Measure the mutual-exclusion algorithms in deterministic simulation"
 )]
 struct Args {

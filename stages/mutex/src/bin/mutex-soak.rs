@@ -22,6 +22,7 @@ use leda_mutex::{Algorithm, Channels, Latency, Schedule, SimConfig, StageSim, Ve
 #[derive(Parser, Debug)]
 #[command(
     version,
+    name = "mutex-soak",
     about = "Run many seeds of every algorithm through the mutual-exclusion checker"
 )]
 struct Args {

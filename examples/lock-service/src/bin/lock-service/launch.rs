@@ -131,8 +131,8 @@ impl DaemonProc {
         let mut child = Command::new(exe)
             .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
             .env(
-                "LEDA_LOG",
-                std::env::var("LEDA_LOG").unwrap_or_else(|_| "error".into()),
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

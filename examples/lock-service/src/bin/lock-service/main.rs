@@ -78,6 +78,7 @@ use leda_net::Daemon;
 #[derive(Parser, Debug)]
 #[command(
     version,
+    name = "lock-service",
     about = "Leda-RS distributed lock service (one process per node)"
 )]
 struct Args {
