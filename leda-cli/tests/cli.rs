@@ -455,13 +455,20 @@ fn misplaced_flags_zero_threads_and_unbindable_dashboards_are_refused() {
     assert_eq!(text(&out.stdout).trim(), "x --dashboard y");
     let out = leda(&["run", "--threads", "0", s]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("at least 1"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("at least 1"),
+        "{}",
+        text(&out.stderr)
+    );
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = leda(&["run", "--dashboard", &addr, s]);
     assert!(!out.status.success());
     let e = text(&out.stderr);
-    assert!(!e.contains("dashboard on http"), "announced before binding: {e}");
+    assert!(
+        !e.contains("dashboard on http"),
+        "announced before binding: {e}"
+    );
     assert!(e.contains(&format!("dashboard on {addr}")), "{e}");
     // Said once: the OS error is not repeated by its wrapper.
     assert_eq!(e.matches("in use").count(), 1, "{e}");

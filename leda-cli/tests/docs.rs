@@ -577,9 +577,26 @@ fn every_command_has_a_version_and_fails_in_one_line() {
     }
     let failing: &[(&str, &[&str])] = &[
         ("leda", &["run", "/nonexistent/app.lua"]),
-        ("leda-httpd", &["--root", "/nonexistent/site", "--listen", "127.0.0.1:0"]),
-        ("leda-image", &["--input", "/nonexistent/in", "--output", "/nonexistent/out"]),
-        ("leda-sort", &["run", "--np", "1", "--length", "8", "--daemons", "127.0.0.1:1"]),
+        (
+            "leda-httpd",
+            &["--root", "/nonexistent/site", "--listen", "127.0.0.1:0"],
+        ),
+        (
+            "leda-image",
+            &["--input", "/nonexistent/in", "--output", "/nonexistent/out"],
+        ),
+        (
+            "leda-sort",
+            &[
+                "run",
+                "--np",
+                "1",
+                "--length",
+                "8",
+                "--daemons",
+                "127.0.0.1:1",
+            ],
+        ),
         ("mutex-exp", &["--algorithm", "no-such-algorithm"]),
         ("grep", &["x", "/nonexistent/file"]),
     ];

@@ -14,7 +14,7 @@
 //! * [`observe`]: peers' statistics and control actions for the launcher's dashboard;
 //! * [`daemon`], [`launcher`]: the two ends of a deployment.
 //!
-//! # Wire protocol (version 1)
+//! # Wire protocol (version 2)
 //!
 //! * Handshake, both sides at once: `"LEDA"`, `u16` LE version, `u16` LE flags (bit 0:
 //!   secret required), 32-byte nonce; then client `Hello {role, from, deployment,
@@ -39,6 +39,60 @@
 //! The same binary runs everywhere: stages that run in another process are rebuilt
 //! there from a [`Registry`] by their kind (`Stage::kind`), with their attributes and
 //! initial events taken from the deployment.
+//!
+//! # Example: a graph over two processes
+//!
+//! A daemon (here a thread of the same program; normally another process started with
+//! the same binary) rebuilds the `sum` stage from its kind; the launcher deploys the
+//! `sum` cluster to it and runs the source here. Both authenticate with the per-user
+//! cookie file ([`auth`]).
+//!
+//! ```
+//! use leda_core::prelude::*;
+//! use leda_net::{Daemon, DaemonConfig, Launcher, Registry};
+//!
+//! /// Adds what it receives; quits the whole run with the total at 10 events.
+//! fn sum() -> Stage {
+//!     Stage::stateful(
+//!         "sum",
+//!         |_: &Attrs| -> Result<(i64, i64), BoxError> { Ok((0, 0)) },
+//!         |(n, total): &mut (i64, i64), ev: Event, ctx: &mut Ctx| {
+//!             *n += 1;
+//!             *total += ev.get::<i64>(0)?;
+//!             if *n == 10 {
+//!                 ctx.quit(*total);
+//!             }
+//!             Ok(())
+//!         },
+//!     )
+//!     .serial()
+//!     .kind("example.sum")
+//! }
+//!
+//! let daemon = Daemon::bind(
+//!     DaemonConfig { listen: "127.0.0.1:0".into(), once: true, ..DaemonConfig::default() },
+//!     Registry::new().with("example.sum", |_| Ok(sum())),
+//! )?;
+//! let at = daemon.local_addr().to_string();
+//! let served = std::thread::spawn(move || daemon.serve(|_| {}));
+//!
+//! let source = Stage::new("source", |ev: Event, ctx: &mut Ctx| {
+//!     for i in 1..=ev.get::<i64>(0)? {
+//!         ctx.send_or_wait(1, i)?;
+//!     }
+//!     Ok(())
+//! });
+//! let sum = sum();
+//! let mut g = Graph::new("example");
+//! g.connect(&source, 1, &sum);
+//! g.part([Cluster::of([&source]), Cluster::of([&sum])])?
+//!     .map(["127.0.0.1:1", at.as_str()])?;
+//! source.push(10);
+//! let report = Launcher::new("127.0.0.1:1").run(&g, Run::default().threads(1))?;
+//! assert_eq!(report.run.quit.and_then(|q| q.arg(0).and_then(|v| v.as_int())), Some(55));
+//! served.join().expect("daemon thread")?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! The executor seam: what the process runtime needs from whoever runs its tasks.
 //!
-//! The real executor is the worker pool ([`super::pool`]). A deterministic simulated
+//! The real executor is the worker pool (`pool`). A deterministic simulated
 //! executor (virtual time, seeded, one thread) implements the same trait to run the same
 //! graph; the process runtime above it does not change.
 

@@ -1,14 +1,14 @@
 //! The process runtime: runs the clusters mapped to this process on one shared worker
 //! pool steered by a controller.
 //!
-//! * [`process`]: stages, queues, instance pools, routes and the send path;
+//! * `process`: stages, queues, instance pools, routes and the send path;
 //! * `queue`: a stage's event queue (batches taken under one short lock) and its
 //!   count of active instances;
 //! * `outbox`: a worker's per-destination batches of sent events;
-//! * [`task`]: one activation of an instance and the instance life cycle;
-//! * [`ctx`]: the instance API handlers use;
+//! * `task`: one activation of an instance and the instance life cycle;
+//! * `ctx`: the instance API handlers use;
 //! * [`executor`]: the seam between the runtime and what runs its tasks;
-//! * [`pool`]: the real executor (worker threads, which also drive the reactor).
+//! * `pool`: the real executor (worker threads, which also drive the reactor).
 
 mod ctx;
 pub mod executor;

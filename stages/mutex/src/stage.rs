@@ -31,7 +31,7 @@
 //! across processes over leda-net. A node stage can also be built from attributes
 //! ([`node_stage_from_attrs`], kind [`NODE_KIND`]) so a daemon's registry can resolve it.
 //!
-//! An [`Observer`] (the [`crate::monitor::Monitor`] in simulation) sees every request, grant,
+//! An [`Observer`] (the [`crate::stage_sim::Monitor`] in simulation) sees every request, grant,
 //! release, message and token change as the node stage handles it, in virtual time.
 
 use std::collections::BTreeMap;

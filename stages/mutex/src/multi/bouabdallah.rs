@@ -1,4 +1,4 @@
-//! Bouabdallah–Laforest with its control token (spec §2.3, the [R] reconstruction; [LJ]'s
+//! Bouabdallah–Laforest with its control token (spec §2.3, the \[R\] reconstruction; \[LJ\]'s
 //! single-instance description is the special case `k = 1`).
 //!
 //! One token per resource instance, plus a unique **control token** (CT) that circulates on a
@@ -15,16 +15,16 @@
 //! [`BlNode`] is one process, a pure state machine (`on_request`, `on_release`, `on_message`);
 //! [`BouabdallahLaforest`] is the group of `n` for the driver.
 //!
-//! Decisions [D]:
+//! Decisions \[D\]:
 //! - **CT release:** the CT leaves as soon as all `Ack1` replies of the holder's registration
-//!   are in (the early release of [VN] Alg. 11), not at CS exit. Technically the process stops
+//!   are in (the early release of \[VN\] Alg. 11), not at CS exit. Technically the process stops
 //!   "requesting" the CT (Naimi–Tréhel's flag) once registered: a queued `next` gets the CT then,
 //!   and a CT request arriving later at a registered root is answered at once.
 //! - **Initial state:** every token starts free inside the CT; the CT starts at process 0 (or
-//!   [`BlConfig::initial_ct`]) and every other process points to it (as [VN] implemented BL).
-//! - **Fast path:** off by default ([LJ]'s BL always takes the CT first). With
+//!   [`BlConfig::initial_ct`]) and every other process points to it (as \[VN\] implemented BL).
+//! - **Fast path:** off by default (\[LJ\]'s BL always takes the CT first). With
 //!   [`BlConfig::fast_path`], a request whose tokens are all cached here and unlocked is served
-//!   without the CT and without any message (the [VN] fast path).
+//!   without the CT and without any message (the \[VN\] fast path).
 //! - **Multi-instance choice:** for `c` instances of a type, tokens cached here first, then free
 //!   slots, then instances registered to other processes, lowest index first in each tier.
 //! - **Ack messages carry one token each** (so the driver's token-uniqueness check sees every

@@ -1,4 +1,4 @@
-//! The incremental baseline ([LJ] §5, spec §2.4): one Naimi–Tréhel instance per resource
+//! The incremental baseline (\[LJ\] §5, spec §2.4): one Naimi–Tréhel instance per resource
 //! instance, locked one at a time in a global order.
 //!
 //! [`IncrementalNode`] is one process, a pure state machine (what a Leda stage will wrap);
@@ -9,7 +9,7 @@
 //! and the process asks for them one at a time, asking for the next only once the previous is
 //! granted; it enters its CS when it holds all of them and releases each through its instance.
 //!
-//! Decisions [D]:
+//! Decisions \[D\]:
 //! - **Global order:** increasing flat instance index (type-major, then instance number), the
 //!   "increasing resource index" reading of the spec. Any two processes then lock the instances
 //!   they share in the same order, so no wait-for cycle can form: deadlock-free by ordering. It

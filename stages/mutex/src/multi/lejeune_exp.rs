@@ -6,19 +6,19 @@
 //! cargo run --release -p leda-mutex --bin mutex-exp -- --sweep-lejeune --out docs
 //! ```
 //!
-//! Setup and decisions [D]:
+//! Setup and decisions \[D\]:
 //! - N = 32 processes, M = 80 single-instance resources; request size `x` uniform in
-//!   `[1, SizeReq]`, resources uniform without replacement (the driver's [LJ] generator).
+//!   `[1, SizeReq]`, resources uniform without replacement (the driver's \[LJ\] generator).
 //! - **Time unit:** 1 tick = 0.1 ms. Message latency γ = 0.6 ms = 6 ticks, constant, reliable
-//!   FIFO links ([LJ]'s network).
+//!   FIFO links (\[LJ\]'s network).
 //! - **CS time α rising with request size:** `α(x) = 4.6 ms + 0.4 ms · x`, i.e. 5 ms for one
-//!   resource up to 36.6 ms for 80: a linear version of [LJ]'s "5, 15, 25 or 35 ms depending on
+//!   resource up to 36.6 ms for 80: a linear version of \[LJ\]'s "5, 15, 25 or 35 ms depending on
 //!   the number of resources requested" (the exact mapping is not given).
 //! - **Load:** `ρ = β / (α + γ)` with ρ = 0.1·N/M = 0.04 (high) and 30·N/M = 12 (medium). The
 //!   think time β is exponential with mean `ρ · (ᾱ + γ)`, ᾱ the mean CS time under the point's
 //!   size distribution (β does not depend on the request just finished).
 //! - **Run length:** a fixed number of requests per process (default 40, so 1280 CS per run)
-//!   instead of [LJ]'s 30 s; use rate = Σ held resource-time / (M · end of run), so the drain at
+//!   instead of \[LJ\]'s 30 s; use rate = Σ held resource-time / (M · end of run), so the drain at
 //!   the end (the last requests) weighs the same for every algorithm.
 //! - **Initial tokens:** each algorithm's own documented placement (incremental: `r mod N`;
 //!   BL: all free in the control token at process 0; Lejeune: `r mod N`). No warm-up removed.
@@ -89,7 +89,7 @@ impl LjAlgo {
     }
 }
 
-/// The two loads of [LJ].
+/// The two loads of \[LJ\].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LjLoad {
     /// ρ = 0.1 · N / M.
@@ -368,7 +368,7 @@ impl LjRow {
     }
 }
 
-/// The SizeReq values whose waiting time per request size goes to the CSV: [LJ]'s 4 and 80,
+/// The SizeReq values whose waiting time per request size goes to the CSV: \[LJ\]'s 4 and 80,
 /// and 20, 40, 60 (all swept values if none of these was swept).
 pub const BY_SIZE_REQS: [usize; 5] = [4, 20, 40, 60, 80];
 

@@ -6,7 +6,7 @@
 //!   [`MultiSystem`] interface a driver talks to.
 //! - [`checker`]: per-instance exclusion, grants matching requests, fences strictly increasing
 //!   per instance, liveness (deadlock/stall naming the waiting processes).
-//! - [`sim`]: a seeded deterministic driver with a latency model and the [LJ] workload
+//! - [`sim`]: a seeded deterministic driver with a latency model and the \[LJ\] workload
 //!   generator (sizes uniform in `[1, SizeReq]`, CS and think times).
 //! - [`omniscient`]: the centralised, message-free reference scheduler (FIFO with backfilling).
 //! - [`grid_aware`]: Vieira Neto's grid-aware hierarchical algorithm (control token, cluster

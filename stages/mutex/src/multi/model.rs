@@ -2,7 +2,7 @@
 //! type, grants listing the instances held with their fences, and the [`MultiSystem`] interface
 //! the simulation driver talks to.
 //!
-//! The single-instance problem of [LJ] (M resources, one instance each) is the special case
+//! The single-instance problem of \[LJ\] (M resources, one instance each) is the special case
 //! [`ResourceSpace::single`]; a request for a set of resources is [`MultiRequest::set`].
 
 use crate::error::MutexError;
@@ -20,12 +20,12 @@ pub struct ResourceSpace {
 }
 
 impl ResourceSpace {
-    /// `m` resources with one instance each ([LJ]).
+    /// `m` resources with one instance each (\[LJ\]).
     pub fn single(m: usize) -> Result<Self, MutexError> {
         Self::with_capacities(vec![1; m])
     }
 
-    /// Resource types with the given numbers of instances ([VN]).
+    /// Resource types with the given numbers of instances (\[VN\]).
     pub fn with_capacities(capacities: Vec<u32>) -> Result<Self, MutexError> {
         if capacities.is_empty() {
             return Err(MutexError::Config("at least one resource is needed".into()));
@@ -135,7 +135,7 @@ impl MultiRequest {
         &self.items
     }
 
-    /// Number of resource types named (the request "size" of [LJ]).
+    /// Number of resource types named (the request "size" of \[LJ\]).
     pub fn size(&self) -> usize {
         self.items.len()
     }
@@ -258,8 +258,8 @@ pub trait MultiSystem {
         None
     }
 
-    /// How many preemptions the algorithm has made so far (loans for [LJ], CT preemptions for
-    /// [VN]); the driver copies it into [`super::sim::MultiStats::preemptions`]. Default: 0.
+    /// How many preemptions the algorithm has made so far (loans for \[LJ\], CT preemptions for
+    /// \[VN\]); the driver copies it into [`super::sim::MultiStats::preemptions`]. Default: 0.
     fn preemptions(&self) -> u64 {
         0
     }

@@ -1,9 +1,9 @@
-//! The omniscient centralised scheduler: the reference curve of [LJ] §5 (spec §2.5).
+//! The omniscient centralised scheduler: the reference curve of \[LJ\] §5 (spec §2.5).
 //!
 //! It sees every request the instant it is issued and every release the instant it happens, and
 //! sends no message: its waiting times are pure contention, with zero synchronisation cost.
 //!
-//! **Policy [D]: FIFO with backfilling.** On every request and every release it scans the pending
+//! **Policy \[D\]: FIFO with backfilling.** On every request and every release it scans the pending
 //! requests in arrival order and grants each one whose resources are all available, taking the
 //! lowest-numbered free instances of each type. A request that cannot be served does not block
 //! later, smaller ones (backfilling); this maximises the use rate, at the price that a large

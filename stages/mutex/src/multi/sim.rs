@@ -5,7 +5,7 @@
 //! uniform in `[1, size_req]`, the resource types drawn uniformly without replacement from the
 //! `m` types, and for a type with `k` instances the count is uniform in `[1, k]`. CS time is a
 //! [`Latency`] draw plus `cs_per_resource` per type requested (CS times rising with request
-//! size, as in [LJ]). Message latency is a [`Latency`] draw per message, over FIFO or non-FIFO
+//! size, as in \[LJ\]). Message latency is a [`Latency`] draw per message, over FIFO or non-FIFO
 //! links ([`Channels`]); with [`Clusters`], messages between clusters draw from a separate
 //! (larger) latency and are counted as remote.
 //!
@@ -58,7 +58,7 @@ impl Default for MultiWorkload {
     }
 }
 
-/// Processes grouped in clusters ([VN]'s grid): messages between clusters take the `remote`
+/// Processes grouped in clusters (\[VN\]'s grid): messages between clusters take the `remote`
 /// latency, messages inside a cluster the run's ordinary [`MultiSimConfig::latency`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clusters {
@@ -104,7 +104,7 @@ pub struct MultiSimConfig {
     pub max_time: u64,
     /// Event-count bound.
     pub max_events: u64,
-    /// Each process repeats its first drawn request in every CS ([VN]'s logical-clock runs:
+    /// Each process repeats its first drawn request in every CS (\[VN\]'s logical-clock runs:
     /// the same resources each time, differing between processes). Default: a fresh draw per
     /// request.
     pub repeat_requests: bool,

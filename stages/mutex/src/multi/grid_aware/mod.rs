@@ -1,15 +1,15 @@
-//! Vieira Neto's grid-aware hierarchical multi-resource algorithm ([VN], spec §5): one token per
+//! Vieira Neto's grid-aware hierarchical multi-resource algorithm (\[VN\], spec §5): one token per
 //! resource instance plus a unique **control token** (CT) that orders acquisitions, with cluster
 //! **leaders**, **local priority** for CT requests (**preemption**, bounded by `MAX_PREEMPT`),
 //! token requests answered in two steps (**ACK1** now, **ACK2** at CS exit) and **token
-//! selection by locality** (and list C). One code serves both forms: single-instance ([VN] v1,
+//! selection by locality** (and list C). One code serves both forms: single-instance (\[VN\] v1,
 //! every type with `k = 1`) and multi-instance (v2).
 //!
 //! [`GridNode`] is one process, a pure state machine (`on_request` / `on_release` /
 //! `on_message`, what a Leda stage wraps); [`GridAware`] is the group of `n` for the driver
 //! ([`MultiSystem`]). [`GridMode::Plain`] turns every grid feature off — one global tree (Alg. 3,
 //! everyone initially pointing at the elected process), no `remote_owner`, no preemption, no
-//! locality or list-C selection — which is the Bouabdallah–Laforest baseline as [VN] implemented
+//! locality or list-C selection — which is the Bouabdallah–Laforest baseline as \[VN\] implemented
 //! it (§5.11); it exists for ablation and as a fallback baseline.
 //!
 //! # Walk-through
@@ -33,7 +33,7 @@
 //! - **Release** (Alg. 12): pass the CT if a successor waits, send the owed ACK2s, unlock what
 //!   stays here (cached for the fast path and for later ACK1s).
 //!
-//! # Decisions (spec §5.10 and the [D] points of §5.2–5.6, §7.1)
+//! # Decisions (spec §5.10 and the \[D\] points of §5.2–5.6, §7.1)
 //! 1. **`num_preempt`** (§5.10.1): neither the literal accumulation (counts added several
 //!    times) nor a counter inside the CT (the deciding root does not hold the CT). The count
 //!    belongs to the **remote successor**: it travels with it in `Preempt { count, remote }` and
@@ -102,10 +102,10 @@ use super::model::{MultiOutbox, MultiOutput, MultiRequest, MultiSystem, Resource
 /// Which algorithm the processes run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GridMode {
-    /// [VN]'s grid-aware algorithm (leaders, local priority, preemption, locality).
+    /// \[VN\]'s grid-aware algorithm (leaders, local priority, preemption, locality).
     #[default]
     GridAware,
-    /// Every grid feature off: Bouabdallah–Laforest as [VN] implemented it (§5.11).
+    /// Every grid feature off: Bouabdallah–Laforest as \[VN\] implemented it (§5.11).
     Plain,
 }
 
@@ -125,7 +125,7 @@ pub struct GridConfig {
 impl GridConfig {
     /// `n` processes in `c` clusters of contiguous ids (`p * c / n`, as
     /// [`super::sim::Clusters::even`]), `MAX_PREEMPT` = half the processes per cluster (at least
-    /// 1) as in [VN]'s experiments, threshold 2.
+    /// 1) as in \[VN\]'s experiments, threshold 2.
     pub fn even(n: usize, c: usize) -> Result<Self, MutexError> {
         if c == 0 || c > n {
             return Err(MutexError::Config(format!(

@@ -1,4 +1,4 @@
-//! One process of the grid-aware algorithm: a pure state machine (no I/O, no clock), [VN]
+//! One process of the grid-aware algorithm: a pure state machine (no I/O, no clock), \[VN\]
 //! Algs. 1–12 with the decisions listed in the [module docs](super).
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! The logical clock of the grid evaluation (spec §6; see the parent module's
 //! "Logical clock"): [`LogicalClock`] wraps any [`MultiSystem`] and stamps its messages
-//! ([`Stamped`]) to measure the latency-weighted causal waiting time, and [VN]'s literal
+//! ([`Stamped`]) to measure the latency-weighted causal waiting time, and \[VN\]'s literal
 //! Alg. 15 beside it ([`vn_channel`]). Measurement only: it must never change what the
 //! wrapped algorithm does.
 
@@ -19,11 +19,11 @@ pub struct Stamped<M> {
     pub msg: M,
     /// The sender's known chains.
     pub stamp: Vec<(NodeId, u32, u64)>,
-    /// [VN]'s vector (Alg. 15), on control-token and ACK messages only.
+    /// \[VN\]'s vector (Alg. 15), on control-token and ACK messages only.
     pub vn: Option<Vec<u64>>,
 }
 
-/// Which of [VN]'s two logical-clock vectors a message rides on (Alg. 15).
+/// Which of \[VN\]'s two logical-clock vectors a message rides on (Alg. 15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VnChannel {
     /// The control token (`control_token`, `ct`).
@@ -32,8 +32,8 @@ pub enum VnChannel {
     Ack,
 }
 
-/// The [`VnChannel`] of a message kind, if any (names used by [`GridAware`] and
-/// [`BouabdallahLaforest`]).
+/// The [`VnChannel`] of a message kind, if any (names used by [`GridAware`](crate::multi::GridAware) and
+/// [`BouabdallahLaforest`](crate::multi::BouabdallahLaforest)).
 pub fn vn_channel(kind: &str) -> Option<VnChannel> {
     match kind {
         "control_token" | "ct" => Some(VnChannel::ControlToken),
@@ -94,10 +94,10 @@ pub struct LogicalClock<S> {
     clock: Vec<Vec<Option<(u32, u64)>>>,
     epoch: Vec<u32>,
     waits: LogicalWaits,
-    /// [VN]'s vectors per process: control token, ACKs.
+    /// \[VN\]'s vectors per process: control token, ACKs.
     vn_ct: Vec<Vec<u64>>,
     vn_ack: Vec<Vec<u64>>,
-    /// [VN]'s accumulators per process (reset at each request).
+    /// \[VN\]'s accumulators per process (reset at each request).
     vn_ct_wait: Vec<u64>,
     vn_token_wait: Vec<u64>,
     vn_waits: LogicalWaits,
@@ -134,7 +134,7 @@ impl<S: MultiSystem> LogicalClock<S> {
         self.waits
     }
 
-    /// The waiting times by [VN]'s literal Alg. 15 (module docs) measured so far.
+    /// The waiting times by \[VN\]'s literal Alg. 15 (module docs) measured so far.
     pub fn vn_waits(&self) -> LogicalWaits {
         self.vn_waits
     }

@@ -8,33 +8,33 @@
 //! message and never changes what the algorithm does. Process `q`'s **logical waiting time** for
 //! a request is the weight of the **longest causal chain of messages from its request to its
 //! grant**, each message weighing its link's nominal latency (`x_local` inside a cluster,
-//! `x_remote` between clusters); CS and think times count 0, as in [VN]'s logical-clock runs.
+//! `x_remote` between clusters); CS and think times count 0, as in \[VN\]'s logical-clock runs.
 //! Each process keeps, per origin `q`, `(epoch, distance)`: the request number of `q` it knows
 //! of and the longest weighted chain from that request to here; a request starts a new epoch at
 //! distance 0 (the reset "at each new request" of §6), a receipt over a link of weight `x`
 //! takes `max(own, stamp + x)` per origin (newer epochs win), a grant reads the process's own
-//! entry. Decisions [D]: `x_local` = 1 (the local latency of the setup, not 0) and
-//! `x_remote` = L; every message kind counts (request forwarding is part of the wait; [VN]
+//! entry. Decisions \[D\]: `x_local` = 1 (the local latency of the setup, not 0) and
+//! `x_remote` = L; every message kind counts (request forwarding is part of the wait; \[VN\]
 //! follows only CT and ACK messages, arguing CT requests follow the same path), and a single
-//! chain replaces [VN]'s two vectors (CT wait + token wait) so both algorithms are measured the
+//! chain replaces \[VN\]'s two vectors (CT wait + token wait) so both algorithms are measured the
 //! same way.
 //!
-//! The wrapper also computes [VN]'s **literal** Alg. 15 ([`LogicalClock::vn_waits`], CSV column
+//! The wrapper also computes \[VN\]'s **literal** Alg. 15 ([`LogicalClock::vn_waits`], CSV column
 //! `vn_logical_wait_mean`): two n-entry vectors per process, one riding on control-token
 //! messages and one on ACK messages ([`vn_channel`] classifies by message kind); sending adds the
 //! link weight to every entry of the sender's vector (R.2); receiving a CT sets the CT wait to
 //! the received entry of the receiver, an ACK raises the token wait to it, both merge by maximum
-//! and zero the receiver's own entry (R.1). Wait = CT wait + token wait; [D] both accumulators
+//! and zero the receiver's own entry (R.1). Wait = CT wait + token wait; \[D\] both accumulators
 //! reset at each request (a request served without the CT has CT wait 0). It measures the CT's
 //! travel since the receiver last held it, which is not bounded by the request's own wait.
 //!
-//! # Setup (decisions [D] for what §7.1 leaves open)
+//! # Setup (decisions \[D\] for what §7.1 leaves open)
 //! - Latency: local 1 ms, inter-cluster L ∈ {1, 250, 500, 750} ms (constant), FIFO links.
 //! - α = β = 500 ms (CS and think time, constant); 10 CS per process; 10 seeds per point.
 //! - Requests: a random subset of 1 to `min(3, types)` types, uniformly; for a type with `k`
 //!   instances the count is uniform in `[1, k]` (the driver's generator). In E1–E4 each process
 //!   repeats its first request in all its CSs (the same resources every time, differing between
-//!   processes, as in [VN]'s logical-clock runs; the physical runs E2/E4 share the parameters);
+//!   processes, as in \[VN\]'s logical-clock runs; the physical runs E2/E4 share the parameters);
 //!   in E5–E7 every request is drawn afresh ("random subset per request").
 //! - E1/E3 (`latency-v1`, `latency-v2`): 48 processes in 3 clusters of 16, 10 types; v1 one
 //!   instance each; v2 "up to 10 copies": type `r` has `1 + (3r mod 10)` instances (each of
@@ -45,9 +45,9 @@
 //! - Algorithms: `grid-aware` ([`GridAware`]); `bouabdallah-laforest`
 //!   ([`BouabdallahLaforest`], default configuration: no fast path, every process initially
 //!   pointing at process 0); `bouabdallah-laforest-fp` (the same with its optional local-token
-//!   fast path, which [VN] describes for its own algorithm); and `grid-plain`
+//!   fast path, which \[VN\] describes for its own algorithm); and `grid-plain`
 //!   ([`GridMode::Plain`](super::grid_aware::GridMode::Plain): the grid-aware code with every grid feature off but the fast path
-//!   kept, §5.11's reading of [VN]'s baseline — an ablation that separates the grid features
+//!   kept, §5.11's reading of \[VN\]'s baseline — an ablation that separates the grid features
 //!   from the fast path, and a cross-check of the independent BL implementation).
 //! - Simulated-wall waiting time: per CS entry, request to grant, in simulated ms (mean and
 //!   standard deviation over all CS entries of a run).
@@ -77,7 +77,7 @@ pub use clock::{LogicalClock, LogicalWaits, Stamped, VnChannel, vn_channel};
 /// The algorithms of the grid sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GridAlgo {
-    /// [VN]'s grid-aware algorithm.
+    /// \[VN\]'s grid-aware algorithm.
     GridAware,
     /// Bouabdallah–Laforest ([`super::bouabdallah`]).
     BouabdallahLaforest,
@@ -188,7 +188,7 @@ pub struct GridNet {
 }
 
 impl Default for GridNet {
-    /// [VN]'s: local 1 ms, L ∈ {1, 250, 500, 750} ms, 500 ms for E5–E7.
+    /// \[VN\]'s: local 1 ms, L ∈ {1, 250, 500, 750} ms, 500 ms for E5–E7.
     fn default() -> Self {
         Self {
             local: 1,
@@ -198,7 +198,7 @@ impl Default for GridNet {
     }
 }
 
-/// The points of the sweep with [VN]'s network ([`GridNet::default`]).
+/// The points of the sweep with \[VN\]'s network ([`GridNet::default`]).
 pub fn grid_points() -> Vec<GridPoint> {
     grid_points_with(&GridNet::default())
 }
@@ -241,7 +241,7 @@ pub struct GridRow {
     pub stats: MultiStats,
     /// Logical waiting times.
     pub logical: LogicalWaits,
-    /// Waiting times by [VN]'s literal Alg. 15.
+    /// Waiting times by \[VN\]'s literal Alg. 15.
     pub vn_logical: LogicalWaits,
 }
 

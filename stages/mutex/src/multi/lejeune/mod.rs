@@ -1,6 +1,6 @@
 //! Lejeune, Arantes, Sopena & Sens: counters, a total order on requests, and loans (spec §4,
-//! handlers H1–H8 reconstructed from the prose of [LJ]; single-instance resources only, as in
-//! [LJ]).
+//! handlers H1–H8 reconstructed from the prose of \[LJ\]; single-instance resources only, as in
+//! \[LJ\]).
 //!
 //! Every resource has one token, managed by a simplified Mueller algorithm: a dynamic tree per
 //! resource whose root is the token holder (`father[r]`), and a token that carries the
@@ -17,7 +17,7 @@
 //!
 //! [`LjNode`] is one process, a pure state machine; [`Lejeune`] is the group for the driver.
 //!
-//! Decisions ([D], spec §4.10), each exercised by the tests in `tests/multi_algos.rs`:
+//! Decisions (\[D\], spec §4.10), each exercised by the tests in `tests/multi_algos.rs`:
 //! 1. **Father updates:** the site sending a token sets `father[r]` to the receiver; the
 //!    receiver becomes the root; forwarders do not re-point. `Counter` from `s_j` sets
 //!    `father[r] := s_j` (§4.8 (i)). A lender keeps itself as `father[r]` while the token is
@@ -51,7 +51,7 @@
 //!    `father[r]` points there; counters start at 1 (so a counter value is never 0, the "not
 //!    requested" entry of `v`).
 //! 9. A request whose tokens are all here enters at once (counters read locally).
-//! 10. **Loans:** threshold configurable ([`LjConfig::loan_threshold`], 1 in [LJ]); at most one
+//! 10. **Loans:** threshold configurable ([`LjConfig::loan_threshold`], 1 in \[LJ\]); at most one
 //!     loan request per request. Only a holder that is itself in waitCS lends (an idle or
 //!     waitS holder, or one that does not need the token, simply cedes it: it never needs it
 //!     back). Lending needs (a)–(e) of H6. A loan that arrives when the borrower cannot enter
@@ -65,7 +65,7 @@
 //!     reads the counter, uses it as the mark and queues the request, no `Counter` is sent).
 //!     Such a requester never knows its own mark; it needs none: it holds its only token
 //!     exactly when it enters, and it never asks for a loan.
-//! 12. **Preemptions** ([`MultiSystem::preemptions`]): loans granted plus tokens ceded by a
+//! 12. **Preemptions** ([`MultiSystem::preemptions`](crate::multi::MultiSystem::preemptions)): loans granted plus tokens ceded by a
 //!     waitCS site that needed them to a request with priority (the dynamic rescheduling).
 //!     [`Lejeune::loans`] and [`Lejeune::cessions`] give the two parts.
 //! 13. FIFO links are not needed (the tests run FIFO and non-FIFO).
@@ -96,7 +96,7 @@ use token::{before, queue_single};
 pub struct LjConfig {
     /// The loan mechanism ("avec prêt").
     pub loan: bool,
-    /// Ask for a loan when at most this many resources are missing (1 in [LJ]).
+    /// Ask for a loan when at most this many resources are missing (1 in \[LJ\]).
     pub loan_threshold: usize,
     /// §4.8 (ii): do not forward a `ReqRes` that this site will serve anyway.
     pub forwarding_limits: bool,
@@ -116,7 +116,7 @@ impl Default for LjConfig {
 }
 
 impl LjConfig {
-    /// With the loan mechanism, threshold 1 ([LJ]'s "avec prêt").
+    /// With the loan mechanism, threshold 1 (\[LJ\]'s "avec prêt").
     pub fn with_loan() -> Self {
         Self {
             loan: true,

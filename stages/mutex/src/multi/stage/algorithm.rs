@@ -17,7 +17,7 @@ use super::super::model::{MultiOutbox, MultiRequest, MultiSystem, ResourceSpace}
 use super::{DynMultiNode, erase};
 
 /// One process of a multi-resource algorithm: a pure state machine (no I/O, no clock), the
-/// thing a [multi node stage](multi_node_stage) wraps.
+/// thing a [multi node stage](super::multi_node_stage) wraps.
 pub trait MultiNode: Send + 'static {
     /// Protocol messages.
     type Msg: Message;
@@ -25,7 +25,7 @@ pub trait MultiNode: Send + 'static {
     /// This process's id.
     fn id(&self) -> NodeId;
 
-    /// The local application asks for `req`; a [`MultiOutput::Grant`] follows now or later.
+    /// The local application asks for `req`; a [`MultiOutput::Grant`](crate::multi::MultiOutput::Grant) follows now or later.
     fn on_request(
         &mut self,
         req: &MultiRequest,
@@ -227,17 +227,17 @@ impl MultiNode for GridNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MultiAlgorithm {
     /// One Naimi–Tréhel per resource instance, locked in a global order
-    /// ([`super::incremental`]).
+    /// ([`crate::multi::incremental`]).
     Incremental,
-    /// Bouabdallah–Laforest with its control token ([`super::bouabdallah`], default
+    /// Bouabdallah–Laforest with its control token ([`crate::multi::bouabdallah`], default
     /// configuration: CT initially at process 0, no fast path).
     BouabdallahLaforest,
-    /// Lejeune–Arantes–Sopena–Sens without loans ([`super::lejeune`]; single-instance
+    /// Lejeune–Arantes–Sopena–Sens without loans ([`crate::multi::lejeune`]; single-instance
     /// resources only).
     Lejeune,
     /// Lejeune et al. with the loan mechanism, threshold 1.
     LejeuneLoan,
-    /// Vieira Neto's grid-aware algorithm ([`super::grid_aware`]), with the processes split
+    /// Vieira Neto's grid-aware algorithm ([`crate::multi::grid_aware`]), with the processes split
     /// evenly into the configured number of clusters ([`GridConfig::even`]).
     GridAware,
 }

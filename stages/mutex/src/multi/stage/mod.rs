@@ -4,7 +4,7 @@
 //! per-process state machine ([`MultiNode`], erased to [`DynMultiNode`] so the algorithm is
 //! chosen by name, [`MultiAlgorithm`]). Resources are named: the stage is configured with a
 //! list of `(name, instances)` ([`NamedSpace`]); type `r` of the algorithm's
-//! [`ResourceSpace`] is the `r`-th name.
+//! [`ResourceSpace`](crate::multi::ResourceSpace) is the `r`-th name.
 //!
 //! | input event                    | meaning                                               |
 //! |--------------------------------|-------------------------------------------------------|
