@@ -69,8 +69,14 @@ elseif layout ~= 1 then
 end
 
 source:push(input)
+local done, total, failed, errors
 if layout == 1 then
-  graph:run()
+  done, total, failed, errors = graph:run()
 else
-  graph:run{host = "127.0.0.1", port = 1}
+  done, total, failed, errors = graph:run{host = "127.0.0.1", port = 1}
+end
+-- Like `leda-image`: a run with an error (an image lost, an unreadable input
+-- directory) fails.
+if (errors or 0) > 0 then
+  error(("%d error(s), %d of %d image(s) failed (listed above)"):format(errors, failed, total), 0)
 end

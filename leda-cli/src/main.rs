@@ -51,6 +51,10 @@ enum Command {
         /// Keep running when the graph is idle (until leda.quit).
         #[arg(long)]
         forever: bool,
+        /// Exit 0 even when handlers failed (a service that must go on); by default a
+        /// run in which any event failed ends with a summary and status 1.
+        #[arg(long)]
+        allow_failures: bool,
         /// This process's address in the graph's mapping (default: graph:run{host=,
         /// port=}, else the one mapped address where no daemon answers).
         #[arg(long, value_name = "HOST:PORT")]
@@ -132,6 +136,7 @@ enum Command {
 const RUN_FLAGS: &[&str] = &[
     "--threads",
     "--forever",
+    "--allow-failures",
     "--process",
     "--map",
     "--secret-file",
@@ -281,6 +286,7 @@ fn main() -> ExitCode {
         Command::Run {
             threads,
             forever,
+            allow_failures,
             process,
             aliases,
             secret,
@@ -300,7 +306,18 @@ fn main() -> ExitCode {
                 secret,
                 dashboard: dashboard.config()?,
             };
-            load(&script, &args, options).map(|_| ())
+            let s = Script::new(options)?;
+            s.run_file(&script, &args)?;
+            let failed = s.failures();
+            if !failed.is_empty() && !allow_failures {
+                let total: u64 = failed.iter().map(|f| f.count).sum();
+                let each: Vec<String> = failed.iter().map(ToString::to_string).collect();
+                anyhow::bail!(
+                    "{total} event(s) failed: {} (each logged above; --allow-failures exits 0)",
+                    each.join(", ")
+                );
+            }
+            Ok(())
         })(),
         Command::Check { script, args } => {
             load(&script, &args, check_options()).and_then(|graphs| {

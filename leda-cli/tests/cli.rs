@@ -473,3 +473,55 @@ fn misplaced_flags_zero_threads_and_unbindable_dashboards_are_refused() {
     // Said once: the OS error is not repeated by its wrapper.
     assert_eq!(e.matches("in use").count(), 1, "{e}");
 }
+
+/// A run in which handlers failed exits 1 with a one-line summary naming each stage
+/// and process, here and on a daemon; `--allow-failures` keeps status 0.
+#[test]
+fn failed_handlers_here_and_on_a_daemon_make_the_run_fail() {
+    let dir = common::tempdir();
+    let script = dir.join("fail.lua");
+    std::fs::write(
+        &script,
+        r#"require 'leda'
+local src = leda.stage "src" { handler = function(n)
+    for i = 1, n do leda.send(1, i) end
+    error("src fails once")
+end }
+local odd = leda.stage "odd" { handler = function(i)
+    if i % 2 == 1 then error("odd " .. i) end
+end }
+local g = leda.graph{ src:connect(odd) }
+if arg[1] then
+    g:part(leda.cluster(src), leda.cluster(odd))
+    g:map("127.0.0.1:9998", arg[1])
+end
+src:push(6)
+g:run()
+"#,
+    )
+    .unwrap();
+    let s = script.to_str().unwrap();
+    let out = leda(&["run", s]);
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    let last = e.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("leda: 4 event(s) failed")
+            && last.contains("1 in 'src' (this process)")
+            && last.contains("3 in 'odd' (this process)"),
+        "{e}"
+    );
+    assert!(leda(&["run", "--allow-failures", s]).status.success());
+    // The failing stage on a daemon: its failures reach the launcher's summary.
+    let (mut child, addr, _rest) = daemon(&["start", "--listen", "127.0.0.1:0"]);
+    let out = leda(&["run", "--process", "127.0.0.1:9998", s, &addr]);
+    let _ = child.0.kill();
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.lines()
+            .last()
+            .is_some_and(|l| l.contains(&format!("3 in 'odd' ({addr})"))),
+        "{e}"
+    );
+}

@@ -32,7 +32,8 @@ pub fn init_logging(default: &str) {
 }
 
 /// `err` and its causes on one line, `a: b: c`, skipping a cause whose text the line
-/// already holds (an `io::Error` wrapped by an error that prints it, for instance).
+/// already holds (an `io::Error` wrapped by an error that prints it, for instance);
+/// of a message of several lines only the first.
 ///
 /// ```
 /// let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
@@ -43,10 +44,13 @@ pub fn init_logging(default: &str) {
 /// );
 /// ```
 pub fn one_line(err: &(dyn Error + 'static)) -> String {
-    let mut line = err.to_string();
+    // The first line of each message: the rest is a trace (a Lua error's "stack
+    // traceback:"), shown with `RUST_LIB_BACKTRACE=1`.
+    let first = |e: &dyn Error| e.to_string().lines().next().unwrap_or_default().to_owned();
+    let mut line = first(err);
     let mut cause = err.source();
     while let Some(c) = cause {
-        let text = c.to_string();
+        let text = first(c);
         if !text.is_empty() && !line.contains(&text) {
             line.push_str(": ");
             line.push_str(&text);

@@ -75,4 +75,4 @@ pub mod value;
 pub use error::{LuaStageError, ScriptError};
 /// The Lua binding this crate is built on, for crates that need a Lua state of their own.
 pub use mlua;
-pub use script::{Mode, Script, ScriptOptions};
+pub use script::{Mode, Script, ScriptOptions, StageFailures};

@@ -204,9 +204,14 @@ pub struct LaunchOptions {
     pub until_idle: bool,
 }
 
-/// Deploys `graph` to its daemons and runs this process's cluster; returns the local
-/// run's report (with the `quit` values of whichever process quit).
-pub fn launch(graph: &Graph, run: Run, opts: &LaunchOptions) -> Result<RunReport, RemoteError> {
+/// Deploys `graph` to its daemons and runs this process's cluster; returns the
+/// launch's report (the local run's, with the `quit` values of whichever process quit,
+/// and the other processes' final statistics).
+pub fn launch(
+    graph: &Graph,
+    run: Run,
+    opts: &LaunchOptions,
+) -> Result<leda_net::LaunchReport, RemoteError> {
     let mapped: Vec<String> = graph
         .mapping()
         .map(|m| m.iter().flat_map(|p| p.0.iter().cloned()).collect())
@@ -232,7 +237,7 @@ pub fn launch(graph: &Graph, run: Run, opts: &LaunchOptions) -> Result<RunReport
         failed = report.transport.failed,
         "run ended"
     );
-    Ok(report.run)
+    Ok(report)
 }
 
 /// How a daemon listens and runs (`leda start`, `leda.start{...}`).

@@ -84,6 +84,10 @@ pub struct LaunchReport {
     /// [`OnProcessLoss::End`] a loss makes the run fail with
     /// [`NetError::ProcessLost`]).
     pub lost: Vec<ProcessLost>,
+    /// The other processes' statistics as their runs ended (asked for when the local
+    /// run ended, before the links close; a process that did not answer within half a
+    /// second is missing): where remote handlers failed.
+    pub peers: Vec<leda_core::dashboard::PeerStats>,
 }
 
 /// A launched run.
@@ -128,6 +132,8 @@ impl Launched {
             idle,
         } = self;
         let run = running.wait();
+        // The others' final counts (their handler failures), while the links are up.
+        let peers = transport.observe_peers();
         let quit = run
             .as_ref()
             .ok()
@@ -150,6 +156,7 @@ impl Launched {
             idle: idle.load(Ordering::SeqCst),
             routes: transport.route_counts(),
             lost: transport.lost(),
+            peers,
         })
     }
 }

@@ -1,6 +1,6 @@
 //! The `report` sink: counts what happened to every image, shows the progress bar
 //! (done/total, images/s, ETA), prints one line per failed image, and ends the run
-//! (`quit`) once every image is accounted for.
+//! (`quit`, with `(done, total, failed, errors)`) once every image is accounted for.
 //!
 //! Input events (the first argument says which):
 //!
@@ -175,7 +175,10 @@ impl Tally {
             if self.sink.is_none() {
                 println!("{}", self.summary);
             }
-            ctx.quit(Event::new());
+            // `(done, total, failed, errors)`: what a script's `graph:run` returns.
+            let s = &self.summary;
+            let errors = s.errors.len() as u64;
+            ctx.quit((s.done, s.total.unwrap_or(0), s.failed, errors));
         }
         Ok(())
     }

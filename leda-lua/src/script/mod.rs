@@ -102,9 +102,28 @@ fn options_of(lua: &Lua) -> ScriptOptions {
         .unwrap_or_default()
 }
 
+/// Events whose handler failed in the runs of a script, for one stage of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageFailures {
+    /// The process (`"this process"` for the script's own).
+    pub process: String,
+    /// The stage.
+    pub stage: String,
+    /// How many of its events failed.
+    pub count: u64,
+}
+
+impl std::fmt::Display for StageFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} in '{}' ({})", self.count, self.stage, self.process)
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     graphs: Vec<Graph>,
+    /// Handler failures of the runs so far.
+    failures: Vec<StageFailures>,
     names: HashSet<String>,
     package_path: String,
     /// Texts of chunks loaded from strings, by chunk name.
@@ -338,5 +357,11 @@ impl Script {
     /// The graphs the script ran (or checked), or returned when it ran none.
     pub fn graphs(&self) -> Vec<Graph> {
         lock(&self.shared).graphs.clone()
+    }
+
+    /// The stages whose handlers failed in the script's runs, on any process of
+    /// them (remote counts as each process reported them when the run ended).
+    pub fn failures(&self) -> Vec<StageFailures> {
+        lock(&self.shared).failures.clone()
     }
 }

@@ -90,7 +90,12 @@ pub(super) fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::R
             secret: options.secret.clone(),
             until_idle,
         };
-        crate::remote::launch(&graph, run, &launch).map_err(|e| rt(e.to_string()))?
+        let launched =
+            crate::remote::launch(&graph, run, &launch).map_err(|e| rt(e.to_string()))?;
+        for peer in &launched.peers {
+            record_failures(&shared, &peer.name, &peer.snapshot);
+        }
+        launched.run
     } else {
         if until_idle {
             run = run.until_idle();
@@ -100,6 +105,7 @@ pub(super) fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::R
         }
         graph.run(run).map_err(|e| rt(e.to_string()))?
     };
+    record_failures(&shared, "this process", &report.stats);
     let mut out = Vec::new();
     if let Some(ev) = report.quit {
         for v in ev.args() {
@@ -107,6 +113,16 @@ pub(super) fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::R
         }
     }
     Ok(MultiValue::from_vec(out))
+}
+
+/// Notes the stages of `process` whose handlers failed in a run.
+fn record_failures(shared: &Mutex<Shared>, process: &str, stats: &leda_core::stats::Snapshot) {
+    let failed = stats.stages.iter().filter(|s| s.errors > 0);
+    lock(shared).failures.extend(failed.map(|s| StageFailures {
+        process: process.to_owned(),
+        stage: s.name.clone(),
+        count: s.errors,
+    }));
 }
 
 /// `graph:run{on_process_loss = 'end' | 'continue', notify = 'stage'}`: what the run
