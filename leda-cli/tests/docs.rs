@@ -307,7 +307,7 @@ impl Checker {
                         self.problem(format!("{doc}: no {a} {v} in `{cmd}`"));
                     }
                 }
-                "--manifest-path" => {
+                "--manifest-path" | "--path" => {
                     let v = value();
                     self.path(doc, cmd, &v);
                 }
