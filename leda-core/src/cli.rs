@@ -11,6 +11,8 @@
 //!   bound ([`announce_listening`]).
 //! - **Counts** such as `--threads` are at least 1 ([`at_least_one`], a clap value
 //!   parser); unset, `--threads` is one per CPU.
+//! - **Long runs** show they are alive ([`Progress`]): a spinner with the elapsed time on
+//!   a terminal, a line every few seconds on stderr otherwise.
 //!
 //! This module only formats and installs; what a command does is its own.
 
@@ -18,6 +20,9 @@ use std::error::Error;
 use std::fmt::Display;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Installs the log subscriber: stderr, `RUST_LOG` or else `default` (e.g. `"warn"`),
 /// colour only on a terminal. A second call does nothing.
@@ -105,6 +110,82 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Seconds between two progress lines when stderr is not a terminal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Shows that a long step is under way until dropped (or [`Progress::finish`]ed): on
+/// a terminal an indicatif spinner, `PROG: what (12 s)`; otherwise the same text as a
+/// line on stderr every 5 s (nothing for a step shorter than that).
+pub struct Progress {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    /// Starts showing `what` (e.g. `"sorting 192000 doubles on 4 processes"`).
+    pub fn start(prog: &str, what: &str) -> Progress {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new_spinner().with_message(format!("{prog}: {what}"));
+            if let Ok(style) =
+                indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            {
+                bar.set_style(style);
+            }
+            bar.enable_steady_tick(Duration::from_millis(120));
+            return Progress {
+                stop,
+                thread: None,
+                bar: Some(bar),
+            };
+        }
+        let (s, line) = (stop.clone(), format!("{prog}: {what}"));
+        let thread = std::thread::Builder::new()
+            .name("progress".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let (lock, cv) = &*s;
+                let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    let (d, timeout) = cv
+                        .wait_timeout(done, PROGRESS_EVERY)
+                        .unwrap_or_else(|e| e.into_inner());
+                    done = d;
+                    if *done {
+                        return;
+                    }
+                    if timeout.timed_out() {
+                        eprintln!("{line} ({} s)", started.elapsed().as_secs());
+                    }
+                }
+            })
+            .ok();
+        Progress {
+            stop,
+            thread,
+            bar: None,
+        }
+    }
+
+    /// Stops showing it (the spinner is cleared).
+    pub fn finish(self) {}
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use leda_core::event::Event;
 use leda_core::graph::Graph;
-use leda_core::runtime::{Run, RunReport};
+use leda_core::runtime::Run;
 use leda_core::stage::{Attrs, BoxError, Stage};
 use leda_core::value::Value;
 use leda_net::frame::Role;

@@ -84,7 +84,12 @@ struct Tally {
     bar: ProgressBar,
     started: Option<Instant>,
     sink: Option<Arc<Mutex<Summary>>>,
+    /// Without a terminal for the bar: when the last progress line was printed.
+    lines: Option<Instant>,
 }
+
+/// Seconds between two progress lines when stderr is not a terminal.
+const LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Tally {
     fn new(attrs: &Attrs, sink: Option<Arc<Mutex<Summary>>>) -> Result<Tally, BoxError> {
@@ -103,12 +108,15 @@ impl Tally {
             )
             .map_err(|e| BoxError::from(e.to_string()))?,
         );
+        let lines =
+            (show && !std::io::IsTerminal::is_terminal(&std::io::stderr())).then(Instant::now);
         Ok(Tally {
             summary: Summary::default(),
             pending: HashMap::new(),
             bar,
             started: None,
             sink,
+            lines,
         })
     }
 
@@ -167,6 +175,16 @@ impl Tally {
             other => return Err(format!("report: unknown event '{other}'").into()),
         }
         self.summary.seconds = started.elapsed().as_secs_f64();
+        if self.lines.is_some_and(|l| l.elapsed() >= LINE_EVERY) {
+            self.lines = Some(Instant::now());
+            let s = &self.summary;
+            eprintln!(
+                "leda-image: {} of {} image(s), {:.1} images/s",
+                s.done + s.failed,
+                s.total.map_or("?".to_owned(), |t| t.to_string()),
+                s.rate()
+            );
+        }
         if let Some(sink) = &self.sink {
             *sink.lock().unwrap_or_else(|e| e.into_inner()) = self.summary.clone();
         }

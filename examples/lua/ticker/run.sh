@@ -19,4 +19,5 @@ for _ in $(seq 50); do
 done
 [ -n "$url" ] || { echo "quote server did not start" >&2; exit 1; }
 echo "quote page: $url (mean of the last five quotes, once per second)"
+echo "ticker: collecting the first five quotes (5 s), then one line per second" >&2
 timeout --foreground "$secs" "$leda" run "$here/ticker.lua" "$url" || [ $? -eq 124 ]

@@ -252,10 +252,15 @@ fn run(
             notify: Some(stages::SCATTER.into()),
         });
     }
+    let progress = leda_core::cli::Progress::start(
+        "leda-sort",
+        &format!("sorting {length} doubles on {np} process(es)"),
+    );
     let report = procs
         .launcher()?
         .run(&g, opts)
         .context("running the distributed sort")?;
+    progress.finish();
     let quit = report
         .run
         .quit

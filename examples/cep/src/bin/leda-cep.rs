@@ -165,12 +165,16 @@ fn run() -> anyhow::Result<()> {
                 correlate,
                 scenario,
             };
+            let progress = leda_core::cli::Progress::start("leda-cep", "correlating (Rust stages)");
             let (o, t) = app::run(&setup)?;
+            progress.finish();
             report(&format!("scenario {scenario:?}"), &o, t.as_secs_f64());
         }
         Cmd::Seq { common } => {
+            let progress = leda_core::cli::Progress::start("leda-cep", "correlating (sequential)");
             let (o, t) =
                 leda_cep::seq::sequential(&logs_in(&common.logs)?, common.window, &common.out)?;
+            progress.finish();
             report("sequential", &o, t.as_secs_f64());
         }
         Cmd::Lua {
@@ -181,6 +185,7 @@ fn run() -> anyhow::Result<()> {
             filter,
             correlate,
         } => {
+            let progress = leda_core::cli::Progress::start("leda-cep", "correlating (Lua stages)");
             let (o, t) = leda_cep::lua::run(
                 &logs_in(&common.logs)?,
                 &common.out,
@@ -189,6 +194,7 @@ fn run() -> anyhow::Result<()> {
                 [persist, filter, correlate],
                 scenario,
             )?;
+            progress.finish();
             report("lua", &o, t.as_secs_f64());
         }
         Cmd::LuaDaemon { listen, threads } => {
