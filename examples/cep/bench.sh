@@ -4,7 +4,8 @@
 # correlate = T/4,T/4,T/2 and T/2,T/2,T/2), Rust handlers; Lua handlers in both
 # scenarios (second instance setting unless LUA_FULL=1). Each configuration is compared with `seq` (one
 # thread, same work, no framework; the COST baseline) in the same run: one warm-up
-# of each, then REPS alternating runs; medians are printed:
+# of each, then REPS alternating runs; medians are printed (a configuration whose
+# alarms differ from seq's fails the bench: results are defined by event time):
 #   BENCH cep-<scenario>-<threads>t-<persist>p<filter>f<correlate>c unit=s better=lower ours=... seq=...
 # (scenario "lua1"/"lua2" for the Lua handlers).
 # Environment: LINES (default 1000000), THREADS (default "4 8"), REPS (default 3),
@@ -35,6 +36,11 @@ bench() { # label, repetitions, then leda-cep arguments for "ours"
     ours+=("$(secs "$@" --out "$work/out")")
     seq+=("$(secs seq --out "$work/seq")")
   done
+  # Results are defined by event time: the same alarms as the sequential program.
+  if ! cmp -s <(sort "$work/out/alarms.log") <(sort "$work/seq/alarms.log"); then
+    echo "bench: $label: alarms differ from the sequential program's" >&2
+    exit 1
+  fi
   echo "BENCH $label unit=s better=lower ours=$(printf '%s\n' "${ours[@]}" | median) seq=$(printf '%s\n' "${seq[@]}" | median)"
 }
 

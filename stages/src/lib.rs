@@ -21,6 +21,7 @@
 //! | `leda.stage.util.roundrobin` | [`util::roundrobin`] | yes | any | `1..n` in turn | – |
 //! | `leda.stage.util.switch` | [`util::switch`] | no | any | the port the key names | `key` (argument, default 1), `field`, `default` |
 //! | `leda.stage.util.quit` | [`util::quit`] | yes | any | – (ends the run with the event) | `count` (default 1) |
+//! | `leda.stage.window.merge` | [`window::merge`] | yes | `(time, source, element)`, or `(source)` when it ends | `1`: every `size` elements in event-time order, the same however sources interleave; `late` | `size`, `sources` (required), `lateness` |
 //! | `leda.stage.window.sliding` | [`window::sliding`] | yes | one element | `1`: last `size` elements, on every event once full | `size` (required) |
 //! | `leda.stage.window.spatial` | [`window::spatial`] | yes | one element, or a tick `()` to flush | `1`: every `size` elements | `size` (required) |
 //! | `leda.stage.window.time` | [`window::time`] | yes | one element, or a tick `()` | `1`: the elements of each interval | `time` (seconds, required) |
@@ -91,6 +92,7 @@ pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
         ("leda.stage.util.roundrobin", util::roundrobin),
         ("leda.stage.util.switch", util::switch),
         ("leda.stage.util.quit", util::quit),
+        ("leda.stage.window.merge", window::merge),
         ("leda.stage.window.sliding", window::sliding),
         ("leda.stage.window.spatial", window::spatial),
         ("leda.stage.window.time", window::time),

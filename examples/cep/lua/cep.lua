@@ -1,5 +1,8 @@
 -- The CEP graph with Lua handlers (leda-cep, thesis §5.1.2): the same rules as the
--- Rust stages (src/rules.rs). Sources, window and copy are the stage library's.
+-- Rust stages (src/rules.rs) and the same windows: each source's `stamp` gives its
+-- lines their log time, and the window cuts every WINDOW lines of the sources'
+-- event-time merge (lateness bound 60 s, src/stages.rs). Sources, window and copy
+-- are the stage library's.
 -- Usage: cep.lua OUT_DIR WINDOW PERSIST FILTER CORRELATE SCENARIO DAEMONS FILE...
 --   SCENARIO: local (one process), 1 (each source in a daemon) or 2 (also correlate);
 --   DAEMONS: comma-separated daemon addresses (sources first, then correlate), or -.
@@ -9,10 +12,14 @@ local size = tonumber(arg[2]) or 1000
 local np, nf, nc = tonumber(arg[3]) or 1, tonumber(arg[4]) or 1, tonumber(arg[5]) or 2
 local scenario, daemons = arg[6] or 'local', arg[7] or '-'
 
+local LATENESS = 60 -- seconds: as `stages::LATENESS`
+
 local lines  = require 'leda.stage.io.lines'
-local window = require 'leda.stage.window.spatial'
+local window = require 'leda.stage.window.merge'
 local copy   = require 'leda.stage.util.broadcast'
 window.size = size
+window.sources = #arg - 7
+window.lateness = LATENESS
 
 -- Parsing helpers, defined in every instance by `init`.
 local function helpers()
@@ -41,6 +48,33 @@ local function helpers()
       + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
     return ip, secs, tonumber(status), tonumber(micros)
   end
+  -- The time of a line (its %t) alone, as `log::time_of`.
+  function time_of(line)
+    local t = line:match('%[([^%]]+)%]')
+    local d, mon, y, h, mi, s, zs, zh, zm = (t or ''):match('^(%d+)/(%a+)/(%d+):(%d+):(%d+):(%d+) ([+-])(%d%d)(%d%d)$')
+    if not d or not months[mon] then return nil end
+    local off = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (zs == '-' and -1 or 1)
+    return days_from_civil(tonumber(y), months[mon], tonumber(d)) * 86400
+      + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
+  end
+end
+
+-- `stamp`, one per source next to it (serial: its lines keep their order): a line
+-- becomes (time, source, line), the end-of-file tick (source).
+local function stamp(source)
+  return leda.stage('stamp' .. (source + 1)) {
+    init = helpers,
+    handler = function(line)
+      if line == nil then
+        assert(leda.send(1, source))
+        return
+      end
+      local t = time_of(line)
+      if not t then error('stamp: no access-log time in ' .. line) end
+      assert(leda.send(1, t, source, line))
+    end,
+    serial = true,
+  }
 end
 
 local persist = leda.stage "persist" {
@@ -114,6 +148,7 @@ local alarm = leda.stage "alarm" {
 
 local g = leda.graph "cep-lua" {
   window:connect(copy),
+  window:connect('late', alarm),
   copy:connect(1, persist),
   copy:connect(2, filter),
   copy:connect(3, correlate),
@@ -123,22 +158,24 @@ local g = leda.graph "cep-lua" {
 local sources = {}
 for i = 8, #arg do
   local src = leda.stage('source' .. (i - 7))(lines)
+  local st = stamp(i - 8)
   src:push(arg[i])
-  g:add(src:connect('line', window))
-  g:add(src:connect('eof', window))
-  sources[#sources + 1] = src
+  g:add(src:connect('line', st, 'local'))
+  g:add(src:connect('eof', st, 'local'))
+  g:add(st:connect(window))
+  sources[#sources + 1] = { src, st }
 end
 if scenario ~= 'local' then
   local addrs = {}
   for a in daemons:gmatch('[^,]+') do addrs[#addrs + 1] = a end
   local clusters, procs, rest = {}, {}, g:all()
-  local function alone(stage, addr)
-    local c = leda.cluster(stage)
+  local function alone(stages, addr)
+    local c = leda.cluster(table.unpack(stages))
     clusters[#clusters + 1], procs[#procs + 1] = c, assert(addr, 'not enough daemons')
     rest = rest - c
   end
-  for i, src in ipairs(sources) do alone(src, addrs[i]) end
-  if scenario == '2' then alone(correlate, addrs[#sources + 1]) end
+  for i, pair in ipairs(sources) do alone(pair, addrs[i]) end
+  if scenario == '2' then alone({ correlate }, addrs[#sources + 1]) end
   clusters[#clusters + 1], procs[#procs + 1] = rest, '127.0.0.1:1' -- this process
   g:part(table.unpack(clusters)):map(table.unpack(procs))
 end

@@ -1,13 +1,16 @@
 //! The CEP graph, its partitions (the thesis' scenarios) and how it is run.
 //!
 //! ```text
-//! source1 ┐
-//! source2 ┼─> window ─> copy ─┬─1─> persist
-//! source3 ┘   (spatial)       ├─2─> filter ────┐
-//!                             └─3─> correlate ─┴─> alarm
+//! source1 ─> stamp1 ┐
+//! source2 ─> stamp2 ┼─> window ─> copy ─┬─1─> persist
+//! source3 ─> stamp3 ┘   (merge)         ├─2─> filter ────┐
+//!                         │             └─3─> correlate ─┴─> alarm
+//!                         └─late───────────────────────────> alarm
 //! ```
 //!
-//! Each source runs in its own process (next to "its web server"); scenario 1 puts
+//! Each source runs with its `stamp` in its own process (next to "its web server");
+//! the windows are cut by event time ([`crate::stages`]), so every scenario gives the
+//! same windows and alarms. Scenario 1 puts
 //! every processing stage in one more process; scenario 2 moves `correlate` to a
 //! process of its own, splitting the processing threads equally. `local` runs the
 //! whole graph in one process (tests, and the Lua comparison).
@@ -78,6 +81,8 @@ pub struct Outcome {
     pub windows: usize,
     /// Entries persisted.
     pub entries: usize,
+    /// Lines later than the lateness bound (recorded as `late` alarm lines).
+    pub late: usize,
 }
 
 /// Counts the alarms in `<out>/alarms.log` and the windows persisted in `<out>`.
@@ -90,6 +95,7 @@ pub fn outcome(out: &Path) -> anyhow::Result<Outcome> {
             match line.split('\t').next() {
                 Some("filter") => o.filter_alarms += 1,
                 Some("correlate") => o.correlate_alarms += 1,
+                Some("late") => o.late += 1,
                 _ => bail!("unexpected alarm line: {line}"),
             }
         }
@@ -130,8 +136,8 @@ pub fn persisted_windows(out: &Path) -> anyhow::Result<Vec<Vec<String>>> {
 pub struct Built {
     /// The graph.
     pub graph: Graph,
-    /// The sources, one per file.
-    pub sources: Vec<Stage>,
+    /// The sources, one per file, each with its `stamp`.
+    pub sources: Vec<(Stage, Stage)>,
     /// `correlate`.
     pub correlate: Stage,
 }
@@ -139,7 +145,7 @@ pub struct Built {
 /// Builds the graph for `s` (initial events pushed on the sources).
 pub fn build(s: &Setup) -> Built {
     let out = s.out.to_string_lossy().into_owned();
-    let window = stages::window(s.window);
+    let window = stages::window(s.window, s.files.len());
     let copy = stages::copy();
     let persist = stages::persist()
         .attr("out", out.as_str())
@@ -151,11 +157,14 @@ pub fn build(s: &Setup) -> Built {
     let mut sources = Vec::new();
     for (i, f) in s.files.iter().enumerate() {
         let src = stages::source(&format!("source{}", i + 1));
+        let stamp = stages::stamp(i);
         src.push(f.to_string_lossy().into_owned());
-        g.connect(&src, "line", &window);
-        g.connect(&src, "eof", &window);
-        sources.push(src);
+        g.connect(&src, "line", &stamp).local();
+        g.connect(&src, "eof", &stamp).local();
+        g.connect(&stamp, 1, &window);
+        sources.push((src, stamp));
     }
+    g.connect(&window, "late", &alarm);
     g.connect(&window, 1, &copy);
     g.connect(&copy, 1, &persist);
     g.connect(&copy, 2, &filter);
@@ -254,8 +263,8 @@ pub fn run(s: &Setup) -> anyhow::Result<(Outcome, Duration)> {
             let mut clusters = Vec::new();
             let mut procs = Vec::new();
             let mut rest = b.graph.all();
-            for (src, d) in b.sources.iter().zip(&daemons) {
-                let c = Cluster::of([src]);
+            for ((src, stamp), d) in b.sources.iter().zip(&daemons) {
+                let c = Cluster::of([src, stamp]);
                 rest = &rest - &c;
                 clusters.push(c);
                 procs.push(d.addr.clone());

@@ -1,7 +1,8 @@
 //! # leda-cep: complex event processing (thesis §5.1.2)
 //!
-//! Three sources read Apache access logs; a spatial window groups 1,000 entries; a
-//! copy stage hands each window to `persist` (appends it to a file), `filter` (keeps
+//! Three sources read Apache access logs; each line gets its log time (`stamp`) and a
+//! window cuts every 1,000 entries of the sources' event-time merge (so results do not
+//! depend on how the sources interleave: [`stages`]); a copy stage hands each window to `persist` (appends it to a file), `filter` (keeps
 //! server errors and slow responses) and `correlate` (pairwise, O(w²), detects bursts
 //! of errors from one client); both raise alarms. The graph is run in the thesis' two
 //! partitions, sources in processes of their own (leda-net), with instance counts and

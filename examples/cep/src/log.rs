@@ -59,6 +59,13 @@ fn parse_ip(s: &str) -> Option<u32> {
     s.parse::<std::net::Ipv4Addr>().ok().map(u32::from)
 }
 
+/// The event time of a log line (its `%t`), without parsing the rest.
+pub fn time_of(line: &str) -> Option<i64> {
+    let open = line.find('[')?;
+    let close = line[open..].find(']')? + open;
+    parse_time(&line[open + 1..close])
+}
+
 /// Parses a combined-format line ending with `%D`.
 pub fn parse(line: &str) -> Result<Entry, ParseError> {
     let bad = |what| ParseError(what, line.chars().take(80).collect());

@@ -1,6 +1,7 @@
 //! The COST baseline: one thread doing the same work without the framework (read the
-//! three logs, windows of `w` entries, persist each window, filter, correlate, write
-//! the alarms), with the same rules and the same output files.
+//! three logs, windows of `w` entries over their event-time merge, persist each
+//! window, filter, correlate, write the alarms), with the same rules, the same windows
+//! ([`leda_stages::window::Merge`], as the graph's `window`) and the same output files.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -8,8 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::app::{Outcome, outcome};
-use crate::log::{Entry, ip_text, parse};
+use leda_stages::window::{Merge, Refused};
+
+use crate::log::{Entry, ip_text, parse, time_of};
 use crate::rules::{correlate, is_relevant};
+use crate::stages::LATENESS;
 
 struct Sinks {
     persist: File,
@@ -61,19 +65,42 @@ pub fn sequential(
             .open(out.join("persist-seq.log"))?,
         alarms: BufWriter::new(File::create(out.join("alarms.log"))?),
     };
-    let mut win: Vec<String> = Vec::with_capacity(window);
+    // The files are read a chunk at a time in turn, so that the merge holds about a
+    // chunk per file (they are each in time order, up to the lateness bound).
+    const CHUNK: usize = 1024;
+    let mut readers = Vec::with_capacity(files.len());
     for f in files {
-        for line in BufReader::with_capacity(1 << 16, File::open(f)?).lines() {
-            win.push(line?);
-            if win.len() == window {
-                process(&win, &mut sinks)?;
-                win.clear();
+        readers.push(Some(
+            BufReader::with_capacity(1 << 16, File::open(f)?).lines(),
+        ));
+    }
+    let mut merge: Merge<String> = Merge::new(window, files.len(), LATENESS as f64);
+    let mut windows = Vec::new();
+    while !merge.finished() {
+        for (i, reader) in readers.iter_mut().enumerate() {
+            let Some(lines) = reader else { continue };
+            for _ in 0..CHUNK {
+                let Some(line) = lines.next() else {
+                    *reader = None;
+                    merge.end(i, &mut windows);
+                    break;
+                };
+                let line = line?;
+                let Some(time) = time_of(&line) else {
+                    tracing::warn!(line, "no access-log time: line skipped");
+                    continue;
+                };
+                match merge.push(time as f64, i, line, &mut windows) {
+                    Ok(()) => {}
+                    Err(Refused::Late(line)) => {
+                        writeln!(sinks.alarms, "late\t{time}\t{i}\t{line}")?;
+                    }
+                    Err(Refused::BadSource(_)) => unreachable!("source {i} is live"),
+                }
             }
-        }
-        // As the graph's sources do: end of a file flushes the partial window.
-        if !win.is_empty() {
-            process(&win, &mut sinks)?;
-            win.clear();
+            for w in windows.drain(..) {
+                process(&w, &mut sinks)?;
+            }
         }
     }
     sinks.alarms.flush()?;

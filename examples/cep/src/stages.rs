@@ -1,8 +1,16 @@
 //! The CEP stages (Rust handlers) and the registry daemons rebuild them from.
 //!
-//! `source` is the library's `io.lines`, `window` its `window.spatial`, `copy` its
-//! `util.broadcast` (reused unchanged); `persist`, `filter`, `correlate` and `alarm`
-//! are this application's.
+//! `source` is the library's `io.lines`, `window` its `window.merge`, `copy` its
+//! `util.broadcast` (reused unchanged); `stamp`, `persist`, `filter`, `correlate` and
+//! `alarm` are this application's.
+//!
+//! Results are defined by event time: each source's `stamp` gives every line its log
+//! time, and `window` cuts windows of `size` lines over the merge of the sources in
+//! time order (ties by source, then line order) with a lateness bound of
+//! [`LATENESS`] seconds per source, so the windows, and so the alarms, are the same in
+//! every configuration and on every run. A line more than [`LATENESS`] seconds older
+//! than one its source sent before is *late*: it is recorded as a `late` alarm line
+//! instead of going into a window.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -13,14 +21,16 @@ use leda_core::prelude::*;
 use leda_net::Registry;
 use leda_stages::{io, util, window};
 
-use crate::log::{Entry, ip_text, parse};
+use crate::log::{Entry, ip_text, parse, time_of};
 use crate::rules::{correlate as correlated, is_relevant};
 
 /// Registered kinds.
 pub mod kind {
     /// `io.lines`.
     pub const SOURCE: &str = "cep.source";
-    /// `window.spatial`.
+    /// Gives each line its event time.
+    pub const STAMP: &str = "cep.stamp";
+    /// `window.merge`.
     pub const WINDOW: &str = "cep.window";
     /// `util.broadcast`.
     pub const COPY: &str = "cep.copy";
@@ -80,11 +90,43 @@ pub fn source(name: &str) -> Stage {
         .kind(kind::SOURCE)
 }
 
-/// `window`: spatial window of `size` entries.
-pub fn window(size: usize) -> Stage {
-    window::spatial()
+/// How much older than its source's latest line a line may be and still go into the
+/// windows (seconds): Apache writes a line when the response ends, stamped with the
+/// request's start, so a source is out of order by up to its slowest response.
+pub const LATENESS: i64 = 60;
+
+/// `stamp_<i>` (serial, next to source `i`, so that its lines keep their order):
+/// `(line)` becomes `(time, i, line)`, the source's end-of-file tick `()` becomes
+/// `(i)`. A line without a readable time is the handler's error (logged, counted).
+pub fn stamp(source: usize) -> Stage {
+    Stage::stateful(
+        format!("stamp{}", source + 1),
+        |attrs: &Attrs| -> Result<u64, BoxError> { Ok(attrs.get_as("source")?) },
+        |src: &mut u64, mut ev: Event, ctx: &mut Ctx| {
+            if ev.is_empty() {
+                return Ok(ctx.send_or_wait(1, *src)?);
+            }
+            let line = ev.take(0);
+            let time = line_text(&line)
+                .and_then(time_of)
+                .ok_or_else(|| format!("stamp: no access-log time in {line}"))?;
+            ctx.send_or_wait(1, (time, *src, line))?;
+            Ok(())
+        },
+    )
+    .serial()
+    .attr("source", source as u64)
+    .kind(kind::STAMP)
+}
+
+/// `window`: windows of `size` entries over the event-time merge of `sources`
+/// sources (see the module).
+pub fn window(size: usize, sources: usize) -> Stage {
+    window::merge()
         .clone_as("window")
         .attr("size", size)
+        .attr("sources", sources)
+        .attr("lateness", LATENESS)
         .kind(kind::WINDOW)
 }
 
@@ -170,8 +212,19 @@ pub fn alarm() -> Stage {
                 .open(dir.join("alarms.log"))?)
         },
         |f: &mut File, ev: Event, _: &mut Ctx| {
-            let line = leda_stages::util::format_event(&ev);
-            f.write_all(format!("{line}\n").as_bytes())?;
+            // Tab-separated; a log line sent as bytes is written as its text.
+            let mut line = Vec::with_capacity(256);
+            for (i, v) in ev.args().iter().enumerate() {
+                if i > 0 {
+                    line.push(b'\t');
+                }
+                match v {
+                    Value::Bytes(b) => line.extend_from_slice(b),
+                    other => line.extend_from_slice(other.to_string().as_bytes()),
+                }
+            }
+            line.push(b'\n');
+            f.write_all(&line)?;
             Ok(())
         },
     )
@@ -183,7 +236,8 @@ pub fn alarm() -> Stage {
 pub fn registry() -> Registry {
     Registry::new()
         .with(kind::SOURCE, |_| Ok(source("source")))
-        .with(kind::WINDOW, |_| Ok(window(1000)))
+        .with(kind::STAMP, |_| Ok(stamp(0)))
+        .with(kind::WINDOW, |_| Ok(window(1000, 1)))
         .with(kind::COPY, |_| Ok(copy()))
         .with(kind::PERSIST, |_| Ok(persist()))
         .with(kind::FILTER, |_| Ok(filter()))

@@ -1,8 +1,9 @@
 //! End to end: `leda-cep` on a small seeded log, in every configuration (scenario 1
 //! and 2 across processes, one process, Lua handlers, the sequential baseline). The
 //! expected alarms are computed here, independently of the crate's code: filter
-//! alarms from the input lines, correlate alarms from the windows `persist` wrote
-//! (window composition depends on how the three sources interleave).
+//! alarms from the input lines, correlate alarms from the windows `persist` wrote.
+//! Windows are cut by event time, so every configuration must give the very same
+//! windows and alarms (a line later than the lateness bound included).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -107,11 +108,18 @@ fn check(out: &Path, input: &[String], window: usize, what: &str) {
         windows.iter().all(|w| !w.is_empty() && w.len() <= window),
         "{what}"
     );
-    // At most one partial window per source.
+    // Windows over the merged stream: only the last one is partial.
     assert!(
-        windows.iter().filter(|w| w.len() < window).count() <= 3,
+        windows.iter().filter(|w| w.len() < window).count() <= 1,
         "{what}"
     );
+    // ... and each is in event-time order.
+    for w in &windows {
+        assert!(
+            w.windows(2).all(|p| fields(&p[0]).1 <= fields(&p[1]).1),
+            "{what}"
+        );
+    }
 
     let alarms = std::fs::read_to_string(out.join("alarms.log")).unwrap_or_default();
     let mut filter: Vec<&str> = alarms
@@ -137,7 +145,7 @@ fn check(out: &Path, input: &[String], window: usize, what: &str) {
 }
 
 #[test]
-fn every_configuration_raises_the_expected_alarms() {
+fn every_configuration_raises_the_same_expected_alarms() {
     let logs = tmp("logs");
     let files = cep(&[
         "gen",
@@ -159,6 +167,31 @@ fn every_configuration_raises_the_expected_alarms() {
         );
     }
     assert_eq!(input.len(), 12000);
+    // Out of order within source 2: a line 30 s older than the one before it (within
+    // the lateness bound of 60 s: merged in its place) and one 2 minutes older (late:
+    // an alarm line, in no window).
+    let f2 = files.lines().nth(1).unwrap();
+    let last = input[input.len() / 2].clone();
+    let shifted = |secs: i64| {
+        let t = fields(&last).1 - secs; // may cross into the day before
+        let open = last.find('[').unwrap();
+        let (day, rest) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+        format!(
+            "{}[{:02}/{}:{:02}:{:02}:{:02} +0000]{}",
+            &last[..open],
+            day,
+            &last[open + 4..open + 12],
+            rest / 3600,
+            rest / 60 % 60,
+            rest % 60,
+            &last[last.find(']').unwrap() + 1..]
+        )
+    };
+    let (near, late) = (shifted(30), shifted(120));
+    let mut text = std::fs::read_to_string(f2).unwrap();
+    text.push_str(&format!("{near}\n{late}\n"));
+    std::fs::write(f2, text).unwrap();
+    input.push(near);
     let logs = logs.to_str().unwrap();
     let window = "250";
     let runs: Vec<(&str, Vec<&str>)> = vec![
@@ -190,6 +223,7 @@ fn every_configuration_raises_the_expected_alarms() {
             vec!["lua", "--scenario", "2", "--threads", "2", "--persist", "2"],
         ),
     ];
+    let mut reference: Option<(Vec<Vec<String>>, Vec<String>)> = None;
     for (name, args) in runs {
         let out = tmp(name);
         let mut a = args.clone();
@@ -202,8 +236,37 @@ fn every_configuration_raises_the_expected_alarms() {
             window,
         ]);
         let summary = cep(&a);
-        assert!(summary.contains("12000 entries"), "{name}: {summary}");
+        assert!(summary.contains("12001 entries"), "{name}: {summary}");
         check(&out, &input, 250, name);
+        // The very same windows and alarms as the first configuration (the
+        // sequential program): results are defined by event time.
+        let mut windows = persisted(&out);
+        windows.sort();
+        let alarms_text = std::fs::read_to_string(out.join("alarms.log")).unwrap();
+        let mut alarms: Vec<String> = alarms_text.lines().map(str::to_owned).collect();
+        alarms.sort();
+        assert_eq!(
+            alarms.iter().filter(|l| l.starts_with("late\t")).count(),
+            1,
+            "{name}: the late line"
+        );
+        assert!(
+            alarms.iter().any(|l| l.ends_with(&late)),
+            "{name}: {alarms:?}"
+        );
+        match &reference {
+            None => reference = Some((windows, alarms)),
+            Some((w, a)) => {
+                assert!(
+                    w == &windows,
+                    "{name}: windows differ from the sequential program's"
+                );
+                assert_eq!(
+                    a, &alarms,
+                    "{name}: alarms differ from the sequential program's"
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&out);
     }
     let _ = std::fs::remove_dir_all(logs);

@@ -4,12 +4,16 @@
 //! Each event adds one **element**: its only argument, or an array of its arguments
 //! when it has several. An event with **no arguments is a tick**: `spatial` and
 //! `time` emit their partial window on a tick (nothing if it is empty); `sliding`
-//! ignores ticks. Windows are emitted on port 1 as one array argument.
+//! ignores ticks. Windows are emitted on port 1 as one array argument. `merge` takes
+//! `(time, source, element)` and cuts count windows over the event-time merge of its
+//! sources, the same however they interleave.
 
+mod merge;
 mod sliding;
 mod spatial;
 mod time;
 
+pub use merge::{Merge, Refused, merge};
 pub use sliding::sliding;
 pub use spatial::spatial;
 pub use time::time;
