@@ -28,6 +28,11 @@ const SUB_BUCKETS: usize = 8;
 const BUCKETS: usize = 48 * SUB_BUCKETS;
 
 /// A lock-free log-linear histogram of durations in nanoseconds (about 12% precision).
+///
+/// Not `hdrhistogram`: its `Histogram::record` takes `&mut self`, and this one is
+/// recorded into by every worker at once on the send path (relaxed atomic adds, no
+/// lock); the dashboard reads only a count, a sum and the p99, for which 48×8 buckets
+/// are enough.
 pub(crate) struct Histogram {
     buckets: Box<[AtomicU64]>,
     count: AtomicU64,

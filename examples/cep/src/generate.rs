@@ -9,23 +9,22 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// SplitMix64: small, fast, seeded, good enough for synthetic logs.
+use leda_core::sim::SimRng;
+
+/// leda-core's SplitMix64 ([`SimRng`]) with the draws the generator uses; seeds are
+/// mixed first (`seed ^ 0x9E37_79B9_7F4A_7C15`), so the logs of a seed never change.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SimRng);
 
 impl Rng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+        Rng(SimRng::new(seed ^ 0x9E37_79B9_7F4A_7C15))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (`n > 0`).
@@ -35,7 +34,7 @@ impl Rng {
 
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
 }
 

@@ -1,5 +1,10 @@
 //! From a request target to a file under the root: percent-decoding, refusal of `..`,
 //! and a canonical-path check that catches symlinks leading out of the root.
+//!
+//! The decoder is this module's, not `percent-encoding`'s: that crate passes a
+//! malformed escape (`%zz`, a trailing `%`) through as literal text, where a server
+//! must refuse it (400): two components that read the same path differently are how
+//! path-confusion attacks start. NUL bytes are refused too.
 
 use std::borrow::Cow;
 use std::ffi::{CStr, OsStr, OsString};

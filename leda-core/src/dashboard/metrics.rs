@@ -3,6 +3,13 @@
 //! `stage`, for connectors `from`, `port`, `to`, `kind`, and for remote routes `from`,
 //! `to`, `outcome`. Every process of the sample (this one and the peers
 //! the transport reported) contributes its samples to each family.
+//!
+//! Written here rather than with `prometheus-client`: that crate's metrics are values
+//! the program updates as it runs, registered once; these are read from snapshots
+//! (this process' counters and the peers' last reports, which come and go with the
+//! run), so they would have to be copied into a fresh registry on every scrape to be
+//! printed in the same text format. The output is checked by a real parser
+//! (`prometheus-parse`, `tests/dashboard.rs`).
 
 use std::fmt::Write as _;
 

@@ -1,32 +1,29 @@
-//! A small seeded pseudo-random generator (SplitMix64) for the deterministic simulator.
+//! The simulator's seeded generator: leda-core's SplitMix64 ([`SimRng`], one
+//! implementation for the whole workspace) with the draws the experiments use.
 //!
-//! Written by hand so that a seed's stream never changes with a dependency upgrade: the same seed
-//! must replay the same trace forever.
+//! Not the `rand` crates: a seed's stream must never change with a dependency upgrade,
+//! so that the same seed replays the same trace forever.
+
+use leda_core::sim::SimRng;
 
 /// SplitMix64 generator (Steele, Lea, Flood 2014). Not cryptographic.
 #[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
+pub struct SplitMix64(SimRng);
 
 impl SplitMix64 {
     /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        Self(SimRng::new(seed))
     }
 
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform float in `[0, 1)`.
     pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.0.unit()
     }
 
     /// Uniform integer in `[lo, hi]` (inclusive); returns `lo` when `hi <= lo`.

@@ -60,8 +60,9 @@ enum Cmd {
         /// 1 (processing in one process), 2 (correlate alone) or local (one process).
         #[arg(long, default_value = "1")]
         scenario: Scenario,
-        /// Processing threads in total (split equally in scenario 2).
-        #[arg(long, default_value_t = 2)]
+        /// Processing threads in total, at least 1 (split equally in scenario 2;
+        /// default: one per CPU).
+        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::at_least_one)]
         threads: usize,
         /// persist instances.
         #[arg(long, default_value_t = 1)]
@@ -85,8 +86,8 @@ enum Cmd {
         /// 1, 2 or local, as for `run`.
         #[arg(long, default_value = "local")]
         scenario: Scenario,
-        /// Worker threads.
-        #[arg(long, default_value_t = 2)]
+        /// Worker threads, at least 1 (default: one per CPU).
+        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::at_least_one)]
         threads: usize,
         /// persist instances.
         #[arg(long, default_value_t = 1)]
