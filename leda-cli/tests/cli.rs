@@ -61,8 +61,10 @@ fn handlers_need_allow_io_for_files() {
     assert!(text(&out.stderr).contains("unknown capability 'net'"));
 }
 
+/// A missing file: the other files are still searched, the failure is logged, and the
+/// run ends with status 1 and its summary (as the Rust grep exits non-zero).
 #[test]
-fn grep_reports_a_missing_file_and_goes_on() {
+fn grep_reports_a_missing_file_goes_on_and_fails() {
     let dir = common::tempdir();
     let a = dir.join("a.txt");
     std::fs::write(&a, "one test\n").unwrap();
@@ -76,11 +78,17 @@ fn grep_reports_a_missing_file_and_goes_on() {
         "/no/such/file",
         a.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "test\n");
     let err = text(&out.stderr);
     assert!(
         err.contains("stage 'lines'") && err.contains("lines.lua:9"),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .is_some_and(|l| l.contains("1 event(s) failed: 1 in 'lines' (this process)")),
         "{err}"
     );
 }
