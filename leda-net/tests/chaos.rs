@@ -322,10 +322,14 @@ fn continue_policy_goes_on_with_the_survivors() {
         "each failure reached the error port"
     );
     // Delivered to the survivor: handled and echoed back; delivered to the dead
-    // one: perhaps not (that is what `delivered` of the loss report says).
+    // one: perhaps not (that is what `delivered` of the loss report says). Failed
+    // ones were unacknowledged when it died: it may have handled some of them and
+    // their echoes come back (an acknowledgement lost, not the event), so at most
+    // delivered + failed come back.
     let came_back = done.load(Ordering::SeqCst);
     assert!(
-        came_back + report.lost[0].delivered >= to_tag.delivered && came_back <= to_tag.delivered,
+        came_back + report.lost[0].delivered >= to_tag.delivered
+            && came_back <= to_tag.delivered + to_tag.failed,
         "came back {came_back}, {to_tag:?}, {:?}",
         report.lost[0]
     );
@@ -569,11 +573,21 @@ fn network_faults_between_namespaces() {
     assert!(ended.starts_with("ENDED"), "{ended}");
     assert!(lost.iter().any(|l| l.contains("10.213.7.1:1")), "{lost:?}");
     assert!(routes.iter().all(RouteCounts::adds_up), "{routes:?}");
-    // Healed: the daemon serves again across the namespaces.
+    // Healed: the daemon serves again across the namespaces (once the link is up and
+    // the neighbour entry the partition left failed is resolved again: connecting may
+    // say "No route to host" for a moment).
     ns.link(1, "up").unwrap();
-    let out = launch("500").wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("DONE"), "{text}");
+    let healed = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let out = launch("500").wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() || !text.contains("FAILED connecting") || Instant::now() > healed {
+            assert!(out.status.success(), "{text}");
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(text.contains("DONE"), "{text}");
 }
 
 /// A launcher that vanishes in the middle of a deployment — after sending it, before
