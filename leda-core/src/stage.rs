@@ -111,6 +111,7 @@ type BindFn = dyn Fn(&BindCtx<'_>) -> Result<(), String> + Send + Sync;
 pub(crate) struct StageSpec {
     pub(crate) factory: Arc<dyn InstanceFactory>,
     pub(crate) serial: bool,
+    pub(crate) fail_stop: bool,
     pub(crate) maxpar: Option<usize>,
     pub(crate) capacity: Option<usize>,
     pub(crate) attrs: Attrs,
@@ -147,6 +148,7 @@ impl Stage {
             spec: Mutex::new(StageSpec {
                 factory: Arc::new(factory),
                 serial: false,
+                fail_stop: false,
                 maxpar: None,
                 capacity: None,
                 attrs: Attrs::default(),
@@ -241,6 +243,24 @@ impl Stage {
         self
     }
 
+    /// Serial, and **fail-stop**: when its instance fails (its handler or `init` returns
+    /// an error or panics), the stage stops for the rest of the run instead of building
+    /// a fresh instance, whose state would not be the dead one's (a mutual-exclusion
+    /// node that forgot it holds the token, a coordinator that counts fences from 0
+    /// again). Its queued events, and every event sent to it later, fail without
+    /// reaching a handler: each is counted as the stage's error, logged, and sent to its
+    /// `error` port like any failed event, with the reason `stage 'NAME' stopped after
+    /// a failure: FIRST ERROR`. This is the crash of the fail-stop model that
+    /// crash-tolerant algorithms assume.
+    pub fn fail_stop(self) -> Self {
+        {
+            let mut spec = self.spec();
+            spec.serial = true;
+            spec.fail_stop = true;
+        }
+        self
+    }
+
     /// At most `n` instances at once (ignored for serial stages).
     pub fn maxpar(self, n: usize) -> Self {
         self.spec().maxpar = Some(n.max(1));
@@ -302,7 +322,12 @@ impl Stage {
         self.spec().kind.clone()
     }
 
-    /// `true` for serial stages.
+    /// `true` for fail-stop stages ([`Stage::fail_stop`]).
+    pub fn is_fail_stop(&self) -> bool {
+        self.spec().fail_stop
+    }
+
+    /// `true` for a serial stage.
     pub fn is_serial(&self) -> bool {
         self.spec().serial
     }
@@ -332,6 +357,7 @@ impl Stage {
             let mut new = s.spec();
             new.factory = spec.factory.clone();
             new.serial = spec.serial;
+            new.fail_stop = spec.fail_stop;
             new.maxpar = spec.maxpar;
             new.capacity = spec.capacity;
             new.attrs = spec.attrs.clone();

@@ -190,6 +190,65 @@ fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() 
     );
 }
 
+/// A fail-stop stage is never rebuilt: after its instance's first failure, its queued
+/// events and every later one fail (counted, to the `error` port, with the first
+/// failure as the reason) without reaching a handler or `init`; the other stages go on.
+#[test]
+fn a_fail_stop_stage_stops_at_its_first_failure() {
+    let inits = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (i2, s2) = (inits.clone(), seen.clone());
+    let node = Stage::stateful(
+        "node",
+        move |_| {
+            i2.fetch_add(1, SeqCst);
+            Ok(0i64)
+        },
+        move |count: &mut i64, ev: Event, _: &mut Ctx| {
+            let x: i64 = ev.get(0)?;
+            *count += 1;
+            s2.lock().unwrap().push((x, *count));
+            if x == 3 {
+                return Err("lost the token".into());
+            }
+            Ok(())
+        },
+    )
+    .fail_stop();
+    assert!(node.is_fail_stop() && node.is_serial());
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    let errs = Stage::new("errors", move |ev: Event, _| {
+        e2.lock()
+            .unwrap()
+            .push((ev.get::<String>(1)?, ev.get::<i64>(2)?));
+        Ok(())
+    });
+    for i in 1..=6 {
+        node.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.connect(&node, "error", &errs);
+    let r = run_idle(&g, 2);
+    assert_eq!(inits.load(SeqCst), 1, "never rebuilt");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(1, 1), (2, 2), (3, 3)],
+        "no handler call after the failure (a rebuilt instance would count from 1)"
+    );
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 4);
+    assert_eq!(errors[0], ("lost the token".into(), 3));
+    for (why, x) in &errors[1..] {
+        assert!(
+            why == "stage 'node' stopped after a failure: lost the token" && *x > 3,
+            "{why} {x}"
+        );
+    }
+    let st = r.stats.stage("node").unwrap();
+    assert_eq!((st.errors, st.handled), (4, 6));
+}
+
 /// A panic in a stage's `init` is an instance-creation failure: each event that
 /// needed the instance goes to the `error` port as a handler failure would, no worker
 /// thread is lost (another stage keeps running on the one worker), and the next

@@ -395,3 +395,36 @@ fn process_loss_options_are_checked() {
     ))
     .unwrap();
 }
+
+/// `fail_stop = true`: after its handler's first error the stage is stopped, not rebuilt
+/// (`init` runs once; later events reach the `error` port, naming the first failure).
+#[test]
+fn a_fail_stop_stage_is_not_rebuilt() {
+    let out = run(r#"
+        local node = leda.stage "node" {
+          init = function() calls = 0 end,
+          handler = function(x)
+            calls = calls + 1
+            if x == 2 then error("lost the token") end
+            assert(leda.send(1, calls))
+          end,
+          fail_stop = true }
+        local seen, errors = {}, {}
+        local ok = leda.stage "ok" { handler = function(n) seen[#seen + 1] = n end, serial = true }
+        local err = leda.stage "err" {
+          handler = function(stage, why, x)
+            errors[#errors + 1] = why
+            if #errors == 2 then leda.quit(#errors, why) end
+          end,
+          serial = true }
+        for i = 1, 3 do node:push(i) end
+        return leda.graph{ node:connect(ok), node:connect("error", err) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out[0], Value::Int(2));
+    let why = out[1].as_str().unwrap_or_default().to_owned();
+    assert!(
+        why.contains("stage 'node' stopped after a failure") && why.contains("lost the token"),
+        "{why}"
+    );
+}

@@ -36,6 +36,9 @@ pub struct StageDesc {
     pub capacity: Option<usize>,
     /// Initial events (arguments) the receiver must push.
     pub pushed: Vec<Vec<Value>>,
+    /// Fail-stop stage (`Stage::fail_stop`); absent from older launchers' deployments.
+    #[serde(default)]
+    pub fail_stop: bool,
 }
 
 /// One connector as deployed.
@@ -135,6 +138,7 @@ impl Deployment {
                 maxpar: s.maxpar_setting(),
                 capacity: s.capacity_setting(),
                 pushed: Vec::new(),
+                fail_stop: s.is_fail_stop(),
             });
         }
         Ok(Deployment {
@@ -236,6 +240,9 @@ impl Deployment {
                     .map_err(|e| e.to_string())?;
                 if d.serial {
                     s = s.serial();
+                }
+                if d.fail_stop {
+                    s = s.fail_stop();
                 }
                 if let Some(n) = d.maxpar {
                     s = s.maxpar(n);

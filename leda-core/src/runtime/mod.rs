@@ -277,6 +277,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
                 StageSetup {
                     name: s.name().to_owned(),
                     serial: spec.serial,
+                    fail_stop: spec.fail_stop,
                     attrs: spec.attrs.clone(),
                     factory: spec.factory.clone(),
                     capacity: spec.capacity.unwrap_or(DEFAULT_CAPACITY),

@@ -58,6 +58,10 @@ struct SpaceWaiters {
 pub(crate) struct StageRt {
     pub(crate) name: Arc<str>,
     pub(crate) serial: bool,
+    /// Fail-stop ([`crate::stage::Stage::fail_stop`]): the first failure stops it.
+    fail_stop: bool,
+    /// Why a fail-stop stage stopped: set once, by its first failure.
+    stopped: OnceLock<String>,
     pub(crate) attrs: Attrs,
     factory: Arc<dyn InstanceFactory>,
     /// The event queue and the count of active instances.
@@ -79,6 +83,7 @@ pub(crate) struct StageRt {
 pub(crate) struct StageSetup {
     pub(crate) name: String,
     pub(crate) serial: bool,
+    pub(crate) fail_stop: bool,
     pub(crate) attrs: Attrs,
     pub(crate) factory: Arc<dyn InstanceFactory>,
     pub(crate) capacity: usize,
@@ -95,6 +100,8 @@ impl StageRt {
         StageRt {
             name: Arc::from(s.name),
             serial: s.serial,
+            fail_stop: s.fail_stop,
+            stopped: OnceLock::new(),
             attrs: s.attrs,
             factory: s.factory,
             queue: EventQueue::new(),
@@ -322,6 +329,19 @@ impl StageRt {
     /// Instances in the idle pool.
     pub(crate) fn idle_len(&self) -> usize {
         self.idle.len()
+    }
+
+    /// Notes that an instance failed with `error`: a fail-stop stage stops (the first
+    /// failure is the reason it keeps).
+    pub(crate) fn failed(&self, error: &str) {
+        if self.fail_stop {
+            let _ = self.stopped.set(error.to_owned());
+        }
+    }
+
+    /// Why the stage stopped, for a fail-stop stage whose instance failed.
+    pub(crate) fn stopped(&self) -> Option<&str> {
+        self.stopped.get().map(String::as_str)
     }
 
     /// Destroys a dead instance.

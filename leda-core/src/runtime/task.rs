@@ -10,6 +10,8 @@
 //! |          | wake cell and the worker is free; the waker re-schedules it           |
 //! | Dead     | the handler failed or panicked: the instance is dropped, the failure  |
 //! |          | counted, logged and sent to the `error` port; a new one is built lazily |
+//! |          | — except for a fail-stop stage, which stops: its events fail from then |
+//! |          | on without reaching a handler ([`crate::stage::Stage::fail_stop`])     |
 //!
 //! A running task takes events from its stage's queue a batch at a time (one lock per
 //! batch, see [`super::queue`]) and handles up to [`BATCH`] events, then goes back to
@@ -220,6 +222,12 @@ impl Activation {
                 .latency
                 .record(stamp.at.elapsed());
         }
+        if let Some(why) = st.stopped() {
+            // A fail-stop stage after its failure: no handler, no new instance.
+            let why = format!("stage '{}' stopped after a failure: {why}", st.name);
+            self.report_failure(process, ev, &why);
+            return;
+        }
         let copy = keep_copy.then(|| ev.clone_args());
         let instance = match &mut self.instance {
             Some(i) => i,
@@ -324,17 +332,31 @@ impl Activation {
         }
     }
 
-    /// The instance died: count, log, and report the event to the `error` port.
+    /// The instance died (or its fail-stop stage had stopped): count, log, and report
+    /// the event to the `error` port.
     fn fail(&mut self, process: &Arc<Process>, event: Event, error: &str) {
+        let st = &process.stages[self.ctx.stage];
+        st.failed(error);
+        let what = if st.stopped().is_some() {
+            "handler failed; fail-stop stage stopped"
+        } else {
+            "handler failed; instance destroyed"
+        };
+        if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
+            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "{what}");
+        } else {
+            // The event was not kept (`leda::failed_event=off`): the failure is still logged.
+            tracing::warn!(target: "leda::handler", stage = %st.name, error, "{what}");
+        }
+        self.report_failure(process, event, error);
+    }
+
+    /// Counts a failed event and reports it to the `error` port (not logged: a stopped
+    /// stage's later events are logged once, by the failure that stopped it).
+    fn report_failure(&mut self, process: &Arc<Process>, event: Event, error: &str) {
         let st = &process.stages[self.ctx.stage];
         self.unflushed += 1;
         st.counters.errors.fetch_add(1, Relaxed);
-        if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
-            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "handler failed; instance destroyed");
-        } else {
-            // The event was not kept (`leda::failed_event=off`): the failure is still logged.
-            tracing::warn!(target: "leda::handler", stage = %st.name, error, "handler failed; instance destroyed");
-        }
         if let Some(Some(_)) = st.error_route.get() {
             let mut report = Event::new().with(st.name.to_string()).with(error);
             for v in event.into_args() {

@@ -57,6 +57,11 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
     });
     let stage = stage_from_code(name.clone(), code);
     let stage = if serial { stage.serial() } else { stage };
+    let stage = if def.get::<Option<bool>>("fail_stop")?.unwrap_or(false) {
+        stage.fail_stop()
+    } else {
+        stage
+    };
     let stage = match def.get::<Option<usize>>("maxpar")? {
         Some(n) => stage.maxpar(n),
         None => stage,
@@ -75,6 +80,7 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
                 | "init"
                 | "bind"
                 | "serial"
+                | "fail_stop"
                 | "stateful"
                 | "autostart"
                 | "name"

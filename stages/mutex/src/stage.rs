@@ -31,6 +31,12 @@
 //! across processes over leda-net. A node stage can also be built from attributes
 //! ([`node_stage_from_attrs`], kind [`NODE_KIND`]) so a daemon's registry can resolve it.
 //!
+//! A node stage is **fail-stop** ([`Stage::fail_stop`]): if its handler fails (a malformed
+//! message, a full `grant` queue), the node is crashed for the rest of the run, as the
+//! crash-tolerant algorithms assume; it is never rebuilt with fresh state (a second
+//! token, fences counted from 0 again). Events sent to it then fail to the senders'
+//! view (counted, `error` port).
+//!
 //! An [`Observer`] (the [`crate::stage_sim::Monitor`] in simulation) sees every request, grant,
 //! release, message and token change as the node stage handles it, in virtual time.
 
@@ -354,7 +360,7 @@ impl NodeState {
     }
 }
 
-/// A node stage (see the module docs): serial, autostarted, named `mutex<id>`, of kind
+/// A node stage (see the module docs): fail-stop, autostarted, named `mutex<id>`, of kind
 /// [`NODE_KIND`] with attributes `algorithm`, `id`, `n` and `resources`.
 pub fn node_stage(spec: NodeSpec) -> Result<Stage, MutexError> {
     // Validate now, so a bad configuration fails before the graph runs.
@@ -372,7 +378,7 @@ pub fn node_stage(spec: NodeSpec) -> Result<Stage, MutexError> {
         },
         |state: &mut NodeState, ev: Event, ctx: &mut Ctx| state.handle(ev, ctx),
     )
-    .serial()
+    .fail_stop()
     .autostart("start")
     .kind(NODE_KIND)
     .attr("algorithm", spec.algorithm.name())
@@ -404,7 +410,7 @@ fn spec_from_attrs(attrs: &Attrs) -> Result<NodeSpec, MutexError> {
 /// A node stage configured **by its attributes when it starts** (`algorithm`, `id`, `n`,
 /// `resources`), for scripts that set them after building the stage (Lua:
 /// `local m = leda.stage 'mutex0' (require 'leda.stage.mutex.node'); m.id = 0 ...`).
-/// Serial and autostarted like [`node_stage`].
+/// Fail-stop and autostarted like [`node_stage`].
 pub fn node_stage_by_attrs(name: &str) -> Stage {
     Stage::stateful(
         name,
@@ -413,7 +419,7 @@ pub fn node_stage_by_attrs(name: &str) -> Stage {
         },
         |state: &mut NodeState, ev: Event, ctx: &mut Ctx| state.handle(ev, ctx),
     )
-    .serial()
+    .fail_stop()
     .autostart("start")
 }
 

@@ -190,3 +190,59 @@ fn the_same_graph_runs_in_one_process() {
         assert_eq!(r.metrics.cs_entries, 20);
     }
 }
+
+/// A node stage is fail-stop: a failed handler stops the node, as the crash-tolerant
+/// algorithms assume, instead of rebuilding it with fresh state. Here the centralized
+/// coordinator grants fence 1, then a malformed message fails its handler; rebuilt, it
+/// would count fences from 0 again and grant fence 1 a second time.
+#[test]
+fn a_failed_node_stops_instead_of_restarting_with_fresh_state() {
+    use std::sync::{Arc, Mutex};
+
+    use leda_core::prelude::*;
+    use leda_mutex::stage::{NodeSpec, node_stage};
+
+    let node = node_stage(NodeSpec {
+        algorithm: Algorithm::Centralized,
+        id: 0,
+        n: 1,
+        resources: vec!["r".into()],
+        observer: None,
+    })
+    .expect("a valid node");
+    assert!(node.is_fail_stop());
+    let grants = Arc::new(Mutex::new(Vec::new()));
+    let g2 = grants.clone();
+    let app = Stage::new("app", move |ev: Event, _: &mut Ctx| {
+        if ev.get::<String>(0)? == "grant" {
+            g2.lock().unwrap().push(ev.get::<i64>(2)?);
+        }
+        Ok(())
+    });
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let f2 = failures.clone();
+    let errors = Stage::new("errors", move |ev: Event, _: &mut Ctx| {
+        f2.lock().unwrap().push(ev.get::<String>(1)?);
+        Ok(())
+    });
+    node.push(("request", "r"));
+    node.push(("release", "r"));
+    node.push(("msg", 7, "r", "nonsense", Value::Nil));
+    node.push(("request", "r"));
+    let mut g = Graph::new("fail-stop");
+    g.connect(&node, "grant", &app);
+    g.connect(&node, "error", &errors);
+    g.run(Run::default().threads(2).until_idle())
+        .expect("the run ends");
+    assert_eq!(
+        *grants.lock().unwrap(),
+        vec![1],
+        "one grant, never fence 1 twice"
+    );
+    let failures = failures.lock().unwrap();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert!(
+        failures[1].contains("stage 'mutex0' stopped after a failure"),
+        "{failures:?}"
+    );
+}

@@ -332,7 +332,7 @@ pub fn multi_node_stage(spec: MultiNodeSpec) -> Result<Stage, MutexError> {
         },
         |state: &mut MultiState, ev: Event, ctx: &mut Ctx| state.handle(ev, ctx),
     )
-    .serial()
+    .fail_stop()
     .kind(MULTI_KIND)
     .attr("algorithm", spec.algorithm.name())
     .attr("id", spec.id as i64)
@@ -379,7 +379,7 @@ pub fn multi_node_stage_by_attrs(name: &str) -> Stage {
         },
         |state: &mut MultiState, ev: Event, ctx: &mut Ctx| state.handle(ev, ctx),
     )
-    .serial()
+    .fail_stop()
 }
 
 /// Rebuilds a multi node stage from the attributes [`multi_node_stage`] gives it (for a
