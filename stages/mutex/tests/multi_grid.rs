@@ -767,3 +767,39 @@ fn repeated_requests_reuse_cached_tokens() {
     }
     assert!(fast > 0, "the fast path never served a repeated request");
 }
+
+/// \[VN\] §7.1 (spec `mutex-multiresource.md`): Bouabdallah–Laforest is locality-blind,
+/// so with 48 processes in three clusters most of its messages cross clusters, while the
+/// grid-aware algorithm keeps most of its own inside them as remote latency grows. Both
+/// only show once processes do not all start in the same instant: with constant think
+/// times they asked at once and were served in process-id order, cluster by cluster,
+/// which made B-L look local (a third of its messages remote; `random_start`).
+#[test]
+fn bouabdallah_laforest_is_locality_blind_and_grid_aware_is_not() {
+    use leda_mutex::multi::grid_exp::{GridAlgo, grid_points, run_point};
+    let ratio = |l: u64, algo: GridAlgo| {
+        let p = grid_points()
+            .into_iter()
+            .find(|p| p.experiment == "latency-v1" && p.remote_latency == l)
+            .expect("the latency-v1 point");
+        let (mut remote, mut local) = (0.0, 0.0);
+        for seed in 1..=3 {
+            let r = run_point(&p, algo, seed).expect("runs");
+            remote += r.stats.messages_remote as f64;
+            local += r.stats.messages_local as f64;
+        }
+        remote / local
+    };
+    let bl = ratio(1, GridAlgo::BouabdallahLaforest);
+    assert!(bl > 1.5, "B-L remote/local at equal latencies: {bl:.2}");
+    for l in [500, 750] {
+        let (bl, ga) = (
+            ratio(l, GridAlgo::BouabdallahLaforest),
+            ratio(l, GridAlgo::GridAware),
+        );
+        assert!(
+            ga < 0.3 && ga < bl / 3.0,
+            "L={l}: grid-aware {ga:.2}, B-L {bl:.2}"
+        );
+    }
+}

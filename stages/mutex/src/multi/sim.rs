@@ -108,6 +108,12 @@ pub struct MultiSimConfig {
     /// the same resources each time, differing between processes). Default: a fresh draw per
     /// request.
     pub repeat_requests: bool,
+    /// Each process makes its first request at a random phase, uniform in `[0, t]` for its
+    /// first think time `t`, instead of at `t` itself. With constant think times every
+    /// process would otherwise ask at the same instant and be served in process-id
+    /// order, which, with clusters of consecutive ids, hands tokens from neighbour to
+    /// neighbour inside a cluster: a locality no algorithm asked for. Default: off.
+    pub random_start: bool,
 }
 
 impl MultiSimConfig {
@@ -125,6 +131,7 @@ impl MultiSimConfig {
             max_time: 10_000_000,
             max_events: 5_000_000,
             repeat_requests: false,
+            random_start: false,
         }
     }
 }
@@ -373,7 +380,10 @@ impl<S: MultiSystem> MultiSim<S> {
     fn run_inner(&mut self) -> MultiVerdict {
         for node in 0..self.cfg.n {
             if self.clients[node].remaining > 0 {
-                let t = self.cfg.workload.think_time.sample(&mut self.rng);
+                let mut t = self.cfg.workload.think_time.sample(&mut self.rng);
+                if self.cfg.random_start {
+                    t = (self.rng.next_f64() * (t as f64 + 1.0)) as u64;
+                }
                 self.push(t, Ev::Request(node));
             }
         }

@@ -351,6 +351,9 @@ pub fn run_point(point: &GridPoint, algo: GridAlgo, seed: u64) -> Result<GridRow
     cfg.clusters = Some(clusters);
     cfg.channels = Channels::Fifo;
     cfg.repeat_requests = point.repeat_requests;
+    // Constant think times would start every process at the same instant, served in
+    // id order: cluster by cluster (see `MultiSimConfig::random_start`).
+    cfg.random_start = true;
     cfg.workload = MultiWorkload {
         requests_per_node: point.cs_per_node,
         size_req: point.size_req,
