@@ -209,6 +209,16 @@ struct Checker {
 }
 
 impl Checker {
+    fn new() -> Checker {
+        Checker {
+            packages: workspace(),
+            bins: bin_dir(),
+            problems: Vec::new(),
+            missing_bins: BTreeSet::new(),
+            help: BTreeMap::new(),
+        }
+    }
+
     fn problem(&mut self, what: String) {
         self.problems.push(what);
     }
@@ -454,13 +464,7 @@ fn doc_files() -> Vec<PathBuf> {
 
 #[test]
 fn every_documented_command_names_what_exists() {
-    let mut c = Checker {
-        packages: workspace(),
-        bins: bin_dir(),
-        problems: Vec::new(),
-        missing_bins: BTreeSet::new(),
-        help: BTreeMap::new(),
-    };
+    let mut c = Checker::new();
     let mut n = 0;
     for file in doc_files() {
         let text = std::fs::read_to_string(&file).expect("read doc");
@@ -493,13 +497,7 @@ fn every_documented_command_names_what_exists() {
 /// missing file, an unknown program, a wrong package.
 #[test]
 fn the_checker_catches_rotten_commands() {
-    let mut c = Checker {
-        packages: workspace(),
-        bins: bin_dir(),
-        problems: Vec::new(),
-        missing_bins: BTreeSet::new(),
-        help: BTreeMap::new(),
-    };
+    let mut c = Checker::new();
     let text = "```sh\n\
         cargo run --release -p leda-nope -- x\n\
         cargo test -p leda-http --test no-such-test\n\
