@@ -351,6 +351,20 @@ impl QuorumRow {
     }
 }
 
+/// The think time of the sweep's one-requester rows: at least two hops, so that the next
+/// request leaves after the previous RELEASE has arrived. With less, the two race at the
+/// members both quorums share, which answer FAILED to a request that finds them still
+/// locked — contention the spec's "one requester, no contention" rows do not have (it
+/// added 0.3–0.5 messages per CS at N = 16).
+fn one_requester_think(base: &QuorumExperiment) -> Latency {
+    let two_hops = (2.0 * latency_mean(&base.latency)).ceil() as u64;
+    if latency_mean(&base.think_time) >= two_hops as f64 {
+        base.think_time.clone()
+    } else {
+        Latency::Constant(two_hops)
+    }
+}
+
 /// Runs `base` for every generator × [`SWEEP_NODES`] × {one, all} × [`Failures::SWEEP`] ×
 /// `seeds` (seeds `base.seed ..`), on `threads` worker threads (biggest runs first), calling
 /// `progress` after each run. Rows come back in a fixed order (generator, requesters, N,
@@ -374,6 +388,9 @@ pub fn sweep(
                         e.requesters = requesters;
                         e.failures = failures;
                         e.seed = base.seed + s;
+                        if requesters == Requesters::One {
+                            e.think_time = one_requester_think(base);
+                        }
                         jobs.push(e);
                     }
                 }
@@ -814,6 +831,30 @@ mod tests {
         assert_eq!(victims.len(), 8, "distinct victims");
         b.seed = 8;
         assert_ne!(s, b.crash_schedule());
+    }
+
+    /// The sweep's one-requester rows have no contention (the spec's reading): without
+    /// crashes they cost exactly three messages per quorum member, with the base think
+    /// time of 0 (which made the next request race the previous RELEASE).
+    #[test]
+    fn the_sweeps_one_requester_rows_cost_three_messages_per_member() {
+        let base = QuorumExperiment::new(Generator::Grid, 16, Requesters::One);
+        let rows = sweep(&base, &[16], 1, 2, |_| {}).unwrap();
+        for (g, want) in [(Generator::Grid, 21.0), (Generator::VCube, 27.0)] {
+            let row = rows
+                .iter()
+                .find(|r| {
+                    r.generator == g
+                        && r.row.exp.requesters == Requesters::One
+                        && r.failures == Failures::Count(0)
+                })
+                .expect("the fault-free one-requester row");
+            assert_eq!(
+                row.metrics().msgs_per_cs_mean_std(),
+                Some((want, 0.0)),
+                "{g:?}"
+            );
+        }
     }
 
     #[test]
