@@ -17,8 +17,9 @@ pub enum SendError {
     /// The destination's event queue is at capacity (Leda's wording).
     #[error("Event queue for the stage '{stage}' is full.")]
     QueueFull {
-        /// The destination stage.
-        stage: String,
+        /// The destination stage (shared with the runtime: a refusal under
+        /// back-pressure, a hot path, allocates nothing).
+        stage: std::sync::Arc<str>,
     },
     /// A local attachment cannot travel on a decoupled connector.
     #[error(

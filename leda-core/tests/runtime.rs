@@ -367,7 +367,7 @@ fn backpressure_accounting_loses_nothing() {
             match ctx.send(1, i) {
                 Ok(()) => a2.fetch_add(1, SeqCst),
                 Err(SendError::QueueFull { stage }) => {
-                    assert_eq!(stage, "slow");
+                    assert_eq!(&*stage, "slow");
                     r2.fetch_add(1, SeqCst)
                 }
                 Err(e) => return Err(e.into()),

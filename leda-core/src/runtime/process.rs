@@ -158,7 +158,7 @@ impl StageRt {
     pub(crate) fn refuse(&self) -> SendError {
         self.counters.rejected.fetch_add(1, Relaxed);
         SendError::QueueFull {
-            stage: self.name.to_string(),
+            stage: self.name.clone(),
         }
     }
 

@@ -616,7 +616,9 @@ impl Transport {
             .map(|r| r.to.clone())
             .unwrap_or_default();
         match r {
-            Refusal::QueueFull => SendError::QueueFull { stage },
+            Refusal::QueueFull => SendError::QueueFull {
+                stage: stage.as_str().into(),
+            },
             Refusal::UnknownStage(why) => SendError::Unreachable {
                 stage,
                 reason: format!("{peer} refused: {why}"),

@@ -82,7 +82,7 @@ impl RemoteSink for Sink {
             }
         } else {
             SendError::QueueFull {
-                stage: self.to.clone(),
+                stage: self.to.as_str().into(),
             }
         };
         Err(Rejected { error, event })
