@@ -188,10 +188,8 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
         maxpar,
     };
     let quit = crate::remote::serve(&daemon, false, |addr| {
-        // The readiness line of every Leda-RS daemon (`leda_core::cli`).
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "LISTENING {addr}").and_then(|()| out.flush());
+        // A closed stdout is not this daemon's failure.
+        let _ = leda_core::cli::announce_listening(addr);
     })
     .map_err(|e| rt(e.to_string()))?;
     let mut out = Vec::new();
