@@ -327,7 +327,8 @@ async fn serve_deployments(
             ));
         };
         match inc.hello.role {
-            Role::Probe => {}
+            // A service's client has nothing to do with a deployment.
+            Role::Probe | Role::Client => {}
             Role::Peer => {
                 parked.push(inc);
                 if parked.len() > 64 {

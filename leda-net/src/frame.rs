@@ -41,6 +41,9 @@ pub enum Role {
     Peer,
     /// A tool probing the daemon (closed after the handshake).
     Probe,
+    /// A client of a service built on leda-net (e.g. the lock service's client port),
+    /// which speaks that service's own protocol after the handshake.
+    Client,
 }
 
 /// The client's half of the handshake.

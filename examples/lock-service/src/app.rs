@@ -490,7 +490,7 @@ pub fn random_request(locks: &[(String, u32)], rng: &mut SplitMix64) -> Vec<(Str
 /// together, then for every instance held does a guarded increment of its counter file
 /// ([`multi_counter_path`]) with that instance's fencing token, and releases everything.
 pub fn multi_client(
-    client: &crate::client::LockClient,
+    client: &crate::client::LocalClient,
     locks: &[(String, u32)],
     counter: &Path,
     rounds: usize,

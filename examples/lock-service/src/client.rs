@@ -1,17 +1,17 @@
 //! The lock API for Rust code running in a node's process: `acquire(resource, timeout)` →
-//! [`Grant`] with its fencing token, [`LockClient::try_acquire`], [`LockClient::release`], and
+//! [`Grant`] with its fencing token, [`LocalClient::try_acquire`], [`LocalClient::release`], and
 //! cancellation of a queued request ([`Pending::cancel`]).
 //!
 //! Multi-resource locks (a group started with [`crate::multi::MultiServiceConfig`]):
-//! [`LockClient::acquire_all`] takes a set of locks at once, [`LockClient::acquire_counts`] a
+//! [`LocalClient::acquire_all`] takes a set of locks at once, [`LocalClient::acquire_counts`] a
 //! number of instances of several lock types; both return a [`MultiGrant`] with one fencing
-//! token per instance held, released together by [`LockClient::release_all`]. Timeouts,
-//! cancellation ([`PendingAll::cancel`]) and tries ([`LockClient::try_acquire_all`]) work as
+//! token per instance held, released together by [`LocalClient::release_all`]. Timeouts,
+//! cancellation ([`PendingAll::cancel`]) and tries ([`LocalClient::try_acquire_all`]) work as
 //! for single locks; bad input (empty set,
 //! unknown lock, a lock named twice, a count of 0 or above the number of instances) is a
 //! [`LockError::Invalid`] with a typed [`MultiRequestError`], and nothing is queued.
 //!
-//! A [`LockClient`] injects requests into the node's front stage and gets the replies through
+//! A [`LocalClient`] injects requests into the node's front stage and gets the replies through
 //! the [`api_stage`], which routes each reply to the waiting caller by request id. Blocking
 //! calls wait on a channel, never inside a stage.
 
@@ -26,7 +26,7 @@ use leda_core::runtime::ProcessHandle;
 use leda_mutex::multi::MultiRequestError;
 use leda_mutex::multi::stage::decode_holds;
 
-/// How long [`LockClient::release`] waits for the node to confirm.
+/// How long [`LocalClient::release`] waits for the node to confirm.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// What went wrong with a lock call.
@@ -44,6 +44,13 @@ pub enum LockError {
     /// The node's process does not take events any more (stopped, queue full).
     #[error("lock service unavailable: {0}")]
     Unavailable(String),
+    /// The lease ran out before the release: the service released the lock at `at_ns`
+    /// (CLOCK_MONOTONIC nanoseconds of the node's host).
+    #[error("the lease had expired (the service released the lock at {at_ns} ns)")]
+    LeaseExpired {
+        /// When the service released the lock.
+        at_ns: u64,
+    },
     /// A multi-resource request the service cannot take (nothing was queued).
     #[error("invalid multi-resource request: {0}")]
     Invalid(MultiRequestError),
@@ -72,8 +79,8 @@ pub struct InstanceGrant {
     pub fencing_token: u64,
 }
 
-/// Several locks held together (from [`LockClient::acquire_all`] or
-/// [`LockClient::acquire_counts`]).
+/// Several locks held together (from [`LocalClient::acquire_all`] or
+/// [`LocalClient::acquire_counts`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct MultiGrant {
     /// Every instance held, with its own fencing token, sorted by lock then instance.
@@ -194,7 +201,7 @@ pub fn api_stage(node: usize, shared: ApiShared) -> Stage {
 /// A pending acquisition: wait for it, or cancel it.
 #[derive(Debug)]
 pub struct Pending<'a> {
-    client: &'a LockClient,
+    client: &'a LocalClient,
     id: i64,
     /// The lock, or for a multi-resource request a description of the set.
     resource: String,
@@ -310,28 +317,28 @@ impl PendingAll<'_> {
 
 /// A client of one node's lock service.
 #[derive(Clone)]
-pub struct LockClient {
+pub struct LocalClient {
     handle: ProcessHandle,
     front: usize,
     shared: ApiShared,
 }
 
-impl std::fmt::Debug for LockClient {
+impl std::fmt::Debug for LocalClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockClient")
+        f.debug_struct("LocalClient")
             .field("front", &self.front)
             .finish()
     }
 }
 
-impl LockClient {
+impl LocalClient {
     /// A client of the front stage named `front` in the process of `handle`, whose replies
     /// reach the [`api_stage`] built with `shared`.
     pub fn new(handle: ProcessHandle, front: &str, shared: ApiShared) -> Result<Self, LockError> {
         let front = handle
             .stage_index(front)
             .ok_or_else(|| LockError::Unavailable(format!("no stage {front:?} here")))?;
-        Ok(LockClient {
+        Ok(LocalClient {
             handle,
             front,
             shared,

@@ -13,6 +13,10 @@
 //! | `("released", id, resource)`         | the release (or a cancel after the grant) is done |
 //! | `("error", id, resource, why)`       | bad input (unknown resource, release without holding) |
 //!
+//! The node stage's events carry its seal ([`leda_mutex::stage::from_node`]); an event with a
+//! node reply's tag but no seal (a client stage imitating the node) is answered with
+//! `("error", -1, tag, why)` and changes nothing. Node and front share a process.
+//!
 //! Local requests are served in arrival order. A try succeeds only when nothing waits locally
 //! and the algorithm grants without waiting for another node (e.g. the token is here).
 //!
@@ -161,8 +165,24 @@ impl Front {
     }
 
     /// Handles one event (see the module docs).
-    pub fn handle(&mut self, ev: Event, ctx: &mut Ctx) -> HandlerResult {
+    pub fn handle(&mut self, mut ev: Event, ctx: &mut Ctx) -> HandlerResult {
         let tag: String = ev.get(0)?;
+        let client_tag = matches!(
+            tag.as_str(),
+            "acquire" | "release" | "cancel" | "acquire_all" | "release_all" | "cancel_all"
+        );
+        if !client_tag && !leda_mutex::stage::from_node(&mut ev) {
+            // Only the node stage's sealed events are node replies: whatever else sends one
+            // (a client stage) is refused, and the front's state is untouched.
+            tracing::warn!(
+                tag,
+                "front: a node reply that does not come from the node stage"
+            );
+            return Self::reply(
+                ctx,
+                ("error", -1, tag.as_str(), "not a client request: refused").into(),
+            );
+        }
         if matches!(
             tag.as_str(),
             "acquire_all"

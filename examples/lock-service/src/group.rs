@@ -1,6 +1,6 @@
 //! A lock-service group as one Leda graph: node `i` is a cluster of its node stage
 //! (`mutex<i>`, the algorithm chosen by configuration), its front stage (`front<i>`) and its
-//! application side, either the API stage (`api<i>`, for [`LockClient`]s in that process) or a
+//! application side, either the API stage (`api<i>`, for [`LocalClient`]s in that process) or a
 //! counter worker (`app<i>`). Node stages are joined pairwise by decoupled connectors; the
 //! same graph runs in one process ([`LocalGroup`]) or with one process per node
 //! (`lock-service run`, over leda-net).
@@ -11,6 +11,7 @@
 //! decoupled connectors and send `("failure", j)` into `mutex<i>` when node `j` crashed, so the
 //! survivors of a killed node keep the lock going ([`Detection`], [`build_group_with`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use leda_core::prelude::*;
@@ -25,8 +26,10 @@ use leda_mutex::stage::{
 use leda_net::Registry;
 
 use crate::app::{APP_KIND, app_stage, app_stage_from_attrs, done_stage};
-use crate::client::{ApiShared, LockClient, LockError, api_stage};
+use crate::client::{ApiShared, LocalClient, LockError, api_stage};
+use crate::epoch::{EPOCH_KIND, epoch_stage};
 use crate::front::{FRONT_KIND, front_stage, front_stage_from_attrs};
+use crate::gate::{GATE_KIND, GateLocal, gate_stage};
 
 /// The service's configuration.
 #[derive(Debug, Clone)]
@@ -42,8 +45,11 @@ pub struct ServiceConfig {
 /// What runs on the application side of a node.
 #[derive(Debug, Clone)]
 pub enum Side {
-    /// The API stage, for [`LockClient`]s of this process.
+    /// The API stage, for [`LocalClient`]s of this process.
     Api(ApiShared),
+    /// The gate stage, for clients in other processes ([`crate::gate`]); `None` where the
+    /// node runs in another process (its daemon supplies the listener).
+    Gate(Option<Arc<GateLocal>>),
     /// A counter worker: `clients` clients × `iters` increments of `counter` under `resource`.
     Worker {
         /// Concurrent clients.
@@ -147,6 +153,7 @@ pub fn build_group_with(
         g.connect(&node, "grant", &front).local();
         let app = match side {
             Side::Api(shared) => api_stage(i, shared.clone()),
+            Side::Gate(local) => gate_stage(i, local.clone()),
             Side::Worker {
                 clients,
                 iters,
@@ -204,10 +211,26 @@ pub fn registry() -> Registry {
         })
 }
 
-/// A whole group running in this process, with a [`LockClient`] per node.
+/// The registry of a serving node's daemon ([`registry`] and the node-local stages): its gate
+/// gets `gate`'s listener, secret and audit file, its epoch stage stores in `data_dir`.
+pub fn serve_registry(gate: Arc<GateLocal>, data_dir: PathBuf) -> Registry {
+    registry()
+        .with(GATE_KIND, move |a| {
+            Ok(gate_stage(a.get_as("node")?, Some(gate.clone())))
+        })
+        .with(EPOCH_KIND, move |a| {
+            Ok(epoch_stage(
+                a.get_as("node")?,
+                a.get_as("n")?,
+                Some(data_dir.clone()),
+            ))
+        })
+}
+
+/// A whole group running in this process, with a [`LocalClient`] per node.
 pub struct LocalGroup {
     running: leda_core::runtime::Running,
-    clients: Vec<LockClient>,
+    clients: Vec<LocalClient>,
 }
 
 impl std::fmt::Debug for LocalGroup {
@@ -245,13 +268,13 @@ impl LocalGroup {
         let clients = shared
             .into_iter()
             .enumerate()
-            .map(|(i, s)| LockClient::new(running.handle(), &format!("front{i}"), s))
+            .map(|(i, s)| LocalClient::new(running.handle(), &format!("front{i}"), s))
             .collect::<Result<_, _>>()?;
         Ok(LocalGroup { running, clients })
     }
 
     /// The client of node `i`.
-    pub fn client(&self, i: usize) -> Option<&LockClient> {
+    pub fn client(&self, i: usize) -> Option<&LocalClient> {
         self.clients.get(i)
     }
 

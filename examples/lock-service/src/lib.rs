@@ -20,13 +20,18 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod check;
 pub mod client;
+pub mod epoch;
 pub mod etcd;
 pub mod front;
+pub mod gate;
 pub mod group;
 pub mod multi;
+pub mod proto;
+pub mod remote;
 
-pub use client::{Grant, InstanceGrant, LockClient, LockError, MultiGrant, Pending, PendingAll};
+pub use client::{Grant, InstanceGrant, LocalClient, LockError, MultiGrant, Pending, PendingAll};
 pub use group::{LocalGroup, ServiceConfig};
 pub use multi::MultiServiceConfig;
 
@@ -40,7 +45,9 @@ pub type StageMaker = fn() -> Stage;
 ///
 /// - `leda.stage.mutex.node`: a node stage; set `algorithm`, `id`, `n`, `resources` on a copy
 ///   (`local m = leda.stage 'mutex0' (require 'leda.stage.mutex.node')`), connect `peer<j>` to
-///   node `j`'s copy and `grant` to the front;
+///   node `j`'s copy and `grant` to the front with a local connector (`m:connect('grant', f,
+///   'local')`: the front takes node replies only with the node's seal, which does not cross
+///   decoupled connectors);
 /// - `leda.stage.lock.front`: a front stage; set `resources`, connect `mutex` to the node and
 ///   `reply` to the client, which sends `("acquire", id, resource, try)`, `("release", id,
 ///   resource)` and `("cancel", id, resource)` (protocol in [`front`]);

@@ -2,7 +2,7 @@
 //! stage (`multi<i>`, a multi-resource algorithm of `leda-mutex` chosen by name) beside its
 //! single-resource node stage, joined to the node's front (port `multi`) and to the other
 //! nodes' multi stages by decoupled connectors. Clients then call
-//! [`crate::LockClient::acquire_all`] / [`crate::LockClient::acquire_counts`] (Rust) or send
+//! [`crate::LocalClient::acquire_all`] / [`crate::LocalClient::acquire_counts`] (Rust) or send
 //! `("acquire_all", id, items)` to the front (Lua; protocol in [`crate::front`]).
 
 use leda_mutex::MutexError;

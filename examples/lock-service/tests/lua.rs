@@ -41,7 +41,7 @@ for i = 0, N - 1 do
     }
     nodes[i] = m
     table.insert(conns, f:connect('mutex', m))
-    table.insert(conns, m:connect('grant', f))
+    table.insert(conns, m:connect('grant', f, 'local'))
     table.insert(conns, f:connect('reply', c))
     table.insert(conns, c:connect('front', f))
     table.insert(conns, c:connect('check', check))
@@ -159,7 +159,7 @@ for i = 0, N - 1 do
     }
     nodes[i] = m
     table.insert(conns, f:connect('multi', m))
-    table.insert(conns, m:connect('grant', f))
+    table.insert(conns, m:connect('grant', f, 'local'))
     table.insert(conns, f:connect('reply', c))
     table.insert(conns, c:connect('front', f))
     table.insert(conns, c:connect('check', check))

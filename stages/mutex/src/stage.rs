@@ -19,6 +19,9 @@
 //! | `peer<j>`   | `("msg", me, resource, kind, body)` to node `j`'s stage |
 //! | `grant`     | to the application: `("grant", resource, fence)`; `("released", resource)` once a release (or a withdrawn grant) was handled; `("would-block", resource)` for a try that cannot be granted at once; `("refused", resource, why)` for a request while one is pending or a release without a grant |
 //!
+//! Events on `grant` carry the node's seal ([`NodeSeal`], a local attachment): connect `grant`
+//! with a local connector (attachments do not cross decoupled ones).
+//!
 //! A withdrawn request (refused try, cancellation) stays in the algorithm, which has no way to
 //! take a request back; when its grant comes, the node stage releases at once and reports
 //! `released`. The algorithms allow one outstanding request per node and resource; several
@@ -56,6 +59,24 @@ use crate::sim::Latency;
 
 /// The registry kind of node stages.
 pub const NODE_KIND: &str = "mutex.node";
+
+/// The mark a node stage puts on every event it sends to its application (port `grant`):
+/// a local attachment that only this crate can make, so the application side can tell the
+/// node's replies from anything a client stage sends it ([`from_node`]). The node and its
+/// application must share a process (a local connector): attachments do not cross processes.
+#[derive(Debug)]
+pub struct NodeSeal(());
+
+/// Sends `ev` to the application, sealed ([`NodeSeal`]).
+pub(crate) fn to_app(ctx: &mut Ctx, ev: impl Into<Event>) -> HandlerResult {
+    ctx.send("grant", ev.into().attach(NodeSeal(())))?;
+    Ok(())
+}
+
+/// `true` if `ev` was sent by a node stage on its `grant` port; takes the seal off.
+pub fn from_node(ev: &mut Event) -> bool {
+    ev.take_attachment::<NodeSeal>().is_some()
+}
 
 /// What a node stage reports to its [`Observer`].
 #[derive(Debug, Clone, PartialEq)]
@@ -219,8 +240,8 @@ impl NodeState {
         match tag {
             "request" => {
                 if phase != Phase::Idle {
-                    ctx.send(
-                        "grant",
+                    to_app(
+                        ctx,
                         ("refused", resource, "a request is already pending or held"),
                     )?;
                     return Ok(());
@@ -232,13 +253,13 @@ impl NodeState {
                 if try_only && self.phase.get(&resource) != Some(&Phase::Held) {
                     // Not grantable without waiting for other nodes: withdraw.
                     self.set_phase(&resource, Phase::Requested { withdrawn: true });
-                    ctx.send("grant", ("would-block", resource))?;
+                    to_app(ctx, ("would-block", resource))?;
                 }
                 Ok(())
             }
             "release" => {
                 if phase != Phase::Held {
-                    ctx.send("grant", ("refused", resource, "release without holding"))?;
+                    to_app(ctx, ("refused", resource, "release without holding"))?;
                     return Ok(());
                 }
                 self.release(&resource, ctx)
@@ -250,7 +271,7 @@ impl NodeState {
                 }
                 Phase::Held => self.release(&resource, ctx),
                 Phase::Idle => {
-                    ctx.send("grant", ("released", resource))?;
+                    to_app(ctx, ("released", resource))?;
                     Ok(())
                 }
             },
@@ -277,7 +298,7 @@ impl NodeState {
         self.set_phase(resource, Phase::Idle);
         self.observe(ctx, resource, NodeEvent::Release);
         self.step(resource, ctx, |n, out| n.release(out))?;
-        ctx.send("grant", ("released", resource))?;
+        to_app(ctx, ("released", resource))?;
         Ok(())
     }
 
@@ -339,7 +360,7 @@ impl NodeState {
                     if withdrawn {
                         auto_release = true;
                     } else {
-                        ctx.send("grant", ("grant", resource, fence as i64))?;
+                        to_app(ctx, ("grant", resource, fence as i64))?;
                     }
                 }
             }

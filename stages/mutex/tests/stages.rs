@@ -230,7 +230,7 @@ fn a_failed_node_stops_instead_of_restarting_with_fresh_state() {
     node.push(("msg", 7, "r", "nonsense", Value::Nil));
     node.push(("request", "r"));
     let mut g = Graph::new("fail-stop");
-    g.connect(&node, "grant", &app);
+    g.connect(&node, "grant", &app).local();
     g.connect(&node, "error", &errors);
     g.run(Run::default().threads(2).until_idle())
         .expect("the run ends");

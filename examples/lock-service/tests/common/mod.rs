@@ -19,6 +19,7 @@ impl Drop for Proc {
 
 /// Starts `lock-service daemon --listen 127.0.0.1:0` with `envs` set (and no
 /// `LEDA_SECRET`), and returns it with the address it printed (`LISTENING ADDR`).
+#[allow(dead_code)] // not every test file starts bare daemons
 pub fn daemon(envs: &[(&str, &str)]) -> (Proc, String) {
     let mut child = Proc(
         Command::new(BIN)

@@ -99,6 +99,9 @@
 //! - **Fencing.** As in Maekawa: REPLY, RELEASE and FLUSH carry the largest fence seen; an
 //!   entering node uses `max_seen + 1`. A holder that crashes inside the CS never publishes its
 //!   fence, so the next fence may equal it (the checker forgets a crashed holder's fence).
+//!   That is harmless only if the crashed node was the fence's only user; the lock service's
+//!   clients outlive their node, so its serving groups take fences from a majority register
+//!   instead (`leda_lock_service::epoch`; `lock-check` found the repeat).
 //! - **Grant numbers.** Each arbiter numbers its grants; REPLY carries the number, YIELD echoes
 //!   it and REVOKE names it, so a YIELD that crossed a REVOKE is recognised as void.
 //! - **Channels:** FIFO required (an arbiter's REPLY must precede its INQUIRE, a requester's

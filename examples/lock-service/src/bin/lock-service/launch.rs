@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use leda_core::prelude::*;
 use leda_core::runtime::ProcessHandle;
 use leda_lock_service::app::set_multi_work;
-use leda_lock_service::client::{ApiShared, LockClient};
+use leda_lock_service::client::{ApiShared, LocalClient};
 use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with};
 use leda_lock_service::multi::{MultiServiceConfig, attach_multi};
 use leda_net::{LaunchReport, Launched, Launcher};
@@ -34,7 +34,7 @@ const ME: &str = "launcher:1";
 pub struct Group {
     launched: Launched,
     /// A client of node 0.
-    pub client: LockClient,
+    pub client: LocalClient,
     /// The `done` stage's index in this process.
     pub done: usize,
 }
@@ -95,7 +95,7 @@ impl Group {
             .start(&built.graph, run)
             .context("deploying the group")?;
         let handle = launched.handle();
-        let client = LockClient::new(handle.clone(), "front0", shared)?;
+        let client = LocalClient::new(handle.clone(), "front0", shared)?;
         let done = handle
             .stage_index("done")
             .context("no done stage in the launcher")?;

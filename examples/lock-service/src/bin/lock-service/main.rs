@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Every worker client (on the daemons) and API client (in the launcher, through
-//! `LockClient::acquire`) increments the counter file under the lock, refusing stale fencing
+//! `LocalClient::acquire`) increments the counter file under the lock, refusing stale fencing
 //! tokens. The run prints `RESULT count=C expected=E refused=R` and fails unless `C == E` and
 //! `R == 0`: no update was lost.
 //!
@@ -52,6 +52,7 @@
 
 mod bench;
 mod launch;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +67,7 @@ use leda_lock_service::app::{
     MultiTally, bump_counter, decode_multi_report, multi_client, multi_counter_path,
     parse_multi_lock, read_counter,
 };
-use leda_lock_service::client::LockClient;
+use leda_lock_service::client::LocalClient;
 use leda_lock_service::group::{Detection, ServiceConfig, Side, registry};
 use leda_lock_service::multi::MultiServiceConfig;
 use leda_mutex::Algorithm;
@@ -90,6 +91,12 @@ struct Args {
 enum Cmd {
     /// Run a daemon that hosts one node (prints `LISTENING ADDR` first).
     Daemon(leda_net::cli::DaemonArgs),
+    /// Run one node of a long-lived group with a client port (prints `CLIENTS ADDR`; node 0
+    /// then `SERVING ...` once the group is up).
+    Serve(serve::ServeArgs),
+    /// Run a command while holding a lock of a serving group (`LOCK_FENCE` in its
+    /// environment); the command is terminated if the lock is lost.
+    Lock(serve::LockArgs),
     /// Benchmark against etcd (BENCH lines on stdout).
     Bench(bench::BenchArgs),
     /// Deploy nodes 1.. to the daemons, run node 0 here, hammer the counter, check it.
@@ -130,7 +137,7 @@ enum Cmd {
         /// Increments per client.
         #[arg(long, default_value_t = 20)]
         iters: usize,
-        /// API clients (threads using LockClient) in this process.
+        /// API clients (threads using LocalClient) in this process.
         #[arg(long, default_value_t = 2)]
         api_clients: usize,
         /// Per-acquire timeout of the API clients, seconds.
@@ -158,7 +165,7 @@ enum Cmd {
 /// An API client: `iters` guarded increments under the single lock, then (with `multi`) its
 /// `acquire_all` rounds; returns (written, refused) of the single lock and the multi tally.
 fn api_client(
-    client: &LockClient,
+    client: &LocalClient,
     resource: &str,
     counter: &std::path::Path,
     iters: usize,
@@ -181,7 +188,7 @@ fn api_client(
 }
 
 fn single_client(
-    client: &LockClient,
+    client: &LocalClient,
     resource: &str,
     counter: &std::path::Path,
     iters: usize,
@@ -298,6 +305,8 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     match Args::parse().cmd {
+        Cmd::Serve(args) => serve::serve(args),
+        Cmd::Lock(args) => serve::lock(args),
         Cmd::Bench(args) => {
             bench::run(&args)?;
             Ok(ExitCode::SUCCESS)

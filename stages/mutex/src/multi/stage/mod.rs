@@ -178,7 +178,7 @@ impl MultiState {
     }
 
     fn refuse(ctx: &mut Ctx, why: String) -> HandlerResult {
-        ctx.send("grant", ("multi-refused", why))?;
+        crate::stage::to_app(ctx, ("multi-refused", why))?;
         Ok(())
     }
 
@@ -204,7 +204,7 @@ impl MultiState {
                 if try_only && self.phase != Phase::Held {
                     // Not grantable without waiting for other processes: withdraw.
                     self.phase = Phase::Requested { withdrawn: true };
-                    ctx.send("grant", "multi-would-block")?;
+                    crate::stage::to_app(ctx, "multi-would-block")?;
                 }
                 Ok(())
             }
@@ -221,7 +221,7 @@ impl MultiState {
                 }
                 Phase::Held => self.release(ctx),
                 Phase::Idle => {
-                    ctx.send("grant", "multi-released")?;
+                    crate::stage::to_app(ctx, "multi-released")?;
                     Ok(())
                 }
             },
@@ -244,7 +244,7 @@ impl MultiState {
         self.phase = Phase::Idle;
         self.observe(ctx, MultiNodeEvent::Release);
         self.step(ctx, |n, out| n.release(out))?;
-        ctx.send("grant", "multi-released")?;
+        crate::stage::to_app(ctx, "multi-released")?;
         Ok(())
     }
 
@@ -292,7 +292,7 @@ impl MultiState {
                         auto_release = true;
                     } else {
                         let v = self.spec.resources.holds_value(&holds);
-                        ctx.send("grant", ("multi-grant", v))?;
+                        crate::stage::to_app(ctx, ("multi-grant", v))?;
                     }
                 }
             }

@@ -1,0 +1,134 @@
+//! A checked client, a process of its own: acquire a lock, read-modify-write the register
+//! under it with the fence, release; over and over until the stop file appears.
+//!
+//! Its log (one line per event, flushed at once, so a `kill -9` loses nothing written):
+//! `A LOCK FENCE ACQUIRED_NS` when a grant arrives, `E LOCK FENCE ENDED_NS END` when the hold
+//! ends (`released`, or `lease_expired` with the service's expiry time when it told us, else
+//! the moment we learnt of the loss).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use leda_core::sim::SimRng;
+use leda_lock_service::LockError;
+use leda_lock_service::proto::monotonic_ns;
+use leda_lock_service::remote::{ConnectOptions, Hold, LockClient};
+
+use crate::register::Register;
+
+/// The client role's options.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// Node client addresses, tried from `--seed`'s position on.
+    #[arg(long, value_delimiter = ',', required = true)]
+    connect: Vec<String>,
+    /// This client's name.
+    #[arg(long)]
+    name: String,
+    /// The register's address.
+    #[arg(long)]
+    register: String,
+    /// The locks, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    locks: Vec<String>,
+    /// Lease TTL, milliseconds.
+    #[arg(long)]
+    ttl_ms: u64,
+    /// This client's log.
+    #[arg(long)]
+    log: PathBuf,
+    /// Stop when this file exists.
+    #[arg(long)]
+    stop: PathBuf,
+    /// Seed of the lock choice and the pauses.
+    #[arg(long)]
+    seed: u64,
+}
+
+struct Log(std::fs::File);
+
+impl Log {
+    fn line(&mut self, s: String) -> anyhow::Result<()> {
+        writeln!(self.0, "{s}")?;
+        self.0.flush()?;
+        Ok(())
+    }
+}
+
+fn connect(args: &ClientArgs, turn: &mut usize) -> LockClient {
+    loop {
+        let addr = &args.connect[*turn % args.connect.len()];
+        *turn += 1;
+        let opts = ConnectOptions::new(args.name.clone())
+            .map(|o| o.ttl(Duration::from_millis(args.ttl_ms)));
+        match opts.and_then(|o| LockClient::connect(addr, o)) {
+            Ok(c) => return c,
+            Err(e) => {
+                tracing::info!(addr, error = %e, "cannot connect; next node");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// Runs the client until the stop file appears.
+pub fn run(args: ClientArgs) -> anyhow::Result<()> {
+    let mut log = Log(std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.log)
+        .with_context(|| format!("opening {}", args.log.display()))?);
+    let mut register = Register::connect(&args.register)?;
+    let mut rng = SimRng::new(args.seed);
+    let mut turn = args.seed as usize;
+    let mut client = connect(&args, &mut turn);
+    while !args.stop.exists() {
+        let lock = &args.locks[rng.next_u64() as usize % args.locks.len()];
+        let mut hold = match client.acquire(lock, Duration::from_secs(2)) {
+            Ok(h) => h,
+            Err(LockError::Timeout(_)) => continue,
+            Err(e) => {
+                tracing::info!(error = %e, "acquire failed; reconnecting");
+                drop(client);
+                client = connect(&args, &mut turn);
+                continue;
+            }
+        };
+        let fence = hold.fence();
+        log.line(format!("A {lock} {fence} {}", monotonic_ns()))?;
+        if hold.is_valid() {
+            // Read, work a little, write: a pause in between (SIGSTOP past the lease) makes
+            // the write stale, and the register's fence check must refuse it.
+            let v = register.read(lock)?;
+            std::thread::sleep(Duration::from_micros(rng.next_u64() % 20_000));
+            register.write(lock, &args.name, fence, v + 1)?;
+        }
+        finish(&client, hold, &mut log, lock)?;
+        if client.as_async().ended().is_some() {
+            client = connect(&args, &mut turn);
+        }
+        std::thread::sleep(Duration::from_micros(rng.next_u64() % 2000));
+    }
+    Ok(())
+}
+
+/// Ends a hold and logs its end: the end line is written before the release is sent, so a
+/// kill -9 after the release cannot leave a hold that seems never to end.
+fn finish(client: &LockClient, mut hold: Hold, log: &mut Log, lock: &str) -> anyhow::Result<()> {
+    let fence = hold.fence();
+    if let Some(at) = hold.expired_at() {
+        return log.line(format!("E {lock} {fence} {at} lease_expired"));
+    }
+    if !hold.is_valid() {
+        // Lost without the service's word (session ended, or no keep-alive answered).
+        return log.line(format!("E {lock} {fence} {} lease_expired", monotonic_ns()));
+    }
+    log.line(format!("E {lock} {fence} {} released", monotonic_ns()))?;
+    // An expiry that came first is in the node's audit (the merge takes the earlier time);
+    // a session that died under the release took the lock with it.
+    let _ = client.release(hold);
+    Ok(())
+}

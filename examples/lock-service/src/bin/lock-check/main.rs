@@ -1,0 +1,617 @@
+//! `lock-check`: a Jepsen-style check of the lock service under faults.
+//!
+//! ```text
+//! lock-check --duration 30 --history /tmp/h.jsonl [--target leda] [--nodes 3] [--clients 4]
+//! ```
+//!
+//! It starts `--nodes` nodes (`lock-service serve`, one process each), a fenced register
+//! (a process) and `--clients` clients (processes) that acquire a lock, read-modify-write
+//! the register under it carrying the fence, and release, over and over. Meanwhile it injects
+//! faults on a seeded schedule: SIGSTOP of a client past its lease (then SIGCONT), kill -9 of
+//! a client (restarted under a new name), SIGSTOP of a node (then SIGCONT) and, for the
+//! crash-tolerant algorithms, kill -9 of a minority of the nodes (not restarted: the
+//! algorithms are crash-stop). At the end it writes the history (JSON lines, see
+//! `leda_lock_service::check`), checks it, prints `CHECK target=... <counts>` and the
+//! anomalies, and exits 1 on any.
+//!
+//! Partitions between network namespaces are not injected yet (the run says so).
+
+mod client;
+mod register;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use leda_core::sim::SimRng;
+use leda_lock_service::check::{Record, check};
+use leda_lock_service::proto::monotonic_ns;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    name = "lock-check",
+    about = "Checks the lock service under faults (Jepsen-style): overlapping holds, fence \
+             regressions, lost updates, stale writes",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    role: Option<Role>,
+    /// Seconds of workload and faults.
+    #[arg(long, default_value_t = 20)]
+    duration: u64,
+    /// Where to write the history (JSON lines).
+    #[arg(long, default_value = "lock-check-history.jsonl")]
+    history: PathBuf,
+    /// The service under test.
+    #[arg(long, value_enum, default_value_t = Target::Leda)]
+    target: Target,
+    /// Nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Clients.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// The nodes' algorithm (quorum-grid, quorum-tree and quorum-vcube survive killed nodes).
+    #[arg(long, default_value = "quorum-vcube")]
+    algorithm: String,
+    /// The locks, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "x,y")]
+    locks: Vec<String>,
+    /// The clients' lease TTL, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    ttl_ms: u64,
+    /// Milliseconds between faults.
+    #[arg(long, default_value_t = 1000)]
+    fault_every_ms: u64,
+    /// Inject no faults.
+    #[arg(long)]
+    no_faults: bool,
+    /// Seed of the fault schedule and of the clients.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Target {
+    /// The Leda-RS lock service (`lock-service serve`).
+    Leda,
+}
+
+#[derive(Subcommand, Debug)]
+enum Role {
+    /// The fenced register (internal).
+    #[command(hide = true)]
+    Register {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: String,
+        /// Its history file.
+        #[arg(long)]
+        history: PathBuf,
+    },
+    /// A checked client (internal).
+    #[command(hide = true)]
+    Client(client::ClientArgs),
+}
+
+fn main() -> ExitCode {
+    leda_core::cli::init_logging("warn");
+    leda_core::cli::exit_code("lock-check", run())
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.role {
+        Some(Role::Register { listen, history }) => {
+            register::run(&listen, &history)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Role::Client(args)) => {
+            client::run(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => harness(&cli),
+    }
+}
+
+/// A child process, killed on drop.
+struct Proc {
+    name: String,
+    child: Child,
+    stopped: bool,
+    dead: bool,
+}
+
+impl Proc {
+    fn signal(&mut self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads stdout lines of `child` until one starts with `prefix`; returns its rest.
+fn await_line(child: &mut Child, prefix: &str, within: Duration) -> anyhow::Result<String> {
+    let out = child.stdout.take().context("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = prefix.to_owned();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out).lines();
+        let mut sent = false;
+        for line in lines.by_ref().map_while(Result::ok) {
+            if !sent && let Some(rest) = line.strip_prefix(&wanted) {
+                let _ = tx.send(rest.trim().to_owned());
+                sent = true;
+            }
+        }
+    });
+    rx.recv_timeout(within)
+        .with_context(|| format!("no {prefix:?} line within {within:?}"))
+}
+
+struct Run<'a> {
+    cli: &'a Cli,
+    dir: PathBuf,
+    secret: PathBuf,
+}
+
+impl Run<'_> {
+    fn command(&self, program: &Path, log: &str) -> anyhow::Result<Command> {
+        let mut c = Command::new(program);
+        c.env("LEDA_SECRET_FILE", &self.secret)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or("warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(self.dir.join(log))?);
+        Ok(c)
+    }
+
+    fn spawn_client(
+        &self,
+        me: &Path,
+        name: &str,
+        clients: &[String],
+        register: &str,
+        seed: u64,
+    ) -> anyhow::Result<Proc> {
+        let child = self
+            .command(me, &format!("{name}.err"))?
+            .args(["client", "--name", name, "--register", register])
+            .arg("--connect")
+            .arg(clients.join(","))
+            .arg("--locks")
+            .arg(self.cli.locks.join(","))
+            .arg("--ttl-ms")
+            .arg(self.cli.ttl_ms.to_string())
+            .arg("--log")
+            .arg(self.dir.join(format!("{name}.log")))
+            .arg("--stop")
+            .arg(self.dir.join("stop"))
+            .arg("--seed")
+            .arg(seed.to_string())
+            .stdout(Stdio::null())
+            .spawn()?;
+        Ok(Proc {
+            name: name.to_owned(),
+            child,
+            stopped: false,
+            dead: false,
+        })
+    }
+}
+
+/// A free loopback port (bound, then let go).
+fn free_addr() -> anyhow::Result<String> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string())
+}
+
+fn harness(cli: &Cli) -> anyhow::Result<ExitCode> {
+    if cli.nodes == 0 || cli.clients == 0 || cli.locks.is_empty() {
+        bail!("at least one node, one client and one lock");
+    }
+    let algorithm: leda_mutex::Algorithm = cli.algorithm.parse()?;
+    let me = std::env::current_exe()?;
+    let service = me.with_file_name("lock-service");
+    if !service.exists() {
+        bail!(
+            "{} not found (build it: cargo build -p leda-lock-service)",
+            service.display()
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("lock-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let secret = dir.join("secret");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let key = leda_net::auth::nonce()?;
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&secret)?;
+        writeln!(f, "{hex}")?;
+    }
+    let run = Run { cli, dir, secret };
+    let result = drive(&run, &me, &service, algorithm);
+    if matches!(result, Ok(ExitCode::SUCCESS)) {
+        let _ = std::fs::remove_dir_all(&run.dir);
+    } else {
+        eprintln!(
+            "lock-check: the run's files are kept in {}",
+            run.dir.display()
+        );
+    }
+    result
+}
+
+fn drive(
+    run: &Run,
+    me: &Path,
+    service: &Path,
+    algorithm: leda_mutex::Algorithm,
+) -> anyhow::Result<ExitCode> {
+    let cli = run.cli;
+    let dir = &run.dir;
+    // The register.
+    let mut reg = run
+        .command(me, "register.err")?
+        .args(["register", "--listen", "127.0.0.1:0", "--history"])
+        .arg(dir.join("register.jsonl"))
+        .spawn()?;
+    let register_addr = await_line(&mut reg, "LISTENING ", Duration::from_secs(10))?;
+    let _register = Proc {
+        name: "register".into(),
+        child: reg,
+        stopped: false,
+        dead: false,
+    };
+    // The nodes: 1.. first (they wait for node 0's deployment), then node 0.
+    let node_addrs: Vec<String> = (0..cli.nodes)
+        .map(|_| free_addr())
+        .collect::<Result<_, _>>()?;
+    let mut nodes: Vec<Option<Proc>> = (0..cli.nodes).map(|_| None).collect();
+    let mut client_addrs = vec![String::new(); cli.nodes];
+    for i in (0..cli.nodes).rev() {
+        let mut c = run.command(service, &format!("node{i}.err"))?;
+        c.args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
+            .arg("--nodes")
+            .arg(node_addrs.join(","))
+            .arg("--data-dir")
+            .arg(dir.join(format!("node{i}")))
+            .arg("--audit")
+            .arg(dir.join(format!("audit{i}.jsonl")))
+            .args([
+                "--algorithm",
+                &cli.algorithm,
+                "--locks",
+                &cli.locks.join(","),
+            ]);
+        let mut child = c.spawn()?;
+        let out = child.stdout.take().context("no stdout")?;
+        let mut lines = BufReader::new(out).lines();
+        let first = lines.next().transpose()?.unwrap_or_default();
+        client_addrs[i] = first
+            .strip_prefix("CLIENTS ")
+            .with_context(|| format!("node {i} said {first:?}"))?
+            .to_owned();
+        // Keep reading (SERVING from node 0) so the pipe never fills.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        if i == 0 {
+            let line = rx
+                .recv_timeout(Duration::from_secs(30))
+                .context("the group did not start within 30 s")?;
+            anyhow::ensure!(line.starts_with("SERVING"), "node 0 said {line:?}");
+        }
+        nodes[i] = Some(Proc {
+            name: format!("node{i}"),
+            child,
+            stopped: false,
+            dead: false,
+        });
+    }
+    println!(
+        "lock-check: target=leda algorithm={algorithm} nodes={} clients={} locks={} ttl={} ms \
+         duration={} s faults={}",
+        cli.nodes,
+        cli.clients,
+        cli.locks.join(","),
+        cli.ttl_ms,
+        cli.duration,
+        if cli.no_faults { "none" } else { "kill,stop" }
+    );
+    if !cli.no_faults {
+        println!("lock-check: partitions between network namespaces: not injected (not built yet)");
+    }
+    // The clients: client k talks to node k mod n first.
+    let rotated = |k: usize| -> Vec<String> {
+        (0..cli.nodes)
+            .map(|j| client_addrs[(k + j) % cli.nodes].clone())
+            .collect()
+    };
+    let mut clients = Vec::new();
+    for k in 0..cli.clients {
+        clients.push(run.spawn_client(
+            me,
+            &format!("c{k}"),
+            &rotated(k),
+            &register_addr,
+            cli.seed.wrapping_mul(1000) + k as u64,
+        )?);
+    }
+    let mut faults = Vec::new();
+    let mut rng = SimRng::new(cli.seed);
+    let mut later: Vec<(Instant, Action)> = Vec::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(cli.duration);
+    let mut next_fault = start + Duration::from_millis(cli.fault_every_ms);
+    let mut generation = 0;
+    let crash_tolerant = algorithm.tolerates_crashes();
+    let mut killed_nodes = 0;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        let (due, rest): (Vec<_>, Vec<_>) = later.into_iter().partition(|(t, _)| *t <= now);
+        later = rest;
+        for (_, action) in due {
+            match action {
+                Action::ContClient(k) => {
+                    clients[k].signal(libc::SIGCONT);
+                    clients[k].stopped = false;
+                    faults.push(fault("cont", &clients[k].name));
+                }
+                Action::ContNode(j) => {
+                    if let Some(p) = nodes[j].as_mut() {
+                        p.signal(libc::SIGCONT);
+                        p.stopped = false;
+                        faults.push(fault("cont", &p.name));
+                    }
+                }
+                Action::RestartClient(k) => {
+                    generation += 1;
+                    let name = format!("c{k}.{generation}");
+                    clients[k] = run.spawn_client(
+                        me,
+                        &name,
+                        &rotated(k),
+                        &register_addr,
+                        cli.seed.wrapping_mul(1000) + 100 * generation + k as u64,
+                    )?;
+                    faults.push(fault("restart", &name));
+                }
+            }
+        }
+        if cli.no_faults || now < next_fault {
+            continue;
+        }
+        next_fault = now + Duration::from_millis(cli.fault_every_ms);
+        let ttl = Duration::from_millis(cli.ttl_ms);
+        match rng.next_u64() % 4 {
+            0 => {
+                let k = rng.next_u64() as usize % clients.len();
+                if clients[k].stopped || clients[k].dead {
+                    continue;
+                }
+                clients[k].signal(libc::SIGSTOP);
+                clients[k].stopped = true;
+                faults.push(fault("stop", &clients[k].name));
+                let pause = ttl + ttl.mul_f64(rng.unit() * 2.0);
+                later.push((now + pause, Action::ContClient(k)));
+            }
+            1 => {
+                let k = rng.next_u64() as usize % clients.len();
+                if clients[k].stopped || clients[k].dead {
+                    continue;
+                }
+                clients[k].signal(libc::SIGKILL);
+                clients[k].dead = true;
+                faults.push(fault("kill", &clients[k].name));
+                later.push((now + Duration::from_millis(300), Action::RestartClient(k)));
+            }
+            2 => {
+                let j = rng.next_u64() as usize % cli.nodes;
+                let Some(p) = nodes[j].as_mut() else { continue };
+                if p.stopped {
+                    continue;
+                }
+                p.signal(libc::SIGSTOP);
+                p.stopped = true;
+                faults.push(fault("stop", &p.name));
+                // Shorter than the failure detector's timeout: a slow node, not a crash.
+                let pause = Duration::from_millis(50 + rng.next_u64() % 100);
+                later.push((now + pause, Action::ContNode(j)));
+            }
+            _ => {
+                // A minority of the nodes, never node 0 (it started the group).
+                if !crash_tolerant || (killed_nodes + 1) * 2 >= cli.nodes {
+                    continue;
+                }
+                let j = 1 + rng.next_u64() as usize % (cli.nodes - 1);
+                let Some(mut p) = nodes[j].take() else {
+                    continue;
+                };
+                p.signal(libc::SIGKILL);
+                killed_nodes += 1;
+                faults.push(fault("kill", &p.name));
+            }
+        }
+    }
+    // The end: everyone runs again, the clients finish their holds and stop.
+    for c in &mut clients {
+        c.signal(libc::SIGCONT);
+    }
+    for p in nodes.iter_mut().flatten() {
+        p.signal(libc::SIGCONT);
+    }
+    std::fs::write(dir.join("stop"), "")?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for c in &mut clients {
+        while Instant::now() < deadline && c.child.try_wait()?.is_none() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    drop(clients);
+    register::Register::connect(&register_addr)?.finish()?;
+    drop(nodes);
+    let history = merge(dir, &faults)?;
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(&cli.history)
+            .with_context(|| format!("creating {}", cli.history.display()))?,
+    );
+    for rec in &history {
+        writeln!(out, "{}", serde_json::to_string(rec)?)?;
+    }
+    out.flush()?;
+    let report = check(&history);
+    println!("CHECK target=leda {report}");
+    for (what, list) in [
+        ("overlapping holds", &report.overlaps),
+        ("fence regressions", &report.regressions),
+        ("lost updates", &report.lost),
+        ("stale writes accepted", &report.stale),
+    ] {
+        for line in list.iter().take(10) {
+            println!("  {what}: {line}");
+        }
+    }
+    println!("lock-check: history in {}", cli.history.display());
+    if report.holds == 0 || report.accepted == 0 {
+        bail!("no hold or no accepted write: nothing was checked");
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+enum Action {
+    ContClient(usize),
+    ContNode(usize),
+    RestartClient(usize),
+}
+
+fn fault(what: &str, target: &str) -> Record {
+    Record::Fault {
+        what: what.into(),
+        target: target.into(),
+        at_ns: monotonic_ns(),
+    }
+}
+
+/// One history out of the clients' logs, the nodes' audit lines, the register's writes and
+/// the faults.
+fn merge(dir: &Path, faults: &[Record]) -> anyhow::Result<Vec<Record>> {
+    // (client, lock, fence) → the service's expiry time.
+    let mut expiries = std::collections::HashMap::new();
+    let mut holds = Vec::new();
+    let mut writes = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.starts_with("audit") {
+            for line in std::fs::read_to_string(&path)?.lines() {
+                let v: serde_json::Value = serde_json::from_str(line)?;
+                let key = (
+                    v["client"].as_str().unwrap_or_default().to_owned(),
+                    v["lock"].as_str().unwrap_or_default().to_owned(),
+                    v["fence"].as_u64().unwrap_or_default(),
+                );
+                expiries.insert(key, v["at_ns"].as_u64().unwrap_or_default());
+            }
+        } else if name == "register.jsonl" {
+            writes = leda_lock_service::check::parse(&std::fs::read_to_string(&path)?)
+                .map_err(anyhow::Error::msg)?;
+        } else if let Some(client) = name.strip_suffix(".log") {
+            holds.push((client.to_owned(), std::fs::read_to_string(&path)?));
+        }
+    }
+    let mut out = Vec::new();
+    for (client, text) in holds {
+        let mut open: Vec<(String, u64, u64)> = Vec::new();
+        let mut done = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["A", lock, fence, at] => open.push(((*lock).into(), fence.parse()?, at.parse()?)),
+                ["E", lock, fence, at, end] => {
+                    let fence: u64 = fence.parse()?;
+                    if let Some(i) = open.iter().position(|o| o.0 == *lock && o.1 == fence) {
+                        let (lock, fence, acquired) = open.remove(i);
+                        done.push((
+                            lock,
+                            fence,
+                            acquired,
+                            Some(at.parse()?),
+                            Some(end.to_string()),
+                        ));
+                    }
+                }
+                // A line cut by kill -9.
+                _ => {}
+            }
+        }
+        // Holds the client never ended (killed): the service's expiry, if it saw one.
+        for (lock, fence, acquired) in open {
+            let ended = expiries
+                .get(&(client.clone(), lock.clone(), fence))
+                .copied();
+            done.push((
+                lock,
+                fence,
+                acquired,
+                ended,
+                ended.map(|_| "lease_expired".into()),
+            ));
+        }
+        for (lock, fence, acquired_ns, ended_ns, end) in done {
+            // The service's own expiry may be earlier than when the client learnt of it.
+            let ended_ns = match (
+                ended_ns,
+                expiries.get(&(client.clone(), lock.clone(), fence)),
+            ) {
+                (Some(e), Some(&x)) => Some(e.min(x)),
+                (e, x) => e.or(x.copied()),
+            };
+            out.push(Record::Hold {
+                lock,
+                client: client.clone(),
+                fence,
+                acquired_ns,
+                ended_ns,
+                end,
+            });
+        }
+    }
+    out.extend(writes);
+    out.extend(faults.iter().cloned());
+    Ok(out)
+}

@@ -1,0 +1,228 @@
+//! `lock-service serve`: one node of a long-lived group, with a client port; and
+//! `lock-service lock`: run a command while holding a lock (as `etcdctl lock`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use leda_core::prelude::*;
+use leda_lock_service::epoch::attach_epochs;
+use leda_lock_service::gate::GateLocal;
+use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with, serve_registry};
+use leda_lock_service::remote::{ConnectOptions, LockClient};
+use leda_net::{Daemon, DaemonConfig, Launcher, Secret};
+
+/// `lock-service serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// This node's id: its index in `--nodes`.
+    #[arg(long)]
+    id: usize,
+    /// Every node's address for node-to-node links, in id order, comma-separated (the same
+    /// list on every node). Node 0 starts the group: it deploys to the others, which wait.
+    #[arg(long, value_delimiter = ',', required = true)]
+    nodes: Vec<String>,
+    /// Address of this node's client port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    clients: String,
+    /// Directory of this node's stable state (the group epoch).
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Algorithm (node 0 chooses for the group): ricart-agrawala, suzuki-kasami,
+    /// naimi-trehel, centralized, ..., quorum-grid, quorum-tree, quorum-vcube (these three
+    /// go on when a minority of nodes crash).
+    #[arg(long, default_value = "ricart-agrawala")]
+    algorithm: String,
+    /// The locks the group serves (node 0 chooses), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "lock")]
+    locks: Vec<String>,
+    /// Append one JSON line per lease that ended with its lock held (client, lock, fence,
+    /// CLOCK_MONOTONIC time).
+    #[arg(long, value_name = "PATH")]
+    audit: Option<PathBuf>,
+    /// Secret clients must prove (mode 0600; default: the nodes' secret).
+    #[arg(long, value_name = "PATH", value_parser = leda_net::cli::secret_file)]
+    client_secret_file: Option<Secret>,
+    /// Node 0: seconds to wait for the other nodes to be up.
+    #[arg(long, default_value_t = 30)]
+    wait_s: u64,
+    #[command(flatten)]
+    secret: leda_net::cli::SecretArgs,
+}
+
+/// Runs one node until the group ends; status 1 if it ended by a lost process.
+pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let n = args.nodes.len();
+    if args.id >= n {
+        bail!("--id {} but --nodes lists {n} nodes", args.id);
+    }
+    let secret = match args.secret.secret {
+        Some(s) => s,
+        None => Secret::for_user()?,
+    };
+    let client_secret = args.client_secret_file.unwrap_or_else(|| secret.clone());
+    let listener = std::net::TcpListener::bind(&args.clients)
+        .with_context(|| format!("binding the client port {}", args.clients))?;
+    let clients = listener.local_addr()?;
+    let local = Arc::new(GateLocal {
+        listener: Mutex::new(Some(listener)),
+        secret: client_secret,
+        audit: args.audit,
+    });
+    println!("CLIENTS {clients}");
+    if args.id > 0 {
+        let config = DaemonConfig {
+            listen: args.nodes[args.id].clone(),
+            secret: Some(secret),
+            once: true,
+            threads: Some(2),
+            ..DaemonConfig::default()
+        };
+        let mut daemon = Daemon::bind(config, serve_registry(local, args.data_dir))?;
+        leda_core::cli::announce_listening(daemon.local_addr())?;
+        let report = daemon.serve_one()?;
+        if !report.lost.is_empty() {
+            eprintln!("lock-service: the group lost {}", report.lost[0]);
+            return Ok(ExitCode::FAILURE);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let algorithm: leda_mutex::Algorithm = args.algorithm.parse()?;
+    let cfg = ServiceConfig {
+        algorithm,
+        nodes: n,
+        resources: args.locks.clone(),
+    };
+    let mut sides = vec![Side::Gate(Some(local))];
+    sides.extend((1..n).map(|_| Side::Gate(None)));
+    let detection = Detection::for_algorithm(algorithm);
+    let mut built = build_group_with(&cfg, &sides, None, &detection)?;
+    let mut dirs = vec![Some(args.data_dir)];
+    dirs.extend((1..n).map(|_| None));
+    attach_epochs(&mut built, dirs).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let addrs: Vec<&str> = args.nodes.iter().map(String::as_str).collect();
+    built.graph.part(built.clusters.clone())?.map(addrs)?;
+    let run = || {
+        let run = Run::default().threads(2);
+        if detection.config.is_some() {
+            run.on_process_loss(OnProcessLoss::Continue { notify: None })
+        } else {
+            run
+        }
+    };
+    let launcher = Launcher::new(args.nodes[0].clone()).secret(secret);
+    let deadline = Instant::now() + Duration::from_secs(args.wait_s);
+    let launched = loop {
+        match launcher.start(&built.graph, run()) {
+            Ok(l) => break l,
+            Err(e) if Instant::now() < deadline => {
+                tracing::info!(error = %e, "the group is not up yet; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e).context("starting the group"),
+        }
+    };
+    println!(
+        "SERVING nodes={n} algorithm={algorithm} locks={}",
+        args.locks.join(",")
+    );
+    let report = launched.wait().context("running the group")?;
+    eprintln!("lock-service: the group ended: {:?}", report.run.reason);
+    Ok(ExitCode::FAILURE)
+}
+
+/// `lock-service lock` options.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The lock.
+    name: String,
+    /// Client addresses of the nodes to try, in order, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    connect: Vec<String>,
+    /// Lease TTL, seconds: the lock is lost this long after the service last heard from us.
+    #[arg(long, default_value_t = 10.0)]
+    ttl: f64,
+    /// Seconds to wait for the lock.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+    /// This client's name (default: lock-<pid>).
+    #[arg(long)]
+    client_name: Option<String>,
+    /// Secret the nodes expect from clients (mode 0600; default: $LEDA_SECRET,
+    /// $LEDA_SECRET_FILE, else ~/.leda.cookie).
+    #[arg(long, value_name = "PATH", value_parser = leda_net::cli::secret_file)]
+    client_secret_file: Option<Secret>,
+    /// The command, run with LOCK_NAME and LOCK_FENCE set while the lock is held.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn secs(s: f64, what: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s}: not a duration"))
+}
+
+/// Acquires the lock, runs the command while holding it, releases; the command's status.
+/// If the lock is lost first (lease expired, node gone), the command is terminated and the
+/// status is 1.
+pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
+    let name = args
+        .client_name
+        .unwrap_or_else(|| format!("lock-{}", std::process::id()));
+    let mut opts = ConnectOptions::new(name)?.ttl(secs(args.ttl, "ttl")?);
+    if let Some(s) = args.client_secret_file {
+        opts = opts.secret(s);
+    }
+    let mut failures = Vec::new();
+    let client = args
+        .connect
+        .iter()
+        .find_map(|addr| match LockClient::connect(addr, opts.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                failures.push(e.to_string());
+                None
+            }
+        })
+        .with_context(|| format!("no node answered: {}", failures.join("; ")))?;
+    let mut hold = client.acquire(&args.name, secs(args.timeout, "timeout")?)?;
+    let mut child = std::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("LOCK_NAME", &args.name)
+        .env("LOCK_FENCE", hold.fence().to_string())
+        .spawn()
+        .with_context(|| format!("running {}", args.command[0]))?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            client.release(hold)?;
+            return Ok(ExitCode::from(
+                status.code().unwrap_or(1).clamp(0, 255) as u8
+            ));
+        }
+        if !hold.is_valid() {
+            // The lock is gone: the command must stop using it.
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let waited = Instant::now();
+            while child.try_wait()?.is_none() {
+                if waited.elapsed() > Duration::from_secs(5) {
+                    child.kill()?;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.wait();
+            bail!(
+                "lost the lock {:?} (fence {}) while the command ran: {}",
+                args.name,
+                hold.fence(),
+                client
+                    .as_async()
+                    .ended()
+                    .unwrap_or_else(|| "lease expired".into())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

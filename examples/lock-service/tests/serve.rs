@@ -1,0 +1,355 @@
+//! The lock service as a service: `lock-service serve` nodes as real processes on loopback,
+//! clients in this process (the Rust API) and in others (`lock-service lock`), leases under
+//! SIGSTOP and kill -9, fences across a restart of the group, hostile clients, and the
+//! `lock-check` harness under faults.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, Proc};
+use leda_lock_service::LockError;
+use leda_lock_service::gate::EPOCH_SHIFT;
+use leda_lock_service::remote::{ConnectOptions, LockClient};
+use leda_net::Secret;
+
+/// A scratch directory with a secret file (mode 0600).
+struct Scratch {
+    dir: PathBuf,
+    secret: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir().join(format!("leda-serve-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&secret)
+            .unwrap();
+        writeln!(f, "a test secret of enough bytes, {name}").unwrap();
+        Scratch { dir, secret }
+    }
+
+    fn opts(&self, name: &str, ttl: Duration) -> ConnectOptions {
+        ConnectOptions::new(name)
+            .unwrap()
+            .secret(Secret::from_file(&self.secret).unwrap())
+            .ttl(ttl)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_addr() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+/// Starts a group of `n` serving nodes (node 0 last); returns them and their client addresses.
+fn group(s: &Scratch, n: usize, algorithm: &str) -> (Vec<Proc>, Vec<String>) {
+    let nodes: Vec<String> = (0..n).map(|_| free_addr()).collect();
+    let mut procs = Vec::new();
+    let mut clients = vec![String::new(); n];
+    for i in (0..n).rev() {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
+            .args(["--nodes", &nodes.join(","), "--algorithm", algorithm])
+            .arg("--data-dir")
+            .arg(s.dir.join(format!("node{i}")))
+            .env("LEDA_SECRET_FILE", &s.secret)
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        clients[i] = line
+            .strip_prefix("CLIENTS ")
+            .unwrap_or_else(|| panic!("node {i} said {line:?}"))
+            .trim()
+            .to_owned();
+        if i == 0 {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            assert!(line.starts_with("SERVING"), "node 0 said {line:?}");
+        }
+        // Keep draining stdout so the node never blocks on it.
+        std::thread::spawn(move || for _ in out.lines().map_while(Result::ok) {});
+        procs.push(Proc(child));
+    }
+    (procs, clients)
+}
+
+fn lock_cmd(s: &Scratch, addr: &str, ttl: &str, script: &str) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args([
+                "lock",
+                "lock",
+                "--connect",
+                addr,
+                "--ttl",
+                ttl,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(script)
+            .env("LEDA_SECRET_FILE", &s.secret)
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn wait_for(path: &Path) -> String {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(20) {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.ends_with('\n')
+        {
+            return s.trim().to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{} never written", path.display());
+}
+
+fn signal(p: &Proc, sig: i32) {
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(p.0.id() as i32, sig) };
+}
+
+#[test]
+fn clients_in_other_processes_hold_leases_and_lose_them_to_sigstop_and_kill() {
+    let s = Scratch::new("leases");
+    let (_nodes, addrs) = group(&s, 3, "ricart-agrawala");
+    let a = LockClient::connect(&addrs[0], s.opts("a", Duration::from_secs(10))).unwrap();
+    let b = LockClient::connect(&addrs[1], s.opts("b", Duration::from_secs(10))).unwrap();
+    let first = a.acquire("lock", Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        first.fence() >> EPOCH_SHIFT,
+        1,
+        "the first group's epoch is 1"
+    );
+    assert!(b.try_acquire("lock").unwrap().is_none(), "held by a");
+    let f1 = first.fence();
+    a.release(first).unwrap();
+
+    // A holder in another process, SIGSTOPped past its 0.5 s lease: b gets the lock with a
+    // larger fence, and the holder, resumed, learns it lost the lock and stops its command.
+    let held = s.dir.join("held1");
+    let mut p = lock_cmd(
+        &s,
+        &addrs[2],
+        "0.5",
+        &format!("echo $LOCK_FENCE > {}; sleep 30", held.display()),
+    );
+    let f2: u64 = wait_for(&held).parse().unwrap();
+    assert!(f2 > f1, "{f2} > {f1}");
+    signal(&p, libc::SIGSTOP);
+    let hold = b.acquire("lock", Duration::from_secs(10)).unwrap();
+    assert!(hold.fence() > f2, "{} > {f2}", hold.fence());
+    signal(&p, libc::SIGCONT);
+    let status = p.0.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the resumed holder reports the loss");
+    assert!(err.contains("lost the lock"), "{err}");
+    let f3 = hold.fence();
+    drop(hold); // dropping a hold releases it
+
+    // A holder killed with -9 under a 10 s lease: its connection closes, the node releases
+    // at once (well before the TTL).
+    let held = s.dir.join("held2");
+    let p = lock_cmd(
+        &s,
+        &addrs[1],
+        "10",
+        &format!("echo $LOCK_FENCE > {}; sleep 30", held.display()),
+    );
+    let f4: u64 = wait_for(&held).parse().unwrap();
+    assert!(f4 > f3);
+    signal(&p, libc::SIGKILL);
+    let t = Instant::now();
+    let hold = a.acquire("lock", Duration::from_secs(8)).unwrap();
+    assert!(hold.fence() > f4);
+    assert!(t.elapsed() < Duration::from_secs(8));
+    a.release(hold).unwrap();
+
+    // A client without the secret is refused; a client sending garbage is cut off; the
+    // service goes on.
+    let wrong = ConnectOptions::new("intruder")
+        .unwrap()
+        .secret(Secret::new(b"not the secret, but long enough".to_vec()).unwrap());
+    match LockClient::connect(&addrs[0], wrong) {
+        Err(LockError::Unavailable(why)) => assert!(why.contains("auth"), "{why}"),
+        other => panic!("an unauthenticated client got {other:?}"),
+    }
+    let mut raw = std::net::TcpStream::connect(&addrs[0]).unwrap();
+    raw.write_all(&[0xff; 4096]).unwrap();
+    let _ = raw.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = [0u8; 256];
+    let mut total = 0;
+    loop {
+        match std::io::Read::read(&mut raw, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n,
+        }
+    }
+    assert!(
+        total < 256,
+        "a preamble at most, then the connection is closed"
+    );
+    let hold = b.acquire("lock", Duration::from_secs(10)).unwrap();
+    b.release(hold).unwrap();
+}
+
+#[test]
+fn a_restarted_group_hands_out_larger_fences_even_without_one_data_dir() {
+    let s = Scratch::new("restart");
+    let (nodes, addrs) = group(&s, 3, "suzuki-kasami");
+    let c = LockClient::connect(&addrs[1], s.opts("c", Duration::from_secs(5))).unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let h = c.acquire("lock", Duration::from_secs(10)).unwrap();
+        assert!(h.fence() > last);
+        last = h.fence();
+        c.release(h).unwrap();
+    }
+    drop(c);
+    drop(nodes); // kill -9 of every node
+    std::fs::remove_dir_all(s.dir.join("node2")).unwrap();
+    let (_nodes, addrs) = group(&s, 3, "suzuki-kasami");
+    let c = LockClient::connect(&addrs[2], s.opts("c2", Duration::from_secs(5))).unwrap();
+    let h = c.acquire("lock", Duration::from_secs(10)).unwrap();
+    assert!(h.fence() > last, "{} > {last}", h.fence());
+    assert_eq!(h.fence() >> EPOCH_SHIFT, 2, "the second group's epoch");
+    c.release(h).unwrap();
+}
+
+#[test]
+fn lock_check_finds_no_anomaly_under_kills_and_pauses() {
+    let history = std::env::temp_dir().join(format!("lock-check-{}.jsonl", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_lock-check"))
+        .args([
+            "--duration",
+            "8",
+            "--algorithm",
+            "quorum-grid",
+            "--seed",
+            "2",
+        ])
+        .arg("--history")
+        .arg(&history)
+        .env_remove("LEDA_SECRET")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("CHECK "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let count = |key: &str| -> usize {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {line}"))
+    };
+    assert!(count("holds") >= 20, "{line}");
+    assert!(count("faults") >= 5, "{line}");
+    assert_eq!(count("overlaps") + count("fence_regressions"), 0, "{line}");
+    // The history is the documented JSON lines, and the checker reads it back the same.
+    let text = std::fs::read_to_string(&history).unwrap();
+    let recs = leda_lock_service::check::parse(&text).unwrap();
+    assert_eq!(leda_lock_service::check::check(&recs).holds, count("holds"));
+    let _ = std::fs::remove_file(&history);
+}
+
+/// A client stage that sends the front a node's reply (`("grant", lock, fence)`) is refused,
+/// and the front's state is untouched: only the node stage's sealed events are node replies.
+#[test]
+fn a_client_cannot_pass_for_the_node() {
+    use std::sync::{Arc, Mutex};
+
+    use leda_core::prelude::*;
+    use leda_lock_service::front::front_stage;
+    use leda_mutex::Algorithm;
+    use leda_mutex::stage::{NodeSpec, node_stage};
+
+    let node = node_stage(NodeSpec {
+        algorithm: Algorithm::Centralized,
+        id: 0,
+        n: 1,
+        resources: vec!["x".into()],
+        observer: None,
+    })
+    .unwrap();
+    let front = front_stage(0, &["x".to_owned()]);
+    let replies = Arc::new(Mutex::new(Vec::new()));
+    let r2 = replies.clone();
+    let client = Stage::new("client", move |ev: Event, ctx: &mut Ctx| {
+        let tag: String = ev.get(0)?;
+        match tag.as_str() {
+            "go" => {
+                ctx.send("front", ("grant", "x", 99))?;
+                ctx.send("front", ("released", "x"))?;
+                ctx.send("front", ("acquire", 1, "x", false))?;
+            }
+            _ => {
+                let mut r = r2.lock().unwrap();
+                r.push(format!("{tag} {:?}", ev.arg(3)));
+                if tag == "granted" {
+                    ctx.quit(());
+                }
+            }
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart("go");
+    let mut g = Graph::new("forgery");
+    g.connect(&front, "mutex", &node).local();
+    g.connect(&node, "grant", &front).local();
+    g.connect(&front, "reply", &client).local();
+    g.connect(&client, "front", &front).local();
+    g.run(Run::default().threads(2)).unwrap();
+    let r = replies.lock().unwrap().clone();
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert!(
+        r[0].starts_with("error") && r[1].starts_with("error"),
+        "{r:?}"
+    );
+    assert_eq!(
+        r[2], "granted Some(Int(1))",
+        "the real grant, fence 1: {r:?}"
+    );
+}
