@@ -1,6 +1,6 @@
 //! A minimal client of etcd's v3 lock API through its gRPC gateway (JSON over HTTP/1.1, one
-//! keep-alive connection), for the benchmark against etcd. Only what the benchmark needs:
-//! lease grant, lock, unlock.
+//! keep-alive connection), for the benchmark and `lock-check` against etcd. Only what they
+//! need: lease grant and keep-alive, lock (with its revision as the fence), unlock.
 //!
 //! Not the `etcd-client` crate: it speaks gRPC (tonic, prost and a protobuf toolchain at
 //! build time) to do these three calls, for a peer the benchmark alone uses and CI never
@@ -143,15 +143,38 @@ impl EtcdClient {
 
     /// Acquires lock `name` under `lease`; returns the lock's key (base64) for unlock.
     pub fn lock(&mut self, name: &str, lease: &str) -> Result<String, EtcdError> {
+        self.lock_fenced(name, lease).map(|(key, _)| key)
+    }
+
+    /// Acquires lock `name` under `lease`; returns the lock's key and the store's revision
+    /// when the lock was granted, which serves as the fence: a later holder's grant comes
+    /// after this holder's key was deleted (unlock or lease expiry), a write that raises the
+    /// revision.
+    pub fn lock_fenced(&mut self, name: &str, lease: &str) -> Result<(String, u64), EtcdError> {
         let body = format!(
             r#"{{"name":"{}","lease":"{lease}"}}"#,
             base64(name.as_bytes())
         );
         let v = self.post("/v3/lock/lock", &body)?;
-        v.get("key")
+        let key = v
+            .get("key")
             .and_then(serde_json::Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| EtcdError::Protocol(format!("lock without a key: {v}")))
+            .ok_or_else(|| EtcdError::Protocol(format!("lock without a key: {v}")))?;
+        let revision = v["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| EtcdError::Protocol(format!("lock without a revision: {v}")))?;
+        Ok((key, revision))
+    }
+
+    /// Renews `lease`; returns its remaining TTL in seconds (0: it had expired).
+    pub fn keepalive(&mut self, lease: &str) -> Result<u64, EtcdError> {
+        let v = self.post("/v3/lease/keepalive", &format!(r#"{{"ID":"{lease}"}}"#))?;
+        Ok(v["result"]["TTL"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0))
     }
 
     /// Releases the lock whose key `lock` returned.

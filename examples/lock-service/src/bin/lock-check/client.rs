@@ -4,7 +4,10 @@
 //! Its log (one line per event, flushed at once, so a `kill -9` loses nothing written):
 //! `A LOCK FENCE ACQUIRED_NS` when a grant arrives, `E LOCK FENCE ENDED_NS END` when the hold
 //! ends (`released`, or `lease_expired` with the service's expiry time when it told us, else
-//! the moment we learnt of the loss).
+//! the moment we learnt of the loss). Against etcd, which does not say when it expired a
+//! lease, also `L TTL_NS` per lease and `K SENT_NS` per answered keep-alive: a lease cannot
+//! expire before the last answered keep-alive's send time + TTL, which is the end the merge
+//! gives a hold its client did not end (killed) or lost.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,6 +25,9 @@ use crate::register::Register;
 /// The client role's options.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
+    /// The service: `leda` (node client ports) or `etcd` (member client URLs' host:port).
+    #[arg(long, default_value = "leda")]
+    target: String,
     /// Node client addresses, tried from `--seed`'s position on.
     #[arg(long, value_delimiter = ',', required = true)]
     connect: Vec<String>,
@@ -76,11 +82,19 @@ fn connect(args: &ClientArgs, turn: &mut usize) -> LockClient {
 
 /// Runs the client until the stop file appears.
 pub fn run(args: ClientArgs) -> anyhow::Result<()> {
-    let mut log = Log(std::fs::OpenOptions::new()
+    let log = Log(std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&args.log)
         .with_context(|| format!("opening {}", args.log.display()))?);
+    match args.target.as_str() {
+        "leda" => run_leda(args, log),
+        "etcd" => etcd::run(args, log),
+        other => anyhow::bail!("--target {other}: leda or etcd"),
+    }
+}
+
+fn run_leda(args: ClientArgs, mut log: Log) -> anyhow::Result<()> {
     let mut register = Register::connect(&args.register)?;
     let mut rng = SimRng::new(args.seed);
     let mut turn = args.seed as usize;
@@ -131,4 +145,149 @@ fn finish(client: &LockClient, mut hold: Hold, log: &mut Log, lock: &str) -> any
     // a session that died under the release took the lock with it.
     let _ = client.release(hold);
     Ok(())
+}
+
+/// The same client against etcd's lock API with a lease (JSON gateway).
+mod etcd {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use leda_core::sim::SimRng;
+    use leda_lock_service::etcd::EtcdClient;
+    use leda_lock_service::proto::monotonic_ns;
+
+    use super::{ClientArgs, Log};
+    use crate::register::Register;
+
+    /// A lease and what its keep-alive thread learnt: valid until (ns), or lost.
+    struct Lease {
+        id: String,
+        ttl_ns: u64,
+        valid_until: Mutex<u64>,
+        lost: std::sync::atomic::AtomicBool,
+    }
+
+    fn connect(args: &ClientArgs, turn: &mut usize) -> EtcdClient {
+        loop {
+            let addr = &args.connect[*turn % args.connect.len()];
+            *turn += 1;
+            match EtcdClient::connect(addr) {
+                Ok(c) => return c,
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Grants a lease and starts its keep-alive thread (which logs each answered one).
+    fn lease(
+        args: &ClientArgs,
+        turn: &mut usize,
+        log: &Arc<Mutex<Log>>,
+    ) -> anyhow::Result<Option<Arc<Lease>>> {
+        let mut c = connect(args, turn);
+        let ttl_s = args.ttl_ms.div_ceil(1000).max(1);
+        let sent = monotonic_ns();
+        let Ok(id) = c.lease_grant(ttl_s) else {
+            return Ok(None);
+        };
+        let Ok(ttl) = c.keepalive(&id) else {
+            return Ok(None);
+        };
+        let ttl_ns = ttl.max(1) * 1_000_000_000;
+        let lease = Arc::new(Lease {
+            id,
+            ttl_ns,
+            valid_until: Mutex::new(sent + ttl_ns),
+            lost: false.into(),
+        });
+        log.lock().unwrap().line(format!("L {ttl_ns}"))?;
+        log.lock().unwrap().line(format!("K {sent}"))?;
+        let (l, log) = (lease.clone(), log.clone());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_nanos(l.ttl_ns / 3));
+                if l.lost.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let sent = monotonic_ns();
+                match c.keepalive(&l.id) {
+                    Ok(t) if t > 0 => {
+                        *l.valid_until.lock().unwrap() = sent + l.ttl_ns;
+                        let _ = log.lock().unwrap().line(format!("K {sent}"));
+                    }
+                    _ => {
+                        l.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Some(lease))
+    }
+
+    impl Lease {
+        fn valid(&self) -> bool {
+            !self.lost.load(std::sync::atomic::Ordering::SeqCst)
+                && monotonic_ns() < *self.valid_until.lock().unwrap()
+        }
+    }
+
+    pub(super) fn run(args: ClientArgs, log: Log) -> anyhow::Result<()> {
+        let log = Arc::new(Mutex::new(log));
+        let mut register = Register::connect(&args.register)?;
+        let mut rng = SimRng::new(args.seed);
+        let mut turn = args.seed as usize;
+        let mut c = connect(&args, &mut turn);
+        let mut current: Option<Arc<Lease>> = None;
+        while !args.stop.exists() {
+            let l = match &current {
+                Some(l) if l.valid() => l.clone(),
+                _ => {
+                    if let Some(old) = current.take() {
+                        old.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    match lease(&args, &mut turn, &log)? {
+                        Some(l) => {
+                            current = Some(l.clone());
+                            l
+                        }
+                        None => continue,
+                    }
+                }
+            };
+            let lock = &args.locks[rng.next_u64() as usize % args.locks.len()];
+            let (key, fence) = match c.lock_fenced(lock, &l.id) {
+                Ok(x) => x,
+                Err(_) => {
+                    // The member is gone or the lease died while waiting: start over.
+                    c = connect(&args, &mut turn);
+                    current = None;
+                    continue;
+                }
+            };
+            log.lock()
+                .unwrap()
+                .line(format!("A {lock} {fence} {}", monotonic_ns()))?;
+            if l.valid() {
+                let v = register.read(lock)?;
+                std::thread::sleep(Duration::from_micros(rng.next_u64() % 20_000));
+                register.write(lock, &args.name, fence, v + 1)?;
+            }
+            if l.valid() {
+                log.lock()
+                    .unwrap()
+                    .line(format!("E {lock} {fence} {} released", monotonic_ns()))?;
+                if c.unlock(&key).is_err() {
+                    c = connect(&args, &mut turn);
+                }
+            } else {
+                let until = *l.valid_until.lock().unwrap();
+                log.lock()
+                    .unwrap()
+                    .line(format!("E {lock} {fence} {until} lease_expired"))?;
+            }
+            std::thread::sleep(Duration::from_micros(rng.next_u64() % 2000));
+        }
+        Ok(())
+    }
 }

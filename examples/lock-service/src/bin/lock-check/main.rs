@@ -47,9 +47,10 @@ struct Cli {
     /// Where to write the history (JSON lines).
     #[arg(long, default_value = "lock-check-history.jsonl")]
     history: PathBuf,
-    /// The service under test.
-    #[arg(long, value_enum, default_value_t = Target::Leda)]
-    target: Target,
+    /// The service under test; `both` runs ours then etcd with the same workload and fault
+    /// schedule and prints them side by side (etcd's history goes to FILE.etcd).
+    #[arg(long, value_enum, default_value_t = Targets::Leda)]
+    target: Targets,
     /// Nodes.
     #[arg(long, default_value_t = 3)]
     nodes: usize,
@@ -74,12 +75,35 @@ struct Cli {
     /// Seed of the fault schedule and of the clients.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Only check this history (written by an earlier run) and report.
+    #[arg(long, value_name = "FILE")]
+    check: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Target {
+enum Targets {
     /// The Leda-RS lock service (`lock-service serve`).
     Leda,
+    /// etcd's lock API with leases (the `etcd` binary of Debian's etcd-server, 3.4).
+    Etcd,
+    /// Both, one after the other.
+    Both,
+}
+
+/// The service of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Leda,
+    Etcd,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Leda => "leda",
+            Target::Etcd => "etcd",
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,7 +139,35 @@ fn run() -> anyhow::Result<ExitCode> {
             client::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
-        None => harness(&cli),
+        None => match &cli.check {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let history = leda_lock_service::check::parse(&text).map_err(anyhow::Error::msg)?;
+                Ok(report(&check(&history), "file"))
+            }
+            None => harness(&cli),
+        },
+    }
+}
+
+/// Prints the report (`CHECK target=...` and the anomalies); the exit status it calls for.
+fn report(report: &leda_lock_service::check::Report, target: &str) -> ExitCode {
+    println!("CHECK target={target} {report}");
+    for (what, list) in [
+        ("overlapping holds", &report.overlaps),
+        ("fence regressions", &report.regressions),
+        ("lost updates", &report.lost),
+        ("stale writes accepted", &report.stale),
+    ] {
+        for line in list.iter().take(10) {
+            println!("  {what}: {line}");
+        }
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -163,8 +215,12 @@ fn await_line(child: &mut Child, prefix: &str, within: Duration) -> anyhow::Resu
 
 struct Run<'a> {
     cli: &'a Cli,
+    target: Target,
+    history: PathBuf,
     dir: PathBuf,
     secret: PathBuf,
+    /// The clients' lease TTL (etcd grants 2 s at least).
+    ttl_ms: u64,
 }
 
 impl Run<'_> {
@@ -192,12 +248,13 @@ impl Run<'_> {
         let child = self
             .command(me, &format!("{name}.err"))?
             .args(["client", "--name", name, "--register", register])
+            .args(["--target", self.target.name()])
             .arg("--connect")
             .arg(clients.join(","))
             .arg("--locks")
             .arg(self.cli.locks.join(","))
             .arg("--ttl-ms")
-            .arg(self.cli.ttl_ms.to_string())
+            .arg(self.ttl_ms.to_string())
             .arg("--log")
             .arg(self.dir.join(format!("{name}.log")))
             .arg("--stop")
@@ -215,77 +272,19 @@ impl Run<'_> {
     }
 }
 
-/// A free loopback port (bound, then let go).
-fn free_addr() -> anyhow::Result<String> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .to_string())
+/// The path of `program` on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(program))
+            .find(|f| f.is_file())
+    })
 }
 
-fn harness(cli: &Cli) -> anyhow::Result<ExitCode> {
-    if cli.nodes == 0 || cli.clients == 0 || cli.locks.is_empty() {
-        bail!("at least one node, one client and one lock");
-    }
-    let algorithm: leda_mutex::Algorithm = cli.algorithm.parse()?;
-    let me = std::env::current_exe()?;
-    let service = me.with_file_name("lock-service");
-    if !service.exists() {
-        bail!(
-            "{} not found (build it: cargo build -p leda-lock-service)",
-            service.display()
-        );
-    }
-    let dir = std::env::temp_dir().join(format!("lock-check-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let secret = dir.join("secret");
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let key = leda_net::auth::nonce()?;
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&secret)?;
-        writeln!(f, "{hex}")?;
-    }
-    let run = Run { cli, dir, secret };
-    let result = drive(&run, &me, &service, algorithm);
-    if matches!(result, Ok(ExitCode::SUCCESS)) {
-        let _ = std::fs::remove_dir_all(&run.dir);
-    } else {
-        eprintln!(
-            "lock-check: the run's files are kept in {}",
-            run.dir.display()
-        );
-    }
-    result
-}
-
-fn drive(
-    run: &Run,
-    me: &Path,
-    service: &Path,
-    algorithm: leda_mutex::Algorithm,
-) -> anyhow::Result<ExitCode> {
-    let cli = run.cli;
-    let dir = &run.dir;
-    // The register.
-    let mut reg = run
-        .command(me, "register.err")?
-        .args(["register", "--listen", "127.0.0.1:0", "--history"])
-        .arg(dir.join("register.jsonl"))
-        .spawn()?;
-    let register_addr = await_line(&mut reg, "LISTENING ", Duration::from_secs(10))?;
-    let _register = Proc {
-        name: "register".into(),
-        child: reg,
-        stopped: false,
-        dead: false,
-    };
-    // The nodes: 1.. first (they wait for node 0's deployment), then node 0.
+/// Starts the Leda-RS group: nodes 1.. first (they wait for node 0's deployment), then node
+/// 0. Returns the nodes and their client addresses.
+fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
+    let (cli, dir) = (run.cli, &run.dir);
     let node_addrs: Vec<String> = (0..cli.nodes)
         .map(|_| free_addr())
         .collect::<Result<_, _>>()?;
@@ -300,12 +299,8 @@ fn drive(
             .arg(dir.join(format!("node{i}")))
             .arg("--audit")
             .arg(dir.join(format!("audit{i}.jsonl")))
-            .args([
-                "--algorithm",
-                &cli.algorithm,
-                "--locks",
-                &cli.locks.join(","),
-            ]);
+            .args(["--algorithm", &cli.algorithm])
+            .args(["--locks", &cli.locks.join(",")]);
         let mut child = c.spawn()?;
         let out = child.stdout.take().context("no stdout")?;
         let mut lines = BufReader::new(out).lines();
@@ -334,13 +329,237 @@ fn drive(
             dead: false,
         });
     }
+    Ok((nodes, client_addrs))
+}
+
+/// Starts an etcd cluster of `--nodes` members on loopback (data in /dev/shm when there is
+/// one, as our nodes keep nothing but the epoch on disk). Returns them and their client
+/// addresses.
+fn start_etcd(run: &Run) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
+    let n = run.cli.nodes;
+    let peers: Vec<String> = (0..n).map(|_| free_addr()).collect::<Result<_, _>>()?;
+    let clients: Vec<String> = (0..n).map(|_| free_addr()).collect::<Result<_, _>>()?;
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm } else { &run.dir };
+    let data = base.join(format!("lock-check-etcd-{}", std::process::id()));
+    let cluster: Vec<String> = (0..n)
+        .map(|i| format!("m{i}=http://{}", peers[i]))
+        .collect();
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let child = run
+            .command(Path::new("etcd"), &format!("node{i}.err"))?
+            .arg("--name")
+            .arg(format!("m{i}"))
+            .arg("--data-dir")
+            .arg(data.join(format!("m{i}")))
+            .arg("--listen-client-urls")
+            .arg(format!("http://{}", clients[i]))
+            .arg("--advertise-client-urls")
+            .arg(format!("http://{}", clients[i]))
+            .arg("--listen-peer-urls")
+            .arg(format!("http://{}", peers[i]))
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://{}", peers[i]))
+            .arg("--initial-cluster")
+            .arg(cluster.join(","))
+            .stdout(Stdio::null())
+            .spawn()?;
+        nodes.push(Some(Proc {
+            name: format!("node{i}"),
+            child,
+            stopped: false,
+            dead: false,
+        }));
+    }
+    // Ready when every member grants a lease.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for addr in &clients {
+        loop {
+            let ok = leda_lock_service::etcd::EtcdClient::connect(addr)
+                .and_then(|mut c| c.lease_grant(5))
+                .is_ok();
+            if ok {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "etcd at {addr} not up within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok((nodes, clients))
+}
+
+/// A free loopback port (bound, then let go).
+fn free_addr() -> anyhow::Result<String> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string())
+}
+
+fn harness(cli: &Cli) -> anyhow::Result<ExitCode> {
+    if cli.nodes == 0 || cli.clients == 0 || cli.locks.is_empty() {
+        bail!("at least one node, one client and one lock");
+    }
+    let runs: Vec<(Target, PathBuf)> = match cli.target {
+        Targets::Leda => vec![(Target::Leda, cli.history.clone())],
+        Targets::Etcd => vec![(Target::Etcd, cli.history.clone())],
+        Targets::Both => {
+            let mut etcd = cli.history.clone().into_os_string();
+            etcd.push(".etcd");
+            vec![
+                (Target::Leda, cli.history.clone()),
+                (Target::Etcd, etcd.into()),
+            ]
+        }
+    };
+    let mut status = ExitCode::SUCCESS;
+    let mut rows = Vec::new();
+    for (target, history) in runs {
+        if target == Target::Etcd && which("etcd").is_none() {
+            println!(
+                "lock-check: etcd skipped: no etcd binary on PATH (apt-get install etcd-server)"
+            );
+            continue;
+        }
+        let (code, found) = run_one(cli, target, history)?;
+        if code != ExitCode::SUCCESS {
+            status = code;
+        }
+        rows.push((target, found));
+    }
+    if rows.len() > 1 {
+        println!(
+            "{:<6} {:>6} {:>5} {:>8} {:>7} {:>9} {:>7} {:>9} {:>12} {:>5} {:>6}",
+            "target",
+            "holds",
+            "void",
+            "expired",
+            "writes",
+            "accepted",
+            "faults",
+            "overlaps",
+            "regressions",
+            "lost",
+            "stale"
+        );
+        for (t, r) in &rows {
+            println!(
+                "{:<6} {:>6} {:>5} {:>8} {:>7} {:>9} {:>7} {:>9} {:>12} {:>5} {:>6}",
+                t.name(),
+                r.holds,
+                r.void_holds,
+                r.expired,
+                r.writes,
+                r.accepted,
+                r.faults,
+                r.overlaps.len(),
+                r.regressions.len(),
+                r.lost.len(),
+                r.stale.len()
+            );
+        }
+    }
+    Ok(status)
+}
+
+/// One run against `target`: its exit status and report.
+fn run_one(
+    cli: &Cli,
+    target: Target,
+    history: PathBuf,
+) -> anyhow::Result<(ExitCode, leda_lock_service::check::Report)> {
+    let algorithm: leda_mutex::Algorithm = cli.algorithm.parse()?;
+    let me = std::env::current_exe()?;
+    let service = me.with_file_name("lock-service");
+    if target == Target::Leda && !service.exists() {
+        bail!(
+            "{} not found (build it: cargo build -p leda-lock-service)",
+            service.display()
+        );
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "lock-check-{}-{}",
+        std::process::id(),
+        target.name()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let secret = dir.join("secret");
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let key = leda_net::auth::nonce()?;
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&secret)?;
+        writeln!(f, "{hex}")?;
+    }
+    let ttl_ms = match target {
+        Target::Leda => cli.ttl_ms,
+        Target::Etcd => cli.ttl_ms.max(2000),
+    };
+    let run = Run {
+        cli,
+        target,
+        history,
+        dir,
+        secret,
+        ttl_ms,
+    };
+    let result = drive(&run, &me, &service, algorithm);
+    if matches!(result, Ok((ExitCode::SUCCESS, _))) {
+        let _ = std::fs::remove_dir_all(&run.dir);
+    } else {
+        eprintln!(
+            "lock-check: the run's files are kept in {}",
+            run.dir.display()
+        );
+    }
+    result
+}
+
+fn drive(
+    run: &Run,
+    me: &Path,
+    service: &Path,
+    algorithm: leda_mutex::Algorithm,
+) -> anyhow::Result<(ExitCode, leda_lock_service::check::Report)> {
+    let cli = run.cli;
+    let dir = &run.dir;
+    // The register.
+    let mut reg = run
+        .command(me, "register.err")?
+        .args(["register", "--listen", "127.0.0.1:0", "--history"])
+        .arg(dir.join("register.jsonl"))
+        .spawn()?;
+    let register_addr = await_line(&mut reg, "LISTENING ", Duration::from_secs(10))?;
+    let _register = Proc {
+        name: "register".into(),
+        child: reg,
+        stopped: false,
+        dead: false,
+    };
+    let (mut nodes, client_addrs) = match run.target {
+        Target::Leda => start_leda(run, service)?,
+        Target::Etcd => start_etcd(run)?,
+    };
+    let what = match run.target {
+        Target::Leda => format!("leda algorithm={algorithm}"),
+        Target::Etcd => "etcd".to_owned(),
+    };
     println!(
-        "lock-check: target=leda algorithm={algorithm} nodes={} clients={} locks={} ttl={} ms \
+        "lock-check: target={what} nodes={} clients={} locks={} ttl={} ms \
          duration={} s faults={}",
         cli.nodes,
         cli.clients,
         cli.locks.join(","),
-        cli.ttl_ms,
+        run.ttl_ms,
         cli.duration,
         if cli.no_faults { "none" } else { "kill,stop" }
     );
@@ -370,7 +589,8 @@ fn drive(
     let end = start + Duration::from_secs(cli.duration);
     let mut next_fault = start + Duration::from_millis(cli.fault_every_ms);
     let mut generation = 0;
-    let crash_tolerant = algorithm.tolerates_crashes();
+    // etcd (Raft) survives the loss of a minority; ours with a crash-tolerant algorithm.
+    let crash_tolerant = run.target == Target::Etcd || algorithm.tolerates_crashes();
     let mut killed_nodes = 0;
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(10));
@@ -409,7 +629,7 @@ fn drive(
             continue;
         }
         next_fault = now + Duration::from_millis(cli.fault_every_ms);
-        let ttl = Duration::from_millis(cli.ttl_ms);
+        let ttl = Duration::from_millis(run.ttl_ms);
         match rng.next_u64() % 4 {
             0 => {
                 let k = rng.next_u64() as usize % clients.len();
@@ -477,36 +697,22 @@ fn drive(
     drop(clients);
     register::Register::connect(&register_addr)?.finish()?;
     drop(nodes);
-    let history = merge(dir, &faults)?;
+    let history = merge(dir, &faults, run.target)?;
     let mut out = std::io::BufWriter::new(
-        std::fs::File::create(&cli.history)
-            .with_context(|| format!("creating {}", cli.history.display()))?,
+        std::fs::File::create(&run.history)
+            .with_context(|| format!("creating {}", run.history.display()))?,
     );
     for rec in &history {
         writeln!(out, "{}", serde_json::to_string(rec)?)?;
     }
     out.flush()?;
-    let report = check(&history);
-    println!("CHECK target=leda {report}");
-    for (what, list) in [
-        ("overlapping holds", &report.overlaps),
-        ("fence regressions", &report.regressions),
-        ("lost updates", &report.lost),
-        ("stale writes accepted", &report.stale),
-    ] {
-        for line in list.iter().take(10) {
-            println!("  {what}: {line}");
-        }
-    }
-    println!("lock-check: history in {}", cli.history.display());
-    if report.holds == 0 || report.accepted == 0 {
+    let found = check(&history);
+    let status = report(&found, run.target.name());
+    println!("lock-check: history in {}", run.history.display());
+    if found.holds == 0 || found.accepted == 0 {
         bail!("no hold or no accepted write: nothing was checked");
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok((status, found))
 }
 
 enum Action {
@@ -525,7 +731,7 @@ fn fault(what: &str, target: &str) -> Record {
 
 /// One history out of the clients' logs, the nodes' audit lines, the register's writes and
 /// the faults.
-fn merge(dir: &Path, faults: &[Record]) -> anyhow::Result<Vec<Record>> {
+fn merge(dir: &Path, faults: &[Record], target: Target) -> anyhow::Result<Vec<Record>> {
     // (client, lock, fence) → the service's expiry time.
     let mut expiries = std::collections::HashMap::new();
     let mut holds = Vec::new();
@@ -558,9 +764,13 @@ fn merge(dir: &Path, faults: &[Record]) -> anyhow::Result<Vec<Record>> {
     for (client, text) in holds {
         let mut open: Vec<(String, u64, u64)> = Vec::new();
         let mut done = Vec::new();
+        // etcd: the lease TTL and the last answered keep-alive's send time.
+        let (mut ttl, mut last_k) = (0u64, 0u64);
         for line in text.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
+                ["L", t] => ttl = t.parse()?,
+                ["K", at] => last_k = last_k.max(at.parse()?),
                 ["A", lock, fence, at] => open.push(((*lock).into(), fence.parse()?, at.parse()?)),
                 ["E", lock, fence, at, end] => {
                     let fence: u64 = fence.parse()?;
@@ -579,11 +789,17 @@ fn merge(dir: &Path, faults: &[Record]) -> anyhow::Result<Vec<Record>> {
                 _ => {}
             }
         }
-        // Holds the client never ended (killed): the service's expiry, if it saw one.
+        // Holds the client never ended (killed): the service's expiry, if it saw one; for
+        // etcd, the earliest its lease could expire.
         for (lock, fence, acquired) in open {
-            let ended = expiries
-                .get(&(client.clone(), lock.clone(), fence))
-                .copied();
+            let ended = match target {
+                Target::Leda => expiries
+                    .get(&(client.clone(), lock.clone(), fence))
+                    .copied(),
+                // etcd expires a lease a TTL after it last heard a keep-alive, which was
+                // after we sent it: the lease lived at least until then.
+                Target::Etcd => (ttl > 0).then_some(last_k + ttl),
+            };
             done.push((
                 lock,
                 fence,
