@@ -123,7 +123,10 @@ impl Epoch {
         if j == self.node {
             return self.handle(ev, ctx);
         }
-        ctx.send(format!("peer{j}").as_str(), ev)?;
+        if let Err(e) = ctx.send(format!("peer{j}").as_str(), ev) {
+            // A crashed or unreachable node: the protocol waits for a majority, not for it.
+            tracing::debug!(node = self.node, to = j, error = %e, "epoch: not sent");
+        }
         Ok(())
     }
 

@@ -184,6 +184,105 @@ impl EtcdClient {
     }
 }
 
+/// A free loopback address (bound, then let go).
+fn free_addr() -> Result<String, EtcdError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string())
+}
+
+/// Where an etcd member runs: an argv prefix (e.g. `ip netns exec NS`), its peer and client
+/// addresses.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Prepended to the `etcd` command line.
+    pub prefix: Vec<String>,
+    /// Its peer address (host:port).
+    pub peer: String,
+    /// Its client address (host:port).
+    pub client: String,
+}
+
+/// `n` members on loopback, on free ports.
+pub fn loopback_members(n: usize) -> Result<Vec<Member>, EtcdError> {
+    (0..n)
+        .map(|_| {
+            Ok(Member {
+                prefix: Vec::new(),
+                peer: free_addr()?,
+                client: free_addr()?,
+            })
+        })
+        .collect()
+}
+
+/// Starts an etcd cluster of `members` (the `etcd` binary on PATH), their data under `data`,
+/// member `i`'s stderr to `stderr(i)`, and waits until every member grants a lease (at most
+/// 30 s). Returns the member processes and their client addresses.
+pub fn spawn_cluster(
+    members: &[Member],
+    data: &std::path::Path,
+    stderr: impl Fn(usize) -> std::process::Stdio,
+) -> Result<(Vec<std::process::Child>, Vec<String>), EtcdError> {
+    let n = members.len();
+    let peers: Vec<&str> = members.iter().map(|m| m.peer.as_str()).collect();
+    let clients: Vec<String> = members.iter().map(|m| m.client.clone()).collect();
+    let cluster: Vec<String> = (0..n)
+        .map(|i| format!("m{i}=http://{}", peers[i]))
+        .collect();
+    let mut procs = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let (program, pre) = match m.prefix.split_first() {
+            Some((p, rest)) => (p.as_str(), rest),
+            None => ("etcd", &[][..]),
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(pre);
+        if !m.prefix.is_empty() {
+            cmd.arg("etcd");
+        }
+        let child = cmd
+            .arg("--name")
+            .arg(format!("m{i}"))
+            .arg("--data-dir")
+            .arg(data.join(format!("m{i}")))
+            .arg("--listen-client-urls")
+            .arg(format!("http://{}", clients[i]))
+            .arg("--advertise-client-urls")
+            .arg(format!("http://{}", clients[i]))
+            .arg("--listen-peer-urls")
+            .arg(format!("http://{}", peers[i]))
+            .arg("--initial-advertise-peer-urls")
+            .arg(format!("http://{}", peers[i]))
+            .arg("--initial-cluster")
+            .arg(cluster.join(","))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr(i))
+            .spawn()?;
+        procs.push(child);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for addr in &clients {
+        while EtcdClient::connect(addr)
+            .and_then(|mut c| c.lease_grant(5))
+            .is_err()
+        {
+            if std::time::Instant::now() > deadline {
+                for p in &mut procs {
+                    let _ = p.kill();
+                    let _ = p.wait();
+                }
+                return Err(EtcdError::Protocol(format!(
+                    "etcd member at {addr} not up within 30 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok((procs, clients))
+}
+
 #[cfg(test)]
 mod tests {
     use super::base64;

@@ -483,6 +483,15 @@ impl Net {
             // The front keeps the route until it answers; the answer finds no session.
             // A full front queue is waited out: the lock must be given back.
             let ev: Event = ("cancel", h.id, h.lock.as_str()).into();
+            {
+                // Before the epoch, the acquire itself still waits in `early`: queue the
+                // cancel behind it.
+                let mut st = lock(&self.state);
+                if st.epoch.is_none() {
+                    st.early.push(ev);
+                    continue;
+                }
+            }
             if let Err(e) = ctx.send_wait("front", ev).await {
                 tracing::error!(lock = h.lock, error = %e,
                     "gate: cannot withdraw an expired session's request");

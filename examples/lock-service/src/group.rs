@@ -18,7 +18,8 @@ use leda_core::prelude::*;
 use leda_mutex::Algorithm;
 use leda_mutex::ft_quorum::detector::{
     DETECTOR_KIND, DETECTOR_TIMER_KIND, DetectorConfig, DetectorSpec, NoticeObserver,
-    connect_detectors, detector_stage_from_attrs, detector_timer_stage_from_attrs, wire_detector,
+    connect_detectors, detector_stage_from_attrs, detector_stage_observed,
+    detector_timer_stage_from_attrs, wire_detector,
 };
 use leda_mutex::stage::{
     NODE_KIND, NodeSpec, connect_peers, node_name, node_stage, node_stage_from_attrs,
@@ -212,9 +213,16 @@ pub fn registry() -> Registry {
 }
 
 /// The registry of a serving node's daemon ([`registry`] and the node-local stages): its gate
-/// gets `gate`'s listener, secret and audit file, its epoch stage stores in `data_dir`.
+/// gets `gate`'s listener, secret and audit file, its epoch stage stores in `data_dir`, and its
+/// failure detector (crash-tolerant algorithms) stops the process when it holds a majority of
+/// the group crashed ([`crate::guard`]).
 pub fn serve_registry(gate: Arc<GateLocal>, data_dir: PathBuf) -> Registry {
     registry()
+        .with(DETECTOR_KIND, |a| {
+            let n: usize = a.get_as("n")?;
+            let guard: Arc<dyn NoticeObserver> = Arc::new(crate::guard::MajorityGuard::new(n));
+            Ok(detector_stage_observed(a, Some(guard))?)
+        })
         .with(GATE_KIND, move |a| {
             Ok(gate_stage(a.get_as("node")?, Some(gate.clone())))
         })

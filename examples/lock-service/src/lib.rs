@@ -5,17 +5,25 @@
 //! stage (multiplexing the node's local clients) and an application side; nodes are joined by
 //! decoupled connectors and run in one process or one process per node over leda-net.
 //!
-//! - [`client`]: the Rust API: `acquire(resource, timeout)` → [`Grant`] with its fencing token,
-//!   `try_acquire`, `release`, cancellation of a queued request.
+//! - [`remote`]: the client of a serving group over the network ([`proto`]): `LockClient::
+//!   connect(addr, opts)` (blocking) or `AsyncLockClient`, `acquire` → a `Hold` under a lease.
+//! - [`client`]: the in-process API ([`LocalClient`]): `acquire(resource, timeout)` →
+//!   [`Grant`] with its fencing token, `try_acquire`, `release`, cancellation.
 //! - [`front`]: the front stage and its protocol.
-//! - [`group`]: the group's graph, the daemon registry, an in-process group.
+//! - [`gate`]: a serving node's client port, sessions and leases.
+//! - [`epoch`]: the group's epoch and the majority fence register (fences that only grow).
+//! - [`group`]: the group's graph, the daemon registries, an in-process group.
+//! - [`guard`]: a serving node stops when its detector holds a majority crashed.
+//! - [`check`]: `lock-check`'s history and checker.
 //! - [`multi`]: multi-resource locks in a group (`acquire_all([r1, r2, ...], timeout)` and the
 //!   multi-instance form), a multi node stage per node beside the single-resource one.
 //! - [`etcd`]: a minimal etcd v3 lock client (JSON gateway), for the benchmark.
 //! - [`app`]: the example's counter workers (guarded increments of a shared file, checked
 //!   with the fencing token) and the results collector.
 //!
-//! The `lock-service` binary runs daemons and the launcher; see its `--help`.
+//! The `lock-service` binary runs serving nodes (`serve`), runs a command under a lock
+//! (`lock`), deploys test workloads (`daemon`, `run`) and benchmarks against etcd (`bench`);
+//! `lock-check` checks the service under faults. See `docs/mutex.md`.
 
 #![warn(missing_docs)]
 
@@ -27,9 +35,11 @@ pub mod etcd;
 pub mod front;
 pub mod gate;
 pub mod group;
+pub mod guard;
 pub mod multi;
 pub mod proto;
 pub mod remote;
+pub mod remote_stage;
 
 pub use client::{Grant, InstanceGrant, LocalClient, LockError, MultiGrant, Pending, PendingAll};
 pub use group::{LocalGroup, ServiceConfig};
@@ -55,7 +65,10 @@ pub type StageMaker = fn() -> Stage;
 ///   `id`, `n` and `resources` (`{{name, instances}, ...}`), connect `peer<j>` to process `j`'s
 ///   copy and `grant` to the front, and set the front's `multi` to the same list and connect
 ///   its `multi` port to it; clients then send `("acquire_all", id, {names...})`,
-///   `("release_all", id)` and `("cancel_all", id)`.
+///   `("release_all", id)` and `("cancel_all", id)`;
+/// - `leda.stage.lock.client`: a client of a serving group over the network; set `connect`
+///   (and `ttl`, `name`, `secret_file`), send it `("acquire", id, lock[, timeout])` and
+///   `("release", id)`, and connect its `reply` port ([`remote_stage`]).
 pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
     vec![
         ("leda.stage.mutex.node", || {
@@ -66,6 +79,9 @@ pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
         }),
         ("leda.stage.mutex.multi", || {
             leda_mutex::multi::stage::multi_node_stage_by_attrs("mutex.multi")
+        }),
+        ("leda.stage.lock.client", || {
+            remote_stage::client_stage_by_attrs("lock.client")
         }),
     ]
 }

@@ -612,6 +612,15 @@ fn config_from_attrs(attrs: &Attrs) -> Result<DetectorConfig, DetectorError> {
 /// Rebuilds a detector stage from the attributes [`detector_stage`] gives it (for a daemon's
 /// registry), without its autostart event (the deployment ships the initial events).
 pub fn detector_stage_from_attrs(attrs: &Attrs) -> Result<Stage, DetectorError> {
+    detector_stage_observed(attrs, None)
+}
+
+/// [`detector_stage_from_attrs`] with an observer of its notices (what the process that
+/// rebuilds it wants to know, e.g. to stop when a majority is held crashed).
+pub fn detector_stage_observed(
+    attrs: &Attrs,
+    observer: Option<Arc<dyn NoticeObserver>>,
+) -> Result<Stage, DetectorError> {
     let id: usize = attrs
         .get_as("id")
         .map_err(|e| DetectorError::Config(format!("attribute id: {e}")))?;
@@ -622,7 +631,7 @@ pub fn detector_stage_from_attrs(attrs: &Attrs) -> Result<Stage, DetectorError> 
         id,
         n,
         config: config_from_attrs(attrs)?,
-        observer: None,
+        observer,
     })?;
     stage.take_pushed();
     Ok(stage)

@@ -16,7 +16,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use leda_core::sim::SimRng;
-use leda_lock_service::LockError;
 use leda_lock_service::proto::monotonic_ns;
 use leda_lock_service::remote::{ConnectOptions, Hold, LockClient};
 
@@ -103,8 +102,9 @@ fn run_leda(args: ClientArgs, mut log: Log) -> anyhow::Result<()> {
         let lock = &args.locks[rng.next_u64() as usize % args.locks.len()];
         let mut hold = match client.acquire(lock, Duration::from_secs(2)) {
             Ok(h) => h,
-            Err(LockError::Timeout(_)) => continue,
             Err(e) => {
+                // A node cut off, or one the others took for crashed, grants nothing: after
+                // a timeout or an error, try the next node.
                 tracing::info!(error = %e, "acquire failed; reconnecting");
                 drop(client);
                 client = connect(&args, &mut turn);

@@ -17,6 +17,7 @@
 //! Partitions between network namespaces are not injected yet (the run says so).
 
 mod client;
+mod netns;
 mod register;
 
 use std::io::{BufRead, BufReader, Write};
@@ -72,6 +73,10 @@ struct Cli {
     /// Inject no faults.
     #[arg(long)]
     no_faults: bool,
+    /// Do not put the nodes in network namespaces (no partitions). Without root or `ip`
+    /// there are none anyway, and the run says so.
+    #[arg(long)]
+    no_partitions: bool,
     /// Seed of the fault schedule and of the clients.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -221,6 +226,8 @@ struct Run<'a> {
     secret: PathBuf,
     /// The clients' lease TTL (etcd grants 2 s at least).
     ttl_ms: u64,
+    /// The nodes' namespaces, when partitions are injected.
+    net: Option<netns::Netns>,
 }
 
 impl Run<'_> {
@@ -234,6 +241,17 @@ impl Run<'_> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(self.dir.join(log))?);
+        Ok(c)
+    }
+
+    /// [`Run::command`] in node `i`'s namespace, if there are namespaces.
+    fn command_in(&self, i: usize, program: &Path, log: &str) -> anyhow::Result<Command> {
+        let Some(net) = &self.net else {
+            return self.command(program, log);
+        };
+        let argv = net.exec(i);
+        let mut c = self.command(Path::new(&argv[0]), log)?;
+        c.args(&argv[1..]).arg(program);
         Ok(c)
     }
 
@@ -285,14 +303,23 @@ fn which(program: &str) -> Option<PathBuf> {
 /// 0. Returns the nodes and their client addresses.
 fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
     let (cli, dir) = (run.cli, &run.dir);
-    let node_addrs: Vec<String> = (0..cli.nodes)
-        .map(|_| free_addr())
-        .collect::<Result<_, _>>()?;
+    let node_addrs: Vec<String> = match &run.net {
+        Some(net) => (0..cli.nodes)
+            .map(|i| format!("{}:7000", net.ip(i)))
+            .collect(),
+        None => (0..cli.nodes)
+            .map(|_| free_addr())
+            .collect::<Result<_, _>>()?,
+    };
     let mut nodes: Vec<Option<Proc>> = (0..cli.nodes).map(|_| None).collect();
     let mut client_addrs = vec![String::new(); cli.nodes];
     for i in (0..cli.nodes).rev() {
-        let mut c = run.command(service, &format!("node{i}.err"))?;
-        c.args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
+        let listen = match &run.net {
+            Some(net) => format!("{}:7100", net.ip(i)),
+            None => "127.0.0.1:0".into(),
+        };
+        let mut c = run.command_in(i, service, &format!("node{i}.err"))?;
+        c.args(["serve", "--id", &i.to_string(), "--clients", &listen])
             .arg("--nodes")
             .arg(node_addrs.join(","))
             .arg("--data-dir")
@@ -336,59 +363,35 @@ fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, V
 /// one, as our nodes keep nothing but the epoch on disk). Returns them and their client
 /// addresses.
 fn start_etcd(run: &Run) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
-    let n = run.cli.nodes;
-    let peers: Vec<String> = (0..n).map(|_| free_addr()).collect::<Result<_, _>>()?;
-    let clients: Vec<String> = (0..n).map(|_| free_addr()).collect::<Result<_, _>>()?;
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() { shm } else { &run.dir };
     let data = base.join(format!("lock-check-etcd-{}", std::process::id()));
-    let cluster: Vec<String> = (0..n)
-        .map(|i| format!("m{i}=http://{}", peers[i]))
+    let members = match &run.net {
+        Some(net) => (0..run.cli.nodes)
+            .map(|i| leda_lock_service::etcd::Member {
+                prefix: net.exec(i),
+                peer: format!("{}:2380", net.ip(i)),
+                client: format!("{}:2379", net.ip(i)),
+            })
+            .collect(),
+        None => leda_lock_service::etcd::loopback_members(run.cli.nodes)?,
+    };
+    let (members, clients) = leda_lock_service::etcd::spawn_cluster(&members, &data, |i| {
+        std::fs::File::create(run.dir.join(format!("node{i}.err")))
+            .map_or(Stdio::null(), Stdio::from)
+    })?;
+    let nodes = members
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            Some(Proc {
+                name: format!("node{i}"),
+                child,
+                stopped: false,
+                dead: false,
+            })
+        })
         .collect();
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        let child = run
-            .command(Path::new("etcd"), &format!("node{i}.err"))?
-            .arg("--name")
-            .arg(format!("m{i}"))
-            .arg("--data-dir")
-            .arg(data.join(format!("m{i}")))
-            .arg("--listen-client-urls")
-            .arg(format!("http://{}", clients[i]))
-            .arg("--advertise-client-urls")
-            .arg(format!("http://{}", clients[i]))
-            .arg("--listen-peer-urls")
-            .arg(format!("http://{}", peers[i]))
-            .arg("--initial-advertise-peer-urls")
-            .arg(format!("http://{}", peers[i]))
-            .arg("--initial-cluster")
-            .arg(cluster.join(","))
-            .stdout(Stdio::null())
-            .spawn()?;
-        nodes.push(Some(Proc {
-            name: format!("node{i}"),
-            child,
-            stopped: false,
-            dead: false,
-        }));
-    }
-    // Ready when every member grants a lease.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for addr in &clients {
-        loop {
-            let ok = leda_lock_service::etcd::EtcdClient::connect(addr)
-                .and_then(|mut c| c.lease_grant(5))
-                .is_ok();
-            if ok {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "etcd at {addr} not up within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
     Ok((nodes, clients))
 }
 
@@ -504,6 +507,20 @@ fn run_one(
         Target::Leda => cli.ttl_ms,
         Target::Etcd => cli.ttl_ms.max(2000),
     };
+    let net = if cli.no_faults || cli.no_partitions {
+        None
+    } else if let Some(why) = netns::Netns::unavailable() {
+        println!("lock-check: partitions skipped: {why}");
+        None
+    } else {
+        match netns::Netns::create(cli.nodes) {
+            Ok(net) => Some(net),
+            Err(e) => {
+                println!("lock-check: partitions skipped: cannot make namespaces: {e}");
+                None
+            }
+        }
+    };
     let run = Run {
         cli,
         target,
@@ -511,8 +528,12 @@ fn run_one(
         dir,
         secret,
         ttl_ms,
+        net,
     };
     let result = drive(&run, &me, &service, algorithm);
+    let _ = std::fs::remove_dir_all(
+        Path::new("/dev/shm").join(format!("lock-check-etcd-{}", std::process::id())),
+    );
     if matches!(result, Ok((ExitCode::SUCCESS, _))) {
         let _ = std::fs::remove_dir_all(&run.dir);
     } else {
@@ -561,10 +582,18 @@ fn drive(
         cli.locks.join(","),
         run.ttl_ms,
         cli.duration,
-        if cli.no_faults { "none" } else { "kill,stop" }
+        match (cli.no_faults, run.net.is_some()) {
+            (true, _) => "none",
+            (false, true) => "kill,stop,partition",
+            (false, false) => "kill,stop",
+        }
     );
-    if !cli.no_faults {
-        println!("lock-check: partitions between network namespaces: not injected (not built yet)");
+    if let Some(net) = &run.net {
+        println!(
+            "lock-check: nodes in network namespaces {}..{} (10.213.x.y): partitions on",
+            net.name(0),
+            net.name(cli.nodes - 1)
+        );
     }
     // The clients: client k talks to node k mod n first.
     let rotated = |k: usize| -> Vec<String> {
@@ -611,6 +640,12 @@ fn drive(
                         faults.push(fault("cont", &p.name));
                     }
                 }
+                Action::Heal(j) => {
+                    if let Some(net) = &run.net {
+                        net.cut(j, false)?;
+                        faults.push(fault("heal", &format!("node{j}")));
+                    }
+                }
                 Action::RestartClient(k) => {
                     generation += 1;
                     let name = format!("c{k}.{generation}");
@@ -630,7 +665,25 @@ fn drive(
         }
         next_fault = now + Duration::from_millis(cli.fault_every_ms);
         let ttl = Duration::from_millis(run.ttl_ms);
-        match rng.next_u64() % 4 {
+        let kinds = if run.net.is_some() { 5 } else { 4 };
+        match rng.next_u64() % kinds {
+            4 => {
+                // Cut a node off from everyone (peers and clients) for 0.3-1.5 s: longer than
+                // the failure detector's timeout, so the others may take it for crashed.
+                let j = rng.next_u64() as usize % cli.nodes;
+                let Some(net) = &run.net else { continue };
+                if nodes[j].is_none()
+                    || later
+                        .iter()
+                        .any(|(_, a)| matches!(a, Action::Heal(h) if *h == j))
+                {
+                    continue;
+                }
+                net.cut(j, true)?;
+                faults.push(fault("partition", &format!("node{j}")));
+                let d = Duration::from_millis(300 + rng.next_u64() % 1200);
+                later.push((now + d, Action::Heal(j)));
+            }
             0 => {
                 let k = rng.next_u64() as usize % clients.len();
                 if clients[k].stopped || clients[k].dead {
@@ -687,6 +740,11 @@ fn drive(
     for p in nodes.iter_mut().flatten() {
         p.signal(libc::SIGCONT);
     }
+    if let Some(net) = &run.net {
+        for j in 0..cli.nodes {
+            net.cut(j, false)?;
+        }
+    }
     std::fs::write(dir.join("stop"), "")?;
     let deadline = Instant::now() + Duration::from_secs(15);
     for c in &mut clients {
@@ -716,6 +774,7 @@ fn drive(
 }
 
 enum Action {
+    Heal(usize),
     ContClient(usize),
     ContNode(usize),
     RestartClient(usize),

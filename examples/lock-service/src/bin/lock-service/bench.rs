@@ -1,8 +1,11 @@
-//! The benchmark against etcd: uncontended acquire+release latency (p50, p99) and the
-//! throughput of one contended lock with 8 clients, for our service with 3 and 5 nodes
-//! (one process per node on loopback) and each algorithm, next to a local etcd's v3 lock API.
-//! Each round runs ours then etcd; after a warm-up round, the medians over the rounds are
-//! printed as `BENCH` lines.
+//! The benchmark against etcd, with like guarantees: uncontended acquire+release latency
+//! (p50, p99) and the throughput of one contended lock with 8 clients doing fenced
+//! read-modify-writes of a counter file, for our service (`serve` nodes, one process each on
+//! loopback; clients over TCP in this process, authenticated; leases of 10 s kept alive;
+//! fences from the group's majority register) with 3 and 5 nodes and each algorithm, next to
+//! an etcd cluster of as many members (v3 lock API through its JSON gateway, a 10 s lease per
+//! client, the lock's revision as fence). Each round runs ours then etcd; after a warm-up
+//! round, the medians over the rounds are printed as `BENCH` lines.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,18 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use leda_lock_service::app::{bump_counter, read_counter};
-use leda_lock_service::etcd::EtcdClient;
-use leda_lock_service::group::{ServiceConfig, Side};
+use leda_lock_service::etcd::{EtcdClient, loopback_members, spawn_cluster};
+use leda_lock_service::remote::{ConnectOptions, LockClient};
 use leda_mutex::Algorithm;
-
-use crate::launch::{DaemonProc, Group};
 
 /// Benchmark options.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// etcd client address (host:port).
-    #[arg(long, default_value = "127.0.0.1:2379")]
-    etcd: String,
     /// Measured rounds (after one warm-up round).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -62,90 +60,143 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&v, 50.0)
 }
 
-fn spawn_daemons(n: usize) -> anyhow::Result<Vec<DaemonProc>> {
-    (0..n).map(|_| DaemonProc::spawn()).collect()
+/// A serving group of `n` nodes (this binary's `serve`, one process each, data in `dir`),
+/// killed on drop.
+struct Served {
+    nodes: Vec<std::process::Child>,
+    clients: Vec<String>,
 }
 
-/// Uncontended: one API client at node 0, lock "u"; returns (p50, p99) in µs.
-fn ours_uncontended(algorithm: Algorithm, nodes: usize, ops: usize) -> anyhow::Result<(f64, f64)> {
-    let daemons = spawn_daemons(nodes - 1)?;
-    let addrs: Vec<String> = daemons.iter().map(|d| d.addr.clone()).collect();
-    let cfg = ServiceConfig {
-        algorithm,
-        nodes,
-        resources: vec!["u".into()],
-    };
-    let idle = (1..nodes)
-        .map(|_| Side::Worker {
-            clients: 0,
-            iters: 0,
-            resource: "u".into(),
-            counter: String::new(),
+impl Drop for Served {
+    fn drop(&mut self) {
+        for c in &mut self.nodes {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn serve_group(algorithm: Algorithm, n: usize, dir: &Path) -> anyhow::Result<Served> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe()?;
+    let addrs: Vec<String> = (0..n)
+        .map(|_| {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .to_string())
         })
-        .collect();
-    let group = Group::start(&cfg, idle, nodes, &addrs)?;
-    let c = group.client.clone();
+        .collect::<anyhow::Result<_>>()?;
+    let mut g = Served {
+        nodes: Vec::new(),
+        clients: vec![String::new(); n],
+    };
+    for i in (0..n).rev() {
+        let data = dir.join(format!("lock-bench-node{i}"));
+        let _ = std::fs::remove_dir_all(&data);
+        let mut child = std::process::Command::new(&exe)
+            .args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
+            .args([
+                "--nodes",
+                &addrs.join(","),
+                "--algorithm",
+                &algorithm.to_string(),
+            ])
+            .args(["--locks", "u,c"])
+            .arg("--data-dir")
+            .arg(&data)
+            .env("RUST_LOG", "error")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            // Each round ends by killing the group: its "lost a process" lines are noise.
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        g.clients[i] = line
+            .strip_prefix("CLIENTS ")
+            .with_context(|| format!("node {i} said {line:?}"))?
+            .trim()
+            .to_owned();
+        if i == 0 {
+            line.clear();
+            out.read_line(&mut line)?;
+            anyhow::ensure!(line.starts_with("SERVING"), "node 0 said {line:?}");
+        }
+        std::thread::spawn(move || for _ in out.lines().map_while(Result::ok) {});
+        g.nodes.push(child);
+    }
+    Ok(g)
+}
+
+fn opts(name: &str) -> anyhow::Result<ConnectOptions> {
+    Ok(ConnectOptions::new(name)?.ttl(LEASE))
+}
+
+/// The lease both services' clients hold their locks under.
+const LEASE: Duration = Duration::from_secs(10);
+
+/// Uncontended: one client of node 0, lock "u"; returns (p50, p99) in µs.
+fn ours_uncontended(g: &Served, ops: usize) -> anyhow::Result<(f64, f64)> {
+    let c = LockClient::connect(&g.clients[0], opts("bench-u")?)?;
     let wait = Duration::from_secs(30);
     let mut lat = Vec::with_capacity(ops);
     for i in 0..ops + ops / 5 {
         let t = Instant::now();
-        let g = c.acquire("u", wait)?;
-        c.release(g)?;
+        let h = c.acquire("u", wait)?;
+        c.release(h)?;
         if i >= ops / 5 {
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    group
-        .handle()
-        .inject(group.done, ("done", 0i64, 0i64, 0i64).into())
-        .map_err(|r| anyhow::anyhow!("reporting: {}", r.error))?;
-    group.wait()?;
     lat.sort_by(f64::total_cmp);
     Ok((percentile(&lat, 50.0), percentile(&lat, 99.0)))
 }
 
-/// Contended: `clients` worker clients spread over nodes 1.., each `ops` guarded increments of
-/// one counter; returns acquisitions per second.
-fn ours_contended(
-    algorithm: Algorithm,
-    nodes: usize,
-    clients: usize,
-    ops: usize,
-    counter: &Path,
-) -> anyhow::Result<f64> {
+/// Contended: `clients` clients spread over the nodes, each `ops` fenced increments of one
+/// counter under lock "c"; returns acquisitions per second.
+fn ours_contended(g: &Served, clients: usize, ops: usize, counter: &Path) -> anyhow::Result<f64> {
     std::fs::write(counter, "")?;
-    let daemons = spawn_daemons(nodes - 1)?;
-    let addrs: Vec<String> = daemons.iter().map(|d| d.addr.clone()).collect();
-    let cfg = ServiceConfig {
-        algorithm,
-        nodes,
-        resources: vec!["c".into()],
-    };
-    let per = |i: usize| clients / (nodes - 1) + usize::from(i < clients % (nodes - 1));
-    let sides = (0..nodes - 1)
-        .map(|i| Side::Worker {
-            clients: per(i),
-            iters: ops,
-            resource: "c".into(),
-            counter: counter.to_string_lossy().into_owned(),
+    let conns = (0..clients)
+        .map(|k| {
+            Ok(LockClient::connect(
+                &g.clients[k % g.clients.len()],
+                opts("bench-c")?,
+            )?)
         })
-        .collect();
-    // Deployment is not timed; the workers start as soon as it completes, so the first few
-    // acquisitions may precede the timer (a small overestimate, amortised by `ops`).
-    let group = Group::start(&cfg, sides, nodes - 1, &addrs)?;
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let started = Instant::now();
-    group.wait()?;
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let handles: Vec<_> = conns
+            .iter()
+            .map(|c| {
+                s.spawn(move || -> anyhow::Result<()> {
+                    for _ in 0..ops {
+                        let h = c.acquire("c", Duration::from_secs(60))?;
+                        bump_counter(counter, h.fence())?;
+                        c.release(h)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a client panicked"))??;
+        }
+        Ok(())
+    })?;
     let elapsed = started.elapsed().as_secs_f64();
     let (count, _) = read_counter(counter)?;
     if count != (clients * ops) as u64 {
-        bail!("{algorithm}: counter {count} != {}", clients * ops);
+        bail!("ours: counter {count} != {}", clients * ops);
     }
     Ok((clients * ops) as f64 / elapsed)
 }
 
 fn etcd_uncontended(addr: &str, ops: usize) -> anyhow::Result<(f64, f64)> {
     let mut c = EtcdClient::connect(addr)?;
-    let lease = c.lease_grant(60)?;
+    let lease = c.lease_grant(LEASE.as_secs())?;
     let mut lat = Vec::with_capacity(ops);
     for i in 0..ops + ops / 5 {
         let t = Instant::now();
@@ -154,33 +205,37 @@ fn etcd_uncontended(addr: &str, ops: usize) -> anyhow::Result<(f64, f64)> {
         if i >= ops / 5 {
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
+        if i % 100 == 99 {
+            c.keepalive(&lease)?;
+        }
     }
     lat.sort_by(f64::total_cmp);
     Ok((percentile(&lat, 50.0), percentile(&lat, 99.0)))
 }
 
-fn etcd_contended(addr: &str, clients: usize, ops: usize, counter: &Path) -> anyhow::Result<f64> {
+fn etcd_contended(
+    addrs: &[String],
+    clients: usize,
+    ops: usize,
+    counter: &Path,
+) -> anyhow::Result<f64> {
     std::fs::write(counter, "")?;
     let mut conns = (0..clients)
-        .map(|_| {
-            let mut c = EtcdClient::connect(addr)?;
-            let lease = c.lease_grant(60)?;
+        .map(|k| {
+            let mut c = EtcdClient::connect(&addrs[k % addrs.len()])?;
+            let lease = c.lease_grant(LEASE.as_secs())?;
             Ok((c, lease))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let started = Instant::now();
-    let fence = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| -> anyhow::Result<()> {
         let handles: Vec<_> = conns
             .iter_mut()
             .map(|(c, lease)| {
-                let fence = &fence;
                 s.spawn(move || -> anyhow::Result<()> {
                     for _ in 0..ops {
-                        let key = c.lock("c", lease)?;
-                        // etcd's lock has no fencing token of its own here: count grants.
-                        let f = fence.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                        bump_counter(counter, f)?;
+                        let (key, fence) = c.lock_fenced("c", lease)?;
+                        bump_counter(counter, fence)?;
                         c.unlock(&key)?;
                     }
                     Ok(())
@@ -194,6 +249,10 @@ fn etcd_contended(addr: &str, clients: usize, ops: usize, counter: &Path) -> any
         Ok(())
     })?;
     let elapsed = started.elapsed().as_secs_f64();
+    let (count, _) = read_counter(counter)?;
+    if count != (clients * ops) as u64 {
+        bail!("etcd: counter {count} != {}", clients * ops);
+    }
     Ok((clients * ops) as f64 / elapsed)
 }
 
@@ -207,57 +266,69 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.nodes.iter().any(|&n| n < 2) {
         bail!("--nodes: at least 2 nodes per group");
     }
-    EtcdClient::connect(&args.etcd)
-        .with_context(|| format!("connecting to etcd at {}", args.etcd))?;
     let ours_counter = args.dir.join("lock-bench-ours.counter");
     let etcd_counter = args.dir.join("lock-bench-etcd.counter");
     for &n in &args.nodes {
-        for &algorithm in &algorithms {
-            let (mut o50, mut o99, mut e50, mut e99, mut ot, mut et) =
-                (vec![], vec![], vec![], vec![], vec![], vec![]);
-            for round in 0..=args.rounds {
-                let (a, b) = ours_uncontended(algorithm, n, args.ops)?;
-                let (c, d) = etcd_uncontended(&args.etcd, args.ops)?;
-                let t_ours = ours_contended(
-                    algorithm,
-                    n,
-                    args.clients,
-                    args.contended_ops,
-                    &ours_counter,
-                )?;
-                let t_etcd =
-                    etcd_contended(&args.etcd, args.clients, args.contended_ops, &etcd_counter)?;
-                eprintln!(
-                    "round {round} n={n} {algorithm}: ours p50 {a:.0}us p99 {b:.0}us {t_ours:.0}/s; etcd p50 {c:.0}us p99 {d:.0}us {t_etcd:.0}/s{}",
-                    if round == 0 { " (warm-up)" } else { "" }
-                );
-                if round > 0 {
-                    o50.push(a);
-                    o99.push(b);
-                    e50.push(c);
-                    e99.push(d);
-                    ot.push(t_ours);
-                    et.push(t_etcd);
+        // etcd with as many members as our group has nodes: both replicate to a majority.
+        let data = args
+            .dir
+            .join(format!("lock-bench-etcd-{}", std::process::id()));
+        let (mut members, etcd) = spawn_cluster(&loopback_members(n)?, &data, |_| {
+            std::process::Stdio::null()
+        })
+        .context("starting etcd (apt-get install etcd-server)")?;
+        let result = (|| -> anyhow::Result<()> {
+            for &algorithm in &algorithms {
+                let (mut o50, mut o99, mut e50, mut e99, mut ot, mut et) =
+                    (vec![], vec![], vec![], vec![], vec![], vec![]);
+                for round in 0..=args.rounds {
+                    let g = serve_group(algorithm, n, &args.dir)?;
+                    let (a, b) = ours_uncontended(&g, args.ops)?;
+                    let (c, d) = etcd_uncontended(&etcd[0], args.ops)?;
+                    let t_ours =
+                        ours_contended(&g, args.clients, args.contended_ops, &ours_counter)?;
+                    drop(g);
+                    let t_etcd =
+                        etcd_contended(&etcd, args.clients, args.contended_ops, &etcd_counter)?;
+                    eprintln!(
+                        "round {round} n={n} {algorithm}: ours p50 {a:.0}us p99 {b:.0}us {t_ours:.0}/s; etcd p50 {c:.0}us p99 {d:.0}us {t_etcd:.0}/s{}",
+                        if round == 0 { " (warm-up)" } else { "" }
+                    );
+                    if round > 0 {
+                        o50.push(a);
+                        o99.push(b);
+                        e50.push(c);
+                        e99.push(d);
+                        ot.push(t_ours);
+                        et.push(t_etcd);
+                    }
                 }
+                let case = format!("n{n}-{algorithm}");
+                println!(
+                    "BENCH lock-uncontended-p50-{case} unit=us better=lower ours={:.1} etcd={:.1}",
+                    median(o50),
+                    median(e50)
+                );
+                println!(
+                    "BENCH lock-uncontended-p99-{case} unit=us better=lower ours={:.1} etcd={:.1}",
+                    median(o99),
+                    median(e99)
+                );
+                println!(
+                    "BENCH lock-contended-{}clients-{case} unit=acquisitions/s better=higher ours={:.0} etcd={:.0}",
+                    args.clients,
+                    median(ot),
+                    median(et)
+                );
             }
-            let case = format!("n{n}-{algorithm}");
-            println!(
-                "BENCH lock-uncontended-p50-{case} unit=us better=lower ours={:.1} etcd={:.1}",
-                median(o50),
-                median(e50)
-            );
-            println!(
-                "BENCH lock-uncontended-p99-{case} unit=us better=lower ours={:.1} etcd={:.1}",
-                median(o99),
-                median(e99)
-            );
-            println!(
-                "BENCH lock-contended-{}clients-{case} unit=acquisitions/s better=higher ours={:.0} etcd={:.0}",
-                args.clients,
-                median(ot),
-                median(et)
-            );
+            Ok(())
+        })();
+        for m in &mut members {
+            let _ = m.kill();
+            let _ = m.wait();
         }
+        let _ = std::fs::remove_dir_all(&data);
+        result?;
     }
     Ok(())
 }

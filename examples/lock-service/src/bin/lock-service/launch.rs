@@ -1,8 +1,5 @@
 //! Starting a group: node 0 (API side and the `done` collector) in this process, nodes 1..
-//! on daemons, and spawning daemons as child processes for the benchmark.
-
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+//! on daemons.
 
 use anyhow::{Context, bail};
 use leda_core::prelude::*;
@@ -40,19 +37,8 @@ pub struct Group {
 }
 
 impl Group {
-    /// Deploys `daemon_sides[i]` as node `i + 1` on `daemons[i]`, node 0 here; the run ends
-    /// after `reports` reports to `done`. Crash-tolerant algorithms get the default detector.
-    pub fn start(
-        cfg: &ServiceConfig,
-        daemon_sides: Vec<Side>,
-        reports: usize,
-        daemons: &[String],
-    ) -> anyhow::Result<Group> {
-        let detection = Detection::for_algorithm(cfg.algorithm);
-        Self::start_with(cfg, daemon_sides, reports, daemons, &detection, None)
-    }
-
-    /// [`Group::start`] with an explicit failure-detection setting, and multi-resource locks
+    /// Deploys `daemon_sides[i]` as node `i + 1` on `daemons[i]`, node 0 here (the run ends
+    /// after `reports` reports to `done`), with this failure-detection setting, and multi-resource locks
     /// (a `multi<i>` stage beside every node, see [`attach_multi`], and multi rounds for the
     /// workers of `multi.workers`) when `multi` is given.
     pub fn start_with(
@@ -114,57 +100,5 @@ impl Group {
     /// Waits for the end of the run.
     pub fn wait(self) -> anyhow::Result<LaunchReport> {
         self.launched.wait().context("running the group")
-    }
-}
-
-/// A daemon child process (this same binary), killed and reaped on drop.
-pub struct DaemonProc {
-    child: Child,
-    /// Its address.
-    pub addr: String,
-}
-
-impl DaemonProc {
-    /// Spawns `<this binary> daemon --listen 127.0.0.1:0` and reads its address.
-    pub fn spawn() -> anyhow::Result<DaemonProc> {
-        let exe = std::env::current_exe().context("locating this binary")?;
-        let mut child = Command::new(exe)
-            .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("spawning a daemon")?;
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            BufReader::new(out).read_line(&mut line)?;
-        }
-        let Some(addr) = line.strip_prefix("LISTENING ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("daemon said {line:?} instead of LISTENING");
-        };
-        Ok(DaemonProc {
-            addr: addr.trim().to_owned(),
-            child,
-        })
-    }
-}
-
-impl Drop for DaemonProc {
-    fn drop(&mut self) {
-        // The daemon ends with the run; give it a moment, then make sure.
-        for _ in 0..100 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -1,4 +1,15 @@
-//! The lock service, one process per node on loopback.
+//! The lock service, one process per node.
+//!
+//! A long-lived group that clients in other processes use (see `docs/mutex.md`):
+//!
+//! ```text
+//! lock-service serve --id 1 --nodes A0,A1,A2 --clients 127.0.0.1:7411 --data-dir D1   # and 2
+//! lock-service serve --id 0 --nodes A0,A1,A2 --clients 127.0.0.1:7410 --data-dir D0 \
+//!     --algorithm quorum-grid --locks deploy
+//! lock-service lock deploy --connect 127.0.0.1:7410 -- COMMAND   # LOCK_FENCE set
+//! ```
+//!
+//! Test workloads deployed for one run:
 //!
 //! ```text
 //! # one daemon per node except node 0 (each prints `LISTENING 127.0.0.1:PORT`)

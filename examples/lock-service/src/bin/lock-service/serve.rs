@@ -98,7 +98,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let mut sides = vec![Side::Gate(Some(local))];
     sides.extend((1..n).map(|_| Side::Gate(None)));
-    let detection = Detection::for_algorithm(algorithm);
+    let mut detection = Detection::for_algorithm(algorithm);
+    if detection.config.is_some() {
+        detection.observer = Some(Arc::new(leda_lock_service::guard::MajorityGuard::new(n)));
+    }
     let mut built = build_group_with(&cfg, &sides, None, &detection)?;
     let mut dirs = vec![Some(args.data_dir)];
     dirs.extend((1..n).map(|_| None));
