@@ -151,7 +151,7 @@ pub struct LockArgs {
     /// Seconds to wait for the lock.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
-    /// This client's name (default: lock-<pid>).
+    /// This client's name (default: `lock-PID`).
     #[arg(long)]
     client_name: Option<String>,
     /// Secret the nodes expect from clients (mode 0600; default: $LEDA_SECRET,
