@@ -62,6 +62,8 @@ fn map_by_builtin_name_and_match_from_lua() {
         local win = require 'leda.stage.window.spatial'
         local quit = require 'leda.stage.util.quit'
         match.pattern = 'price=(%d+)'
+        -- Serial: the window is asserted in push order, which a parallel match need not keep.
+        match.serial = true
         win.size = 2
         local g = leda.graph{ match:connect(win), win:connect(map), map:connect(quit) }
         match:push('price=12;')

@@ -216,9 +216,18 @@ impl Gate {
         if tag == "granted" && st.keeper {
             // The fence comes from the majority register ([`crate::epoch`]); the client
             // learns of its grant once a majority stored it.
-            let lock: String = ev.get(2)?;
+            let name: String = ev.get(2)?;
             drop(st);
-            ctx.send("fence", ("fence", id, lock.as_str()))?;
+            if let Err(e) = ctx.send("fence", ("fence", id, name.as_str())) {
+                // No fence, no grant: give the lock back and tell the client.
+                ctx.send("front", ("cancel", id, name.as_str()))?;
+                if let Some(s) = lock(&self.state).sessions.get(&sid) {
+                    let _ = s.tx.send(Response::Error {
+                        req: Some(req),
+                        message: format!("no fence for the grant: {e}"),
+                    });
+                }
+            }
             return Ok(());
         }
         let resp = match tag {
@@ -267,12 +276,22 @@ fn forward(state: &Mutex<State>, ev: Event, ctx: &mut Ctx) {
         }
     }
     let id: i64 = ev.get(1).unwrap_or(0);
+    let acquire = ev.get::<String>(0).is_ok_and(|t| t == "acquire");
     if let Err(e) = ctx.send("front", ev) {
         let mut st = lock(state);
-        if let Some((sid, req)) = st.routes.remove(&id)
-            && let Some(s) = st.sessions.get_mut(&sid)
-        {
-            s.reqs.remove(&req);
+        let Some(&(sid, req)) = st.routes.get(&id) else {
+            return;
+        };
+        if acquire {
+            // Nothing was queued: the request is over.
+            st.routes.remove(&id);
+            if let Some(s) = st.sessions.get_mut(&sid) {
+                s.reqs.remove(&req);
+            }
+        }
+        // A refused release or cancel leaves the hold as it was: the client may ask again,
+        // and the session's end withdraws it.
+        if let Some(s) = st.sessions.get(&sid) {
             let _ = s.tx.send(Response::Error {
                 req: Some(req),
                 message: format!("the node is overloaded: {e}"),
