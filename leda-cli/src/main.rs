@@ -370,6 +370,7 @@ fn main() -> ExitCode {
                 secret,
                 dashboard: dashboard.config()?,
                 maxpar: None,
+                auto_threads: None,
             };
             leda_lua::remote::serve(&options, !once, |addr| {
                 if let Err(e) = leda_core::cli::announce_listening(addr) {

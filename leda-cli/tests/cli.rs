@@ -306,6 +306,31 @@ fn grep_runs_over_two_processes_with_listing_4_6() {
 }
 
 #[test]
+fn a_daemon_started_from_lua_runs_its_deployment_under_the_automatic_controller() {
+    // Listing 4.6 with `leda.controller.auto` instead of a fixed pool.
+    let dir = std::env::temp_dir().join(format!("leda-auto-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("daemon.lua");
+    std::fs::write(
+        &script,
+        "require 'leda'\n\
+         local c = require 'leda.controller.auto'.get(1, 4)\n\
+         leda.start{controller = c, host = '127.0.0.1', port = 9999}\n",
+    )
+    .unwrap();
+    grep_across(
+        &[
+            "run",
+            "--map",
+            "127.0.0.1:9999=127.0.0.1:0",
+            script.to_str().unwrap(),
+        ],
+        &["--process", "127.0.0.1:9998"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn start_refuses_a_public_address_without_a_secret() {
     let out = Command::new(env!("CARGO_BIN_EXE_leda"))
         .args(["start", "--listen", "0.0.0.0:0"])

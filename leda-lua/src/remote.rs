@@ -247,6 +247,8 @@ pub struct DaemonOptions {
     pub listen: String,
     /// Worker threads (default: what the deployment asks, else one per CPU).
     pub threads: Option<usize>,
+    /// The automatic controller between these thread counts, instead of a fixed pool.
+    pub auto_threads: Option<(usize, usize)>,
     /// Shared secret (default: `LEDA_SECRET`); required off loopback.
     pub secret: Option<Secret>,
     /// Serve the dashboard of each deployed run (`leda start --dashboard ADDR`).
@@ -260,6 +262,7 @@ impl Default for DaemonOptions {
         DaemonOptions {
             listen: format!("127.0.0.1:{}", leda_net::daemon::DEFAULT_PORT),
             threads: None,
+            auto_threads: None,
             secret: None,
             dashboard: None,
             maxpar: None,
@@ -272,6 +275,7 @@ impl DaemonOptions {
         let mut c = DaemonConfig {
             listen,
             threads: self.threads,
+            auto_threads: self.auto_threads,
             dashboard: self.dashboard.clone(),
             maxpar: self.maxpar,
             ..DaemonConfig::default()

@@ -62,6 +62,10 @@ pub struct DaemonConfig {
     pub listen: String,
     /// Worker threads (default: what the deployment asks, else one per CPU).
     pub threads: Option<usize>,
+    /// Run each deployment under the automatic controller between these thread counts
+    /// (`leda_core::controller::Auto`, `leda.start{controller = auto.get(min, max)}`)
+    /// instead of a fixed pool.
+    pub auto_threads: Option<(usize, usize)>,
     /// Shared secret (default: the user's: `LEDA_SECRET`, `LEDA_SECRET_FILE`, else the
     /// cookie file, see [`crate::auth`]). Listening off loopback needs one configured
     /// here or in the environment, not the cookie alone.
@@ -88,6 +92,7 @@ impl Default for DaemonConfig {
         DaemonConfig {
             listen: format!("127.0.0.1:{DEFAULT_PORT}"),
             threads: None,
+            auto_threads: None,
             secret: None,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             deploy_timeout: Duration::from_secs(30),
@@ -435,6 +440,9 @@ async fn deploy(
     }
     if let Some(n) = config.maxpar {
         run = run.maxpar(n);
+    }
+    if let Some((min, max)) = config.auto_threads {
+        run = run.controller(leda_core::controller::Auto::new(min, max));
     }
     if let Some(dash) = &config.dashboard {
         run = run.dashboard(dash.addr.clone());

@@ -150,6 +150,7 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
     let mut host = "127.0.0.1".to_owned();
     let mut port = i64::from(leda_net::daemon::DEFAULT_PORT);
     let mut threads = options.threads;
+    let mut auto_threads = None;
     let mut maxpar = None;
     if let Some(o) = &opts {
         if let Some(h) = o.get::<Option<String>>("host")? {
@@ -162,11 +163,7 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
             mlua::Value::Nil => {}
             mlua::Value::UserData(ud) => match &*ud.borrow::<LuaController>()? {
                 LuaController::Fixed(n) => threads = Some(*n),
-                LuaController::Auto(..) => {
-                    return Err(rt(
-                        "leda.start: a daemon runs a fixed pool; use require 'leda.controller.thread_pool'.get(n)",
-                    ));
-                }
+                LuaController::Auto(min, max) => auto_threads = Some((*min, *max)),
             },
             other => {
                 return Err(rt(format!(
@@ -183,6 +180,7 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
     let daemon = crate::remote::DaemonOptions {
         listen: options.resolve(&format!("{host}:{port}")),
         threads,
+        auto_threads,
         secret: options.secret.clone(),
         dashboard: options.dashboard.clone(),
         maxpar,
