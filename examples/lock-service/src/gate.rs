@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,7 +45,8 @@ use crate::proto::{
     self, MAX_LOCK_NAME, MAX_REQUESTS, MAX_TTL_MS, MIN_TTL_MS, Request, Response, monotonic_ns,
 };
 
-/// Most sessions a gate keeps open at once; further connections are closed at once.
+/// Most client connections (handshakes included) a gate keeps open at once; further
+/// connections are closed at once.
 pub const MAX_SESSIONS: usize = 1024;
 
 /// Fences carry the epoch in their bits from this one up.
@@ -189,6 +191,7 @@ impl Gate {
             local: self.local.clone(),
             state: self.state.clone(),
             audit: self.audit.clone(),
+            open: Arc::default(),
         };
         let ctx = ctx.clone();
         std::thread::Builder::new()
@@ -307,6 +310,8 @@ struct Net {
     local: Arc<GateLocal>,
     state: Arc<Mutex<State>>,
     audit: Option<Arc<Mutex<std::fs::File>>>,
+    /// Open client connections.
+    open: Arc<AtomicUsize>,
 }
 
 impl Net {
@@ -327,17 +332,21 @@ impl Net {
                     continue;
                 }
             };
-            if lock(&self.state).sessions.len() >= MAX_SESSIONS {
-                tracing::warn!(%peer, "gate: session limit reached, connection closed");
+            // Connections, handshakes in progress included, are bounded.
+            if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
+                self.open.fetch_sub(1, Ordering::SeqCst);
+                tracing::warn!(%peer, "gate: connection limit reached, connection closed");
                 continue;
             }
             let _ = tcp.set_nodelay(true);
             let net = self.clone();
             let ctx = ctx.clone();
             tokio::spawn(async move {
+                let open = net.open.clone();
                 if let Err(e) = net.session(tcp, peer.to_string(), ctx).await {
                     tracing::info!(%peer, error = %e, "gate: client session ended");
                 }
+                open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     }

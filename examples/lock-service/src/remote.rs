@@ -88,6 +88,17 @@ struct Inner {
     valid_until: Mutex<Instant>,
     /// Why the session ended, once it has.
     ended: watch::Sender<Option<String>>,
+    /// The reader task, stopped when the last handle goes: the connection then closes and
+    /// the node releases at once what this client held (without waiting for the TTL).
+    reader: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(r) = lock(&self.reader).take() {
+            r.abort();
+        }
+    }
 }
 
 impl Inner {
@@ -199,6 +210,7 @@ impl AsyncLockClient {
             pings: Mutex::new(VecDeque::new()),
             valid_until: Mutex::new(started + ttl),
             ended: watch::channel(None).0,
+            reader: Mutex::new(None),
         });
         let (mut rd, mut wr) = tokio::io::split(conn);
         let weak = Arc::downgrade(&inner);
@@ -209,7 +221,7 @@ impl AsyncLockClient {
                 }
             }
         });
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let why = loop {
                 match proto::read::<_, Response>(&mut rd).await {
                     Ok(Some(resp)) => match weak.upgrade() {
@@ -224,6 +236,7 @@ impl AsyncLockClient {
                 inner.end(why);
             }
         });
+        *lock(&inner.reader) = Some(reader.abort_handle());
         let weak = Arc::downgrade(&inner);
         tokio::spawn(async move {
             loop {
