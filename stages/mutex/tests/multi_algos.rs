@@ -196,6 +196,16 @@ impl<S: MultiSystem> Hand<S> {
         kinds
     }
 
+    /// Delivers the oldest message in flight; returns its kind.
+    fn step(&mut self) -> &'static str {
+        let (from, to, msg) = self.queue.pop_front().expect("a message in flight");
+        let kind = leda_mutex::Message::kind(&msg);
+        let mut out = MultiOutbox::new();
+        self.sys.deliver(from, to, msg, &mut out).expect("deliver");
+        self.absorb(&mut out);
+        kind
+    }
+
     fn granted(&self) -> Vec<usize> {
         self.grants.iter().map(|g| g.0).collect()
     }
@@ -466,6 +476,36 @@ fn lejeune_waiting_holder_cedes_to_priority() {
     h.release(1);
     h.settle();
     assert_eq!(h.granted(), vec![1, 0]);
+}
+
+/// Hand-traced from spec §4.7 H4 (found by an independent audit of the code against the
+/// spec): a site in its critical section that holds a token it does not need cedes it at once
+/// to a ReqRes; only a conflict lets an inCS holder keep a token. Sites 0, 1; resources 0 and
+/// 2 start at site 0, resource 1 at site 1.
+#[test]
+fn lejeune_in_cs_holder_cedes_a_token_it_does_not_need() {
+    let space = ResourceSpace::single(3).expect("space");
+    let mut h = Hand::new(Lejeune::new(2, space.clone(), LjConfig::default()).expect("group"));
+    let set = |r: &[usize]| MultiRequest::set(r.iter().copied(), &space).expect("req");
+    // 1. s0 takes {0, 2}: both tokens are here, no message.
+    h.request(0, &set(&[0, 2]));
+    assert_eq!(h.granted(), vec![0]);
+    // 2-4. s1 asks for {1, 2}: ReqCnt(r2) to s0, Counter(r2) back, then its ReqRes(r2)...
+    h.request(1, &set(&[1, 2]));
+    assert_eq!(h.step(), "req_cnt");
+    assert_eq!(h.step(), "counter");
+    // ...which is still in flight when s0 leaves and takes {0} alone (no message).
+    h.release(0);
+    h.request(0, &set(&[0]));
+    assert_eq!(h.granted(), vec![0, 0]);
+    // 7. The ReqRes reaches s0, in its CS without r2: the token goes to s1 at once, and s1
+    //    enters while s0 is still inside.
+    assert_eq!(h.settle(), vec!["req_res", "token"]);
+    assert_eq!(h.granted(), vec![0, 0, 1]);
+    assert_eq!(
+        h.sys.nodes()[0].state(),
+        leda_mutex::multi::LjState::InCs
+    );
 }
 
 /// The spec's property for BL: the wait-for graph (i waits for j when j owes i a token) never

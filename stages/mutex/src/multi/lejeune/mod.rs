@@ -406,9 +406,11 @@ impl LjNode {
     }
 
     /// Priority check on an owned (not borrowed) token: cede it to its queue head if the head
-    /// has priority, or if this site does not (or cannot yet) use it.
+    /// has priority, or if this site does not (or cannot yet) use it. In the critical section
+    /// only the tokens the section uses are kept (§4.7 H4/H6: `r ∉ required_j` cedes at once,
+    /// whatever the state).
     fn settle(&mut self, r: usize, out: &mut MultiOutbox<LjMsg>) {
-        if self.state == LjState::InCs || self.borrowed.contains(&r) {
+        if (self.state == LjState::InCs && self.requires(r)) || self.borrowed.contains(&r) {
             return;
         }
         let Some(tok) = self.owned.get(&r) else {
