@@ -502,10 +502,7 @@ fn lejeune_in_cs_holder_cedes_a_token_it_does_not_need() {
     //    enters while s0 is still inside.
     assert_eq!(h.settle(), vec!["req_res", "token"]);
     assert_eq!(h.granted(), vec![0, 0, 1]);
-    assert_eq!(
-        h.sys.nodes()[0].state(),
-        leda_mutex::multi::LjState::InCs
-    );
+    assert_eq!(h.sys.nodes()[0].state(), leda_mutex::multi::LjState::InCs);
 }
 
 /// The spec's property for BL: the wait-for graph (i waits for j when j owes i a token) never
