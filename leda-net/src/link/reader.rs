@@ -321,7 +321,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => {
-                    tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                    // `lose` reports the loss (once, with the cause): no second line here.
+                    tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
                     link.lose(format!("the connection failed ({e})"));
                     break;
                 }
@@ -360,7 +361,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
             }
             Some(Ok(_)) => heard(),
             Some(Err(e)) => {
-                tracing::warn!(peer = %link.peer, error = %e, "link read failed; closing it");
+                // `lose` reports the loss (once, with the cause): no second line here.
+                tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
                 link.lose(format!("the connection failed ({e})"));
                 break;
             }
