@@ -145,6 +145,9 @@ pub struct LjSweep {
     pub algos: Vec<LjAlgo>,
     /// Loads to run.
     pub loads: Vec<LjLoad>,
+    /// Measure inside this window of ticks only, the processes requesting until its end (the
+    /// spec's fixed-length run), instead of `requests_per_node` requests each.
+    pub window: Option<(u64, u64)>,
 }
 
 impl Default for LjSweep {
@@ -161,6 +164,7 @@ impl Default for LjSweep {
             cs_per_resource: 4,
             algos: LjAlgo::ALL.to_vec(),
             loads: LjLoad::ALL.to_vec(),
+            window: None,
         }
     }
 }
@@ -196,6 +200,10 @@ impl LjSweep {
         };
         cfg.max_time = u64::MAX / 4;
         cfg.max_events = 500_000_000;
+        if let Some(w) = self.window {
+            cfg.window = Some(w);
+            cfg.workload.requests_per_node = usize::MAX;
+        }
         Ok(cfg)
     }
 
@@ -458,6 +466,14 @@ pub struct LejeuneArgs {
     /// SizeReq values of --sweep-lejeune, comma-separated (default: every value 1..=80).
     #[arg(long, value_delimiter = ',')]
     pub lejeune_sizes: Vec<usize>,
+    /// Measure a fixed window of this many milliseconds (after --lejeune-warmup-ms), the
+    /// processes requesting until its end, as the spec's 30 s runs do, instead of
+    /// --lejeune-requests requests per process (whose start-up and drain then weigh in).
+    #[arg(long, value_name = "MS")]
+    pub lejeune_window_ms: Option<u64>,
+    /// Warm-up before the measured window of --lejeune-window-ms, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub lejeune_warmup_ms: u64,
 }
 
 /// Runs the sweep of `args` and writes its CSVs and charts to `out`; returns the rows.
@@ -472,6 +488,11 @@ pub fn run_lejeune_sweep(
         seed,
         seeds: args.lejeune_seeds.max(1),
         requests_per_node: args.lejeune_requests.max(1),
+        // Ticks of 0.1 ms.
+        window: args.lejeune_window_ms.map(|w| {
+            let start = args.lejeune_warmup_ms * 10;
+            (start, start + w.max(1) * 10)
+        }),
         ..LjSweep::default()
     };
     if !args.lejeune_sizes.is_empty() {
@@ -734,5 +755,40 @@ mod tests {
             .find(|r| r.algo == LjAlgo::Omniscient)
             .expect("row");
         assert_eq!(omni.stats.messages, 0);
+    }
+
+    /// The spec's fixed-length run: processes request until the window's end, the use rate
+    /// is over the window alone, only requests issued inside it count for the waits, and
+    /// requests never issued after it are not a deadlock.
+    #[test]
+    fn a_windowed_run_measures_the_window_only() {
+        let sweep = LjSweep {
+            n: 6,
+            m: 10,
+            size_reqs: vec![3],
+            seeds: 1,
+            window: Some((500, 5_500)),
+            ..LjSweep::default()
+        };
+        let rows = sweep.run(|_| {}).expect("sweep");
+        for r in &rows {
+            assert_eq!(r.verdict, MultiVerdict::Ok, "{}", r.csv());
+            assert_eq!(r.stats.measured_time, 5_000, "{}", r.csv());
+            assert!(r.stats.end_time >= 5_500, "{}", r.csv());
+            assert!(
+                r.stats.waits > 0 && r.stats.waits <= r.stats.grants,
+                "{}",
+                r.csv()
+            );
+            let busy_max = 10 * 5_000;
+            assert!(r.stats.busy_instance_time <= busy_max, "{}", r.csv());
+            assert!(r.use_rate() > 0.0 && r.use_rate() <= 1.0, "{}", r.csv());
+        }
+        // At high load requests start before the window: their waits are left out.
+        let high = rows
+            .iter()
+            .find(|r| r.load == LjLoad::High)
+            .expect("a high-load row");
+        assert!(high.stats.waits < high.stats.grants, "{}", high.csv());
     }
 }

@@ -114,6 +114,12 @@ pub struct MultiSimConfig {
     /// order, which, with clusters of consecutive ids, hands tokens from neighbour to
     /// neighbour inside a cluster: a locality no algorithm asked for. Default: off.
     pub random_start: bool,
+    /// Measure inside `[start, end)` only (ticks), as a fixed-length run does: processes keep
+    /// requesting until `end` (`requests_per_node` is then only an upper bound), the use rate
+    /// counts the held time inside the window over its length, and the waits are those of
+    /// requests issued inside it. Start-up and drain weigh nothing. Default: `None`, the
+    /// whole run (every process makes `requests_per_node` requests).
+    pub window: Option<(u64, u64)>,
 }
 
 impl MultiSimConfig {
@@ -132,6 +138,7 @@ impl MultiSimConfig {
             max_events: 5_000_000,
             repeat_requests: false,
             random_start: false,
+            window: None,
         }
     }
 }
@@ -149,7 +156,9 @@ pub struct MultiStats {
     pub messages_remote: u64,
     /// Messages sent, per kind.
     pub messages_by_kind: BTreeMap<&'static str, u64>,
-    /// Sum over grants of the waiting time (request to grant).
+    /// Grants whose waiting time is measured (all of them without a window).
+    pub waits: u64,
+    /// Sum over measured grants of the waiting time (request to grant).
     pub wait_total: u64,
     /// Sum over grants of the squared waiting time (for the standard deviation).
     pub wait_sq_total: f64,
@@ -161,6 +170,8 @@ pub struct MultiStats {
     pub preemptions: u64,
     /// Virtual time of the last event.
     pub end_time: u64,
+    /// The measured span for the use rate: `end_time`, or the window's length.
+    pub measured_time: u64,
     /// Events processed.
     pub events: u64,
 }
@@ -168,21 +179,21 @@ pub struct MultiStats {
 impl MultiStats {
     /// Mean waiting time per grant (0 if none).
     pub fn wait_mean(&self) -> f64 {
-        if self.grants == 0 {
+        if self.waits == 0 {
             0.0
         } else {
-            self.wait_total as f64 / self.grants as f64
+            self.wait_total as f64 / self.waits as f64
         }
     }
 
     /// Standard deviation of the waiting time (population; 0 if no grant).
     pub fn wait_std(&self) -> f64 {
-        std_of(self.grants, self.wait_total as f64, self.wait_sq_total)
+        std_of(self.waits, self.wait_total as f64, self.wait_sq_total)
     }
 
-    /// Use rate: held instance-time over `instances × end_time` (0 for an empty run).
+    /// Use rate: held instance-time over `instances × measured_time` (0 for an empty run).
     pub fn use_rate(&self, instances: usize) -> f64 {
-        let denom = instances as f64 * self.end_time as f64;
+        let denom = instances as f64 * self.measured_time as f64;
         if denom == 0.0 {
             0.0
         } else {
@@ -370,6 +381,10 @@ impl<S: MultiSystem> MultiSim<S> {
     pub fn run(&mut self) -> MultiReport {
         let verdict = self.run_inner();
         self.stats.end_time = self.now;
+        self.stats.measured_time = match self.cfg.window {
+            Some((start, end)) => end.saturating_sub(start),
+            None => self.now,
+        };
         self.stats.preemptions = self.system.preemptions();
         MultiReport {
             verdict,
@@ -425,7 +440,8 @@ impl<S: MultiSystem> MultiSim<S> {
             }
         }
         let waiting = self.checker.waiting();
-        let unissued = self.clients.iter().any(|c| c.remaining > 0);
+        // With a window, requests left unissued at its end are not owed.
+        let unissued = self.cfg.window.is_none() && self.clients.iter().any(|c| c.remaining > 0);
         if waiting.is_empty() && !unissued {
             MultiVerdict::Ok
         } else {
@@ -471,6 +487,13 @@ impl<S: MultiSystem> MultiSim<S> {
     }
 
     fn on_request(&mut self, node: NodeId) -> Result<(), MultiVerdict> {
+        if let Some((_, end)) = self.cfg.window
+            && self.now >= end
+        {
+            // The measured run is over: this process stops asking.
+            self.clients[node].remaining = 0;
+            return Ok(());
+        }
         let req = match self.repeated.get(node).cloned().flatten() {
             Some(r) => r,
             None => {
@@ -500,7 +523,11 @@ impl<S: MultiSystem> MultiSim<S> {
             .on_release(self.now, node)
             .map_err(MultiVerdict::Violation)?;
         let c = self.clients[node];
-        self.stats.busy_instance_time += (self.now - c.granted_at) * u64::from(c.instances);
+        let (from, to) = match self.cfg.window {
+            Some((start, end)) => (c.granted_at.max(start), self.now.min(end)),
+            None => (c.granted_at, self.now),
+        };
+        self.stats.busy_instance_time += to.saturating_sub(from) * u64::from(c.instances);
         let mut out = std::mem::take(&mut self.outbox);
         let r = self.system.release(node, &mut out);
         self.outbox = out;
@@ -564,9 +591,16 @@ impl<S: MultiSystem> MultiSim<S> {
                     let c = &mut self.clients[node];
                     c.granted_at = self.now;
                     let wait = self.now - c.requested_at;
-                    self.stats.wait_total += wait;
-                    self.stats.wait_sq_total += (wait as f64) * (wait as f64);
-                    self.stats.wait_by_size.entry(c.size).or_default().add(wait);
+                    let measured = self
+                        .cfg
+                        .window
+                        .is_none_or(|(start, end)| (start..end).contains(&c.requested_at));
+                    if measured {
+                        self.stats.waits += 1;
+                        self.stats.wait_total += wait;
+                        self.stats.wait_sq_total += (wait as f64) * (wait as f64);
+                        self.stats.wait_by_size.entry(c.size).or_default().add(wait);
+                    }
                     let size = self.clients[node].size as u64;
                     let cs = self.cfg.workload.cs_duration.sample(&mut self.rng)
                         + self.cfg.workload.cs_per_resource * size;
