@@ -105,6 +105,11 @@ enum Command {
         /// Worker threads (default: one per CPU).
         #[arg(long, value_parser = leda_core::cli::at_least_one)]
         threads: Option<usize>,
+        /// Run each deployment under the automatic controller, between MIN and MAX
+        /// threads, instead of a fixed pool.
+        #[arg(long, value_name = "MIN,MAX", value_parser = leda_core::cli::thread_range,
+              conflicts_with = "threads")]
+        auto_threads: Option<(usize, usize)>,
         /// File holding the shared secret (mode 0600; default: LEDA_SECRET,
         /// LEDA_SECRET_FILE, else the per-user cookie file); off loopback one must be
         /// configured (not the cookie).
@@ -358,6 +363,7 @@ fn main() -> ExitCode {
         Command::Start {
             listen,
             threads,
+            auto_threads,
             secret,
             once,
             allow,
@@ -370,7 +376,7 @@ fn main() -> ExitCode {
                 secret,
                 dashboard: dashboard.config()?,
                 maxpar: None,
-                auto_threads: None,
+                auto_threads,
             };
             leda_lua::remote::serve(&options, !once, |addr| {
                 if let Err(e) = leda_core::cli::announce_listening(addr) {

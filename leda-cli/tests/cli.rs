@@ -290,6 +290,25 @@ fn grep_runs_over_two_processes_with_leda_start() {
 }
 
 #[test]
+fn grep_runs_over_two_processes_with_a_leda_start_under_the_automatic_controller() {
+    grep_across(
+        &[
+            "start",
+            "--listen",
+            "127.0.0.1:0",
+            "--once",
+            "--auto-threads",
+            "1,3",
+        ],
+        &[],
+    );
+    for bad in ["3,1", "0,2", "4"] {
+        let out = leda(&["start", "--auto-threads", bad]);
+        assert!(!out.status.success(), "--auto-threads {bad} accepted");
+    }
+}
+
+#[test]
 fn grep_runs_over_two_processes_with_listing_4_6() {
     // daemon.lua is Listing 4.6 (leda.start{controller=..., host=..., port=9999}).
     let script = grep_dir().join("daemon.lua");

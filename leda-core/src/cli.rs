@@ -113,6 +113,18 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// clap value parser of a thread range `MIN,MAX` (`--auto-threads 1,4`): `1 <= MIN <= MAX`.
+pub fn thread_range(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: expected MIN,MAX (e.g. 1,4)"))?;
+    let (min, max) = (at_least_one(a.trim())?, at_least_one(b.trim())?);
+    if min > max {
+        return Err(format!("{s:?}: MIN is above MAX"));
+    }
+    Ok((min, max))
+}
+
 /// Seconds between two progress lines when stderr is not a terminal.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 

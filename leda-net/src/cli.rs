@@ -38,6 +38,11 @@ pub struct DaemonArgs {
     /// Worker threads, at least 1 (default: one per CPU).
     #[arg(long, value_parser = leda_core::cli::at_least_one)]
     pub threads: Option<usize>,
+    /// Run each deployment under the automatic controller, between MIN and MAX threads,
+    /// instead of a fixed pool.
+    #[arg(long, value_name = "MIN,MAX", value_parser = leda_core::cli::thread_range,
+          conflicts_with = "threads")]
+    pub auto_threads: Option<(usize, usize)>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub secret: SecretArgs,
@@ -71,6 +76,7 @@ impl DaemonArgs {
         let mut c = DaemonConfig {
             listen: self.listen,
             threads: self.threads,
+            auto_threads: self.auto_threads,
             secret: self.secret.secret,
             once: self.once,
             ..DaemonConfig::default()
@@ -119,8 +125,15 @@ mod tests {
             parse(&[]).unwrap().listen,
             format!("127.0.0.1:{DEFAULT_PORT}")
         );
+        assert_eq!(
+            parse(&["--auto-threads", "1,4"]).unwrap().auto_threads,
+            Some((1, 4))
+        );
         for bad in [
             &["--threads", "0"][..],
+            &["--auto-threads", "4,1"],
+            &["--auto-threads", "2"],
+            &["--auto-threads", "1,4", "--threads", "2"],
             &["--secret", "xxxxxxxxxxxxxxxxxxxxxxxx"],
             &["--tls-cert", "a.pem"],
             &["--dashboard-token", "t"],
