@@ -308,11 +308,9 @@ fn grep_runs_over_two_processes_with_a_leda_start_under_the_automatic_controller
     }
 }
 
-#[test]
-fn grep_runs_over_two_processes_with_listing_4_6() {
-    // daemon.lua is Listing 4.6 (leda.start{controller=..., host=..., port=9999}).
-    let script = grep_dir().join("daemon.lua");
-    // The launcher is told its address.
+/// Runs the grep example with its daemon started by the Lua script `script` (`leda.start`
+/// on 127.0.0.1:9999, mapped to a free port); the launcher is told its own address.
+fn grep_across_lua_daemon(script: &std::path::Path) {
     grep_across(
         &[
             "run",
@@ -322,6 +320,12 @@ fn grep_runs_over_two_processes_with_listing_4_6() {
         ],
         &["--process", "127.0.0.1:9998"],
     );
+}
+
+#[test]
+fn grep_runs_over_two_processes_with_listing_4_6() {
+    // daemon.lua is Listing 4.6 (leda.start{controller=..., host=..., port=9999}).
+    grep_across_lua_daemon(&grep_dir().join("daemon.lua"));
 }
 
 #[test]
@@ -337,15 +341,7 @@ fn a_daemon_started_from_lua_runs_its_deployment_under_the_automatic_controller(
          leda.start{controller = c, host = '127.0.0.1', port = 9999}\n",
     )
     .unwrap();
-    grep_across(
-        &[
-            "run",
-            "--map",
-            "127.0.0.1:9999=127.0.0.1:0",
-            script.to_str().unwrap(),
-        ],
-        &["--process", "127.0.0.1:9998"],
-    );
+    grep_across_lua_daemon(&script);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
