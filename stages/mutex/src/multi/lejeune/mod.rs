@@ -292,9 +292,7 @@ impl LjNode {
         for i in 0..self.required.len() {
             let r = self.required[i];
             if let Some(tok) = self.owned.get_mut(&r) {
-                self.v.insert(r, tok.counter);
-                tok.counter += 1;
-                tok.acc_cnt[self.id] = self.seq;
+                self.v.insert(r, tok.take_counter(self.id, self.seq));
             } else {
                 let single = self.config.single_shortcut && self.required.len() == 1;
                 let msg = LjMsg::ReqCnt {
@@ -487,17 +485,8 @@ impl LjNode {
                     if init != me && tok.acc_cnt[init] < seq && single {
                         queue_single(tok, init, seq);
                     } else if init != me && tok.acc_cnt[init] < seq {
-                        out.send(
-                            me,
-                            init,
-                            LjMsg::Counter {
-                                r,
-                                seq,
-                                val: tok.counter,
-                            },
-                        );
-                        tok.counter += 1;
-                        tok.acc_cnt[init] = seq;
+                        let val = tok.take_counter(init, seq);
+                        out.send(me, init, LjMsg::Counter { r, seq, val });
                     }
                 }
                 Hist::Res(e) => {
@@ -653,17 +642,8 @@ impl LjNode {
             queue_single(tok, init, seq);
             self.settle(r, out);
         } else {
-            out.send(
-                me,
-                init,
-                LjMsg::Counter {
-                    r,
-                    seq,
-                    val: tok.counter,
-                },
-            );
-            tok.counter += 1;
-            tok.acc_cnt[init] = seq;
+            let val = tok.take_counter(init, seq);
+            out.send(me, init, LjMsg::Counter { r, seq, val });
         }
     }
 
@@ -770,9 +750,7 @@ impl LjNode {
             && self.cnt_needed.remove(&r)
             && let Some(tok) = self.owned.get_mut(&r)
         {
-            self.v.insert(r, tok.counter);
-            tok.counter += 1;
-            tok.acc_cnt[self.id] = self.seq;
+            self.v.insert(r, tok.take_counter(self.id, self.seq));
         }
         self.serve_history(r, out);
         if self.state == LjState::WaitS && self.cnt_needed.is_empty() {

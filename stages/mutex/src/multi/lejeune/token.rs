@@ -76,6 +76,15 @@ pub struct LjToken {
 }
 
 impl LjToken {
+    /// Reads the counter for request `seq` of `init` (H2): the value, then the counter moves
+    /// on and the read is accounted for.
+    pub(super) fn take_counter(&mut self, init: NodeId, seq: u64) -> u64 {
+        let val = self.counter;
+        self.counter += 1;
+        self.acc_cnt[init] = seq;
+        val
+    }
+
     pub(super) fn new(r: usize, n: usize) -> Self {
         Self {
             r,
@@ -124,9 +133,7 @@ impl LjToken {
 /// §4.8 single-resource shortcut at the holder: the counter value is the request's mark; the
 /// request is queued as if its `ReqRes` had arrived.
 pub(super) fn queue_single(tok: &mut LjToken, init: NodeId, seq: u64) {
-    let val = tok.counter;
-    tok.counter += 1;
-    tok.acc_cnt[init] = seq;
+    let val = tok.take_counter(init, seq);
     if tok.acc_res[init] < seq {
         tok.enqueue(QEntry {
             site: init,
