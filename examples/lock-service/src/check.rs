@@ -107,23 +107,31 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The counts, named as the `CHECK` line names them.
+    pub fn counts(&self) -> [(&'static str, usize); 10] {
+        [
+            ("holds", self.holds),
+            ("void", self.void_holds),
+            ("expired", self.expired),
+            ("writes", self.writes),
+            ("accepted", self.accepted),
+            ("faults", self.faults),
+            ("overlaps", self.overlaps.len()),
+            ("fence_regressions", self.regressions.len()),
+            ("lost_updates", self.lost.len()),
+            ("stale_accepted", self.stale.len()),
+        ]
+    }
+}
+
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "holds={} void={} expired={} writes={} accepted={} faults={} overlaps={} \
-             fence_regressions={} lost_updates={} stale_accepted={}",
-            self.holds,
-            self.void_holds,
-            self.expired,
-            self.writes,
-            self.accepted,
-            self.faults,
-            self.overlaps.len(),
-            self.regressions.len(),
-            self.lost.len(),
-            self.stale.len()
-        )
+        for (i, (name, n)) in self.counts().iter().enumerate() {
+            let sep = if i == 0 { "" } else { " " };
+            write!(f, "{sep}{name}={n}")?;
+        }
+        Ok(())
     }
 }
 

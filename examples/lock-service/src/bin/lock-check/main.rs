@@ -60,8 +60,9 @@ struct Cli {
     /// Clients.
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// The nodes' algorithm (quorum-grid, quorum-tree and quorum-vcube survive killed nodes).
-    #[arg(long, default_value = "quorum-vcube")]
+    /// The nodes' algorithm (quorum-grid, quorum-tree and quorum-vcube, the last with a
+    /// power-of-two --nodes, survive killed nodes).
+    #[arg(long, default_value = "quorum-grid")]
     algorithm: String,
     /// The locks, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "x,y")]
@@ -346,9 +347,12 @@ fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, V
             }
         });
         if i == 0 {
-            let line = rx
-                .recv_timeout(Duration::from_secs(30))
-                .context("the group did not start within 30 s")?;
+            let line = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| {
+                // Node 0's own error, when it exited.
+                let err = std::fs::read_to_string(dir.join("node0.err")).unwrap_or_default();
+                let last = err.lines().last().unwrap_or("no error line");
+                anyhow::anyhow!("the group did not start (30 s at most): {last}")
+            })?;
             anyhow::ensure!(line.starts_with("SERVING"), "node 0 said {line:?}");
         }
         nodes[i] = Some(Proc {
@@ -436,35 +440,18 @@ fn harness(cli: &Cli) -> anyhow::Result<ExitCode> {
         rows.push((target, found));
     }
     if rows.len() > 1 {
-        println!(
-            "{:<6} {:>6} {:>5} {:>8} {:>7} {:>9} {:>7} {:>9} {:>12} {:>5} {:>6}",
-            "target",
-            "holds",
-            "void",
-            "expired",
-            "writes",
-            "accepted",
-            "faults",
-            "overlaps",
-            "regressions",
-            "lost",
-            "stale"
-        );
+        // One column per count, as wide as its name.
+        let mut header = format!("{:<6}", "target");
+        for (name, _) in rows[0].1.counts() {
+            header += &format!(" {name}");
+        }
+        println!("{header}");
         for (t, r) in &rows {
-            println!(
-                "{:<6} {:>6} {:>5} {:>8} {:>7} {:>9} {:>7} {:>9} {:>12} {:>5} {:>6}",
-                t.name(),
-                r.holds,
-                r.void_holds,
-                r.expired,
-                r.writes,
-                r.accepted,
-                r.faults,
-                r.overlaps.len(),
-                r.regressions.len(),
-                r.lost.len(),
-                r.stale.len()
-            );
+            let mut line = format!("{:<6}", t.name());
+            for (name, n) in r.counts() {
+                line += &format!(" {n:>w$}", w = name.len());
+            }
+            println!("{line}");
         }
     }
     Ok(status)
