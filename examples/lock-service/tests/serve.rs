@@ -259,14 +259,8 @@ fn lock_check(extra: &[&str]) -> (String, Vec<leda_lock_service::check::Record>)
         extra.len()
     ));
     let out = Command::new(env!("CARGO_BIN_EXE_lock-check"))
-        .args([
-            "--duration",
-            "8",
-            "--algorithm",
-            "quorum-grid",
-            "--seed",
-            "2",
-        ])
+        // The default algorithm (quorum-grid) and group, as the README's command runs them.
+        .args(["--duration", "8", "--seed", "2"])
         .args(extra)
         .arg("--history")
         .arg(&history)
