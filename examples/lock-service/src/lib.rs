@@ -14,7 +14,8 @@
 //! - [`epoch`]: the group's epoch and the majority fence register (fences that only grow).
 //! - [`group`]: the group's graph, the daemon registries, an in-process group.
 //! - [`guard`]: a serving node stops when its detector holds a majority crashed.
-//! - [`check`]: `lock-check`'s history and checker.
+//! - [`check`]: `lock-check`'s history and checker; [`serving`]: starting a serving group's
+//!   processes from outside.
 //! - [`multi`]: multi-resource locks in a group (`acquire_all([r1, r2, ...], timeout)` and the
 //!   multi-instance form), a multi node stage per node beside the single-resource one.
 //! - [`etcd`]: a minimal etcd v3 lock client (JSON gateway), for the benchmark.
@@ -40,6 +41,7 @@ pub mod multi;
 pub mod proto;
 pub mod remote;
 pub mod remote_stage;
+pub mod serving;
 
 pub use client::{Grant, InstanceGrant, LocalClient, LockError, MultiGrant, Pending, PendingAll};
 pub use group::{LocalGroup, ServiceConfig};

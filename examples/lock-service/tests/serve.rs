@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use common::{BIN, Proc};
 use leda_lock_service::LockError;
 use leda_lock_service::gate::EPOCH_SHIFT;
 use leda_lock_service::remote::{ConnectOptions, LockClient};
+use leda_lock_service::serving::start_group;
 use leda_net::Secret;
 
 /// A scratch directory with a secret file (mode 0600).
@@ -62,13 +63,11 @@ fn free_addr() -> String {
         .to_string()
 }
 
-/// Starts a group of `n` serving nodes (node 0 last); returns them and their client addresses.
+/// Starts a group of `n` serving nodes; returns them and their client addresses.
 fn group(s: &Scratch, n: usize, algorithm: &str) -> (Vec<Proc>, Vec<String>) {
     let nodes: Vec<String> = (0..n).map(|_| free_addr()).collect();
-    let mut procs = Vec::new();
-    let mut clients = vec![String::new(); n];
-    for i in (0..n).rev() {
-        let mut child = Command::new(BIN)
+    let (children, clients) = start_group(n, Duration::from_secs(30), |i| {
+        Command::new(BIN)
             .args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
             .args(["--nodes", &nodes.join(","), "--algorithm", algorithm])
             .arg("--data-dir")
@@ -79,25 +78,9 @@ fn group(s: &Scratch, n: usize, algorithm: &str) -> (Vec<Proc>, Vec<String>) {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        clients[i] = line
-            .strip_prefix("CLIENTS ")
-            .unwrap_or_else(|| panic!("node {i} said {line:?}"))
-            .trim()
-            .to_owned();
-        if i == 0 {
-            line.clear();
-            out.read_line(&mut line).unwrap();
-            assert!(line.starts_with("SERVING"), "node 0 said {line:?}");
-        }
-        // Keep draining stdout so the node never blocks on it.
-        std::thread::spawn(move || for _ in out.lines().map_while(Result::ok) {});
-        procs.push(Proc(child));
-    }
-    (procs, clients)
+    })
+    .unwrap();
+    (children.into_iter().map(Proc).collect(), clients)
 }
 
 fn lock_cmd(s: &Scratch, addr: &str, ttl: &str, script: &str) -> Proc {

@@ -314,54 +314,43 @@ fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, V
             .map(|_| free_addr())
             .collect::<Result<_, _>>()?,
     };
-    let mut nodes: Vec<Option<Proc>> = (0..cli.nodes).map(|_| None).collect();
-    let mut client_addrs = vec![String::new(); cli.nodes];
-    for i in (0..cli.nodes).rev() {
-        let listen = match &run.net {
-            Some(net) => format!("{}:7100", net.ip(i)),
-            None => "127.0.0.1:0".into(),
-        };
-        let mut c = run.command_in(i, service, &format!("node{i}.err"))?;
-        c.args(["serve", "--id", &i.to_string(), "--clients", &listen])
-            .arg("--nodes")
-            .arg(node_addrs.join(","))
-            .arg("--data-dir")
-            .arg(dir.join(format!("node{i}")))
-            .arg("--audit")
-            .arg(dir.join(format!("audit{i}.jsonl")))
-            .args(["--algorithm", &cli.algorithm])
-            .args(["--locks", &cli.locks.join(",")]);
-        let mut child = c.spawn()?;
-        let out = child.stdout.take().context("no stdout")?;
-        let mut lines = BufReader::new(out).lines();
-        let first = lines.next().transpose()?.unwrap_or_default();
-        client_addrs[i] = first
-            .strip_prefix("CLIENTS ")
-            .with_context(|| format!("node {i} said {first:?}"))?
-            .to_owned();
-        // Keep reading (SERVING from node 0) so the pipe never fills.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        if i == 0 {
-            let line = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| {
-                // Node 0's own error, when it exited.
-                let err = std::fs::read_to_string(dir.join("node0.err")).unwrap_or_default();
-                let last = err.lines().last().unwrap_or("no error line");
-                anyhow::anyhow!("the group did not start (30 s at most): {last}")
-            })?;
-            anyhow::ensure!(line.starts_with("SERVING"), "node 0 said {line:?}");
-        }
-        nodes[i] = Some(Proc {
-            name: format!("node{i}"),
-            child,
-            stopped: false,
-            dead: false,
-        });
-    }
+    let (children, client_addrs) =
+        leda_lock_service::serving::start_group(cli.nodes, Duration::from_secs(30), |i| {
+            let listen = match &run.net {
+                Some(net) => format!("{}:7100", net.ip(i)),
+                None => "127.0.0.1:0".into(),
+            };
+            let mut c = run
+                .command_in(i, service, &format!("node{i}.err"))
+                .map_err(std::io::Error::other)?;
+            c.args(["serve", "--id", &i.to_string(), "--clients", &listen])
+                .arg("--nodes")
+                .arg(node_addrs.join(","))
+                .arg("--data-dir")
+                .arg(dir.join(format!("node{i}")))
+                .arg("--audit")
+                .arg(dir.join(format!("audit{i}.jsonl")))
+                .args(["--algorithm", &cli.algorithm])
+                .args(["--locks", &cli.locks.join(",")]);
+            c.spawn()
+        })
+        .map_err(|e| {
+            // Node 0's own error, when it exited.
+            let err = std::fs::read_to_string(dir.join("node0.err")).unwrap_or_default();
+            anyhow::anyhow!("{e}: {}", err.lines().last().unwrap_or("no error line"))
+        })?;
+    let nodes = children
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            Some(Proc {
+                name: format!("node{i}"),
+                child,
+                stopped: false,
+                dead: false,
+            })
+        })
+        .collect();
     Ok((nodes, client_addrs))
 }
 

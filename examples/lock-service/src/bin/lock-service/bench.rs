@@ -15,6 +15,7 @@ use clap::Args;
 use leda_lock_service::app::{bump_counter, read_counter};
 use leda_lock_service::etcd::{EtcdClient, loopback_members, spawn_cluster};
 use leda_lock_service::remote::{ConnectOptions, LockClient};
+use leda_lock_service::serving::start_group;
 use leda_mutex::Algorithm;
 
 /// Benchmark options.
@@ -77,7 +78,6 @@ impl Drop for Served {
 }
 
 fn serve_group(algorithm: Algorithm, n: usize, dir: &Path) -> anyhow::Result<Served> {
-    use std::io::BufRead;
     let exe = std::env::current_exe()?;
     let addrs: Vec<String> = (0..n)
         .map(|_| {
@@ -86,14 +86,10 @@ fn serve_group(algorithm: Algorithm, n: usize, dir: &Path) -> anyhow::Result<Ser
                 .to_string())
         })
         .collect::<anyhow::Result<_>>()?;
-    let mut g = Served {
-        nodes: Vec::new(),
-        clients: vec![String::new(); n],
-    };
-    for i in (0..n).rev() {
+    let (nodes, clients) = start_group(n, Duration::from_secs(30), |i| {
         let data = dir.join(format!("lock-bench-node{i}"));
         let _ = std::fs::remove_dir_all(&data);
-        let mut child = std::process::Command::new(&exe)
+        std::process::Command::new(&exe)
             .args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
             .args([
                 "--nodes",
@@ -109,24 +105,9 @@ fn serve_group(algorithm: Algorithm, n: usize, dir: &Path) -> anyhow::Result<Ser
             .stdout(std::process::Stdio::piped())
             // Each round ends by killing the group: its "lost a process" lines are noise.
             .stderr(std::process::Stdio::null())
-            .spawn()?;
-        let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        g.clients[i] = line
-            .strip_prefix("CLIENTS ")
-            .with_context(|| format!("node {i} said {line:?}"))?
-            .trim()
-            .to_owned();
-        if i == 0 {
-            line.clear();
-            out.read_line(&mut line)?;
-            anyhow::ensure!(line.starts_with("SERVING"), "node 0 said {line:?}");
-        }
-        std::thread::spawn(move || for _ in out.lines().map_while(Result::ok) {});
-        g.nodes.push(child);
-    }
-    Ok(g)
+            .spawn()
+    })?;
+    Ok(Served { nodes, clients })
 }
 
 fn opts(name: &str) -> anyhow::Result<ConnectOptions> {
