@@ -206,9 +206,131 @@ impl<S: MultiSystem> Hand<S> {
         kind
     }
 
+    /// Delivers the oldest message in flight from `from` to `to`; returns it, delivered.
+    fn deliver(&mut self, from: usize, to: usize) -> (usize, usize, S::Msg)
+    where
+        S::Msg: Clone,
+    {
+        let i = self
+            .queue
+            .iter()
+            .position(|(f, t, _)| (*f, *t) == (from, to))
+            .unwrap_or_else(|| panic!("no message in flight from {from} to {to}"));
+        let (from, to, msg) = self.queue.remove(i).expect("found above");
+        let mut out = MultiOutbox::new();
+        self.sys
+            .deliver(from, to, msg.clone(), &mut out)
+            .expect("deliver");
+        self.absorb(&mut out);
+        (from, to, msg)
+    }
+
+    /// Delivers everything in flight, in order; returns each message delivered.
+    fn settle_trace(&mut self) -> Vec<(usize, usize, S::Msg)>
+    where
+        S::Msg: Clone,
+    {
+        let mut trace = Vec::new();
+        while let Some(&(from, to, _)) = self.queue.front() {
+            trace.push(self.deliver(from, to));
+        }
+        trace
+    }
+
     fn granted(&self) -> Vec<usize> {
         self.grants.iter().map(|g| g.0).collect()
     }
+}
+
+/// A BL message as `kind from->to [tokens]`, for exact traces.
+fn bl_line((from, to, msg): &(usize, usize, BlMsg)) -> String {
+    let tokens = |ts: &[(usize, u64)]| ts.iter().map(|t| t.0).collect::<Vec<_>>();
+    match msg {
+        BlMsg::CtRequest { requester } => format!("ct_request({requester}) {from}->{to}"),
+        BlMsg::Ct { .. } => format!("ct {from}->{to}"),
+        BlMsg::TokenReq { tokens, .. } => format!("token_req{tokens:?} {from}->{to}"),
+        BlMsg::Ack1 { tokens: t, .. } => format!("ack1{:?} {from}->{to}", tokens(t)),
+        BlMsg::Ack2 { tokens: t } => format!("ack2{:?} {from}->{to}", tokens(t)),
+    }
+}
+
+fn bl_lines(trace: &[(usize, usize, BlMsg)]) -> Vec<String> {
+    trace.iter().map(bl_line).collect()
+}
+
+/// Hand-traced from spec §2.3 (the independent audit's scenario B2): a holder gives every
+/// token of one `TokenReq` in one `Ack1` (`send(j, ACK1, give)`), so a CS that needs two
+/// cached tokens of one process and a free one costs exactly five messages. (Fails on the
+/// one-token-per-Ack code before 2026-11-25: six.)
+#[test]
+fn bl_trace_one_ack1_carries_every_token_given() {
+    let space = ResourceSpace::single(3).expect("space");
+    let mut h =
+        Hand::new(BouabdallahLaforest::new(3, space.clone(), BlConfig::default()).expect("group"));
+    h.request(1, &MultiRequest::set([0, 1], &space).expect("req"));
+    assert_eq!(
+        bl_lines(&h.settle_trace()),
+        ["ct_request(1) 1->0", "ct 0->1"]
+    );
+    assert_eq!(h.granted(), vec![1]);
+    h.release(1);
+    assert!(h.settle_trace().is_empty(), "nothing is owed");
+    h.request(2, &MultiRequest::set([0, 1, 2], &space).expect("req"));
+    assert_eq!(
+        bl_lines(&h.settle_trace()),
+        [
+            "ct_request(2) 2->0",
+            "ct_request(2) 0->1",
+            "ct 1->2",
+            "token_req[0, 1] 2->1",
+            "ack1[0, 1] 1->2",
+        ]
+    );
+    assert_eq!(h.granted(), vec![1, 2]);
+}
+
+/// Hand-traced from spec §2.3 (audit scenario B3): a CT request reaching a root whose `Ack1`s
+/// are pending is served when they are in (S:188); tokens locked in a CS are owed and go back
+/// as one `Ack2` per owed entry (`send(j, ACK2, S)`), each carrying the entry's whole set.
+#[test]
+fn bl_trace_owed_tokens_go_back_as_one_ack2_per_registration() {
+    let space = ResourceSpace::single(2).expect("space");
+    let mut h =
+        Hand::new(BouabdallahLaforest::new(4, space.clone(), BlConfig::default()).expect("group"));
+    let both = MultiRequest::set([0, 1], &space).expect("req");
+    h.request(1, &both);
+    h.settle_trace();
+    assert_eq!(h.granted(), vec![1]);
+    // p2 asks while p1 is in its CS; its TokenReq to p1 is held back.
+    h.request(2, &both);
+    let mut seen = vec![h.deliver(2, 0), h.deliver(0, 1), h.deliver(1, 2)];
+    // p3 asks for R0; its CT request reaches p2 (the root, registration pending): queued.
+    h.request(3, &MultiRequest::set([0], &space).expect("req"));
+    seen.push(h.deliver(3, 0));
+    seen.push(h.deliver(0, 2));
+    seen.extend(h.settle_trace());
+    assert_eq!(
+        bl_lines(&seen),
+        [
+            "ct_request(2) 2->0",
+            "ct_request(2) 0->1",
+            "ct 1->2",
+            "ct_request(3) 3->0",
+            "ct_request(3) 0->2",
+            "token_req[0, 1] 2->1",
+            "ack1[] 1->2",
+            "ct 2->3",
+            "token_req[0] 3->2",
+            "ack1[] 2->3",
+        ]
+    );
+    assert_eq!(h.granted(), vec![1]);
+    h.release(1);
+    assert_eq!(bl_lines(&h.settle_trace()), ["ack2[0, 1] 1->2"]);
+    assert_eq!(h.granted(), vec![1, 2]);
+    h.release(2);
+    assert_eq!(bl_lines(&h.settle_trace()), ["ack2[0] 2->3"]);
+    assert_eq!(h.granted(), vec![1, 2, 3]);
 }
 
 /// [LJ] Fig. 2-like scenario for BL: two processes take disjoint sets, a third needs both
@@ -255,8 +377,14 @@ fn bl_node_rejects_bad_inputs() {
     let mut out = MultiOutbox::new();
     assert!(p.on_release(&mut out).is_err(), "release without grant");
     assert!(
-        p.on_message(0, BlMsg::Ack2 { token: 0, fence: 1 }, &mut out)
-            .is_err(),
+        p.on_message(
+            0,
+            BlMsg::Ack2 {
+                tokens: vec![(0, 1)]
+            },
+            &mut out
+        )
+        .is_err(),
         "token nobody asked for"
     );
     assert!(
@@ -264,8 +392,7 @@ fn bl_node_rejects_bad_inputs() {
             0,
             BlMsg::Ack1 {
                 reg: 0,
-                token: None,
-                last: true,
+                tokens: Vec::new(),
             },
             &mut out
         )

@@ -27,10 +27,12 @@
 //!   without the CT and without any message (the \[VN\] fast path).
 //! - **Multi-instance choice:** for `c` instances of a type, tokens cached here first, then free
 //!   slots, then instances registered to other processes, lowest index first in each tier.
-//! - **Ack messages carry one token each** (so the driver's token-uniqueness check sees every
-//!   token in flight): a `TokenReq` for a set `T` is answered by one `Ack1` per token given now
-//!   (the last one flagged), or a single empty `Ack1` when nothing can be given; owed tokens go
-//!   back as one `Ack2` each. The count stays within BL's `n + 3k` bound per CS (tested).
+//! - **Ack messages carry sets**, as the spec's `send(j, ACK1, give)` and `send(j, ACK2, S)`:
+//!   a `TokenReq` is answered by one `Ack1` with every token that can be given now (possibly
+//!   none), and each owed entry goes back as one `Ack2` with all its tokens at CS exit. (Up to
+//!   2026-11-25 each token travelled in its own message, which inflated BL's message counts
+//!   against \[VN\]'s algorithm, whose ACKs carry sets.) The group counts the tokens in flight
+//!   itself ([`BouabdallahLaforest`]'s `tokens_held`), as one message may carry several.
 //! - **Registration numbers:** `TokenReq` carries the requester's registration number and
 //!   `Ack1` echoes it. On non-FIFO links the empty `Ack1` of a registration can be overtaken by
 //!   the `Ack2` of the same token; the process may then finish its CS and register again (it
@@ -93,21 +95,18 @@ pub enum BlMsg {
         /// Requested tokens.
         tokens: Vec<usize>,
     },
-    /// Immediate reply to a `TokenReq`: one given token (or none), `last` on the final one.
+    /// Immediate reply to a `TokenReq`: the tokens given now (possibly none); the others
+    /// are owed.
     Ack1 {
         /// The registration this answers.
         reg: u64,
-        /// The token given, with its fence.
-        token: Option<(usize, Fence)>,
-        /// Whether this is the last `Ack1` of the reply.
-        last: bool,
+        /// The tokens given, with their fences.
+        tokens: Vec<(usize, Fence)>,
     },
-    /// A token owed by a `TokenReq`, sent at the holder's CS exit.
+    /// The tokens owed for one `TokenReq`, sent at the holder's CS exit.
     Ack2 {
-        /// The token.
-        token: usize,
-        /// Its fence.
-        fence: Fence,
+        /// The tokens, with their fences.
+        tokens: Vec<(usize, Fence)>,
     },
 }
 
@@ -123,10 +122,11 @@ impl Message for BlMsg {
     }
 
     fn is_token(&self) -> bool {
-        matches!(
-            self,
-            BlMsg::Ack1 { token: Some(_), .. } | BlMsg::Ack2 { .. }
-        )
+        match self {
+            BlMsg::Ack1 { tokens, .. } => !tokens.is_empty(),
+            BlMsg::Ack2 { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -263,14 +263,16 @@ impl BlNode {
         }
         self.in_cs = false;
         self.requesting = false;
-        for (j, tokens) in std::mem::take(&mut self.owed) {
-            for t in tokens {
+        for (j, owed) in std::mem::take(&mut self.owed) {
+            let mut tokens = Vec::with_capacity(owed.len());
+            for t in owed {
                 let fence = self
                     .local
                     .remove(&t)
                     .ok_or_else(|| protocol(self.id, format!("owed token {t} is not here")))?;
-                out.send(self.id, j, BlMsg::Ack2 { token: t, fence });
+                tokens.push((t, fence));
             }
+            out.send(self.id, j, BlMsg::Ack2 { tokens });
         }
         for t in std::mem::take(&mut self.need) {
             self.locked[t] = false;
@@ -329,38 +331,16 @@ impl BlNode {
                 if !rest.is_empty() {
                     self.owed.push((from, rest));
                 }
-                if give.is_empty() {
-                    out.send(
-                        self.id,
-                        from,
-                        BlMsg::Ack1 {
-                            reg,
-                            token: None,
-                            last: true,
-                        },
-                    );
-                }
-                let count = give.len();
-                for (i, g) in give.into_iter().enumerate() {
-                    out.send(
-                        self.id,
-                        from,
-                        BlMsg::Ack1 {
-                            reg,
-                            token: Some(g),
-                            last: i + 1 == count,
-                        },
-                    );
-                }
+                out.send(self.id, from, BlMsg::Ack1 { reg, tokens: give });
                 Ok(())
             }
-            BlMsg::Ack1 { reg, token, last } => {
-                if let Some((t, f)) = token {
+            BlMsg::Ack1 { reg, tokens } => {
+                for (t, f) in tokens {
                     self.receive_token(t, f)?;
                 }
                 // A late empty `Ack1` of an older registration (overtaken by the `Ack2` on a
                 // non-FIFO link, the CS done since): nothing left to confirm.
-                if last && reg == self.reg {
+                if reg == self.reg {
                     self.ack1_pending = self
                         .ack1_pending
                         .checked_sub(1)
@@ -371,8 +351,10 @@ impl BlNode {
                 }
                 self.try_enter(out)
             }
-            BlMsg::Ack2 { token, fence } => {
-                self.receive_token(token, fence)?;
+            BlMsg::Ack2 { tokens } => {
+                for (t, f) in tokens {
+                    self.receive_token(t, f)?;
+                }
                 self.try_enter(out)
             }
         }
@@ -528,6 +510,17 @@ pub struct BouabdallahLaforest {
     nodes: Vec<BlNode>,
     /// Instrumentation for the token check: the CT while it is in flight.
     ct_in_flight: Option<ControlToken>,
+    /// Instrumentation for the token check: per flat instance, tokens in `Ack` messages in
+    /// flight.
+    acks_in_flight: Vec<usize>,
+}
+
+/// The tokens an `Ack` message carries.
+fn acked(msg: &BlMsg) -> &[(usize, Fence)] {
+    match msg {
+        BlMsg::Ack1 { tokens, .. } | BlMsg::Ack2 { tokens } => tokens,
+        _ => &[],
+    }
 }
 
 fn count_free(ct: &ControlToken, held: &mut [usize]) {
@@ -550,6 +543,7 @@ impl BouabdallahLaforest {
         Ok(Self {
             nodes,
             ct_in_flight: None,
+            acks_in_flight: vec![0; space.total_instances()],
         })
     }
 
@@ -570,15 +564,19 @@ impl BouabdallahLaforest {
             .ok_or(MutexError::UnknownNode { node: id, n })
     }
 
-    /// Records a CT sent by the last handler (outputs from index `from` on).
-    fn note_ct(&mut self, out: &MultiOutbox<BlMsg>, from: usize) {
+    /// Records the CT and the tokens sent by the last handler (outputs from index `from` on).
+    fn note_sent(&mut self, out: &MultiOutbox<BlMsg>, from: usize) {
         for o in &out.as_slice()[from..] {
-            if let MultiOutput::Send {
-                msg: BlMsg::Ct { ct },
-                ..
-            } = o
-            {
+            let MultiOutput::Send { msg, .. } = o else {
+                continue;
+            };
+            if let BlMsg::Ct { ct } = msg {
                 self.ct_in_flight = Some(ct.clone());
+            }
+            for &(t, _) in acked(msg) {
+                if let Some(c) = self.acks_in_flight.get_mut(t) {
+                    *c += 1;
+                }
             }
         }
     }
@@ -589,23 +587,13 @@ impl MultiSystem for BouabdallahLaforest {
     const NAME: &'static str = "bouabdallah-laforest";
     const REQUIRES_FIFO: bool = false;
 
-    fn token_instance(msg: &BlMsg) -> Option<usize> {
-        match *msg {
-            BlMsg::Ack1 {
-                token: Some((t, _)),
-                ..
-            } => Some(t),
-            BlMsg::Ack2 { token, .. } => Some(token),
-            _ => None,
-        }
-    }
-
-    /// A token is held by the process where it is cached, or by the CT while it is free in it;
-    /// while the CT is in flight, its free tokens are counted from the group's record of the CT
-    /// message (instrumentation only: the processes never read it).
+    /// A token is held by the process where it is cached, or by the CT while it is free in it,
+    /// or by an `Ack` in flight; the CT's and the acks' in flight are counted from the group's
+    /// record of the messages (instrumentation only: the processes never read it). The
+    /// driver's own count of tokens in flight (`token_instance`) stays at zero: one message
+    /// may carry several tokens.
     fn tokens_held(&self) -> Option<Vec<usize>> {
-        let total = self.nodes.first().map_or(0, |p| p.locked.len());
-        let mut held = vec![0; total];
+        let mut held = self.acks_in_flight.clone();
         for p in &self.nodes {
             for &t in p.local.keys() {
                 held[t] += 1;
@@ -628,14 +616,14 @@ impl MultiSystem for BouabdallahLaforest {
     ) -> Result<(), MutexError> {
         let from = out.as_slice().len();
         self.node(node)?.on_request(req, out)?;
-        self.note_ct(out, from);
+        self.note_sent(out, from);
         Ok(())
     }
 
     fn release(&mut self, node: NodeId, out: &mut MultiOutbox<BlMsg>) -> Result<(), MutexError> {
         let from = out.as_slice().len();
         self.node(node)?.on_release(out)?;
-        self.note_ct(out, from);
+        self.note_sent(out, from);
         Ok(())
     }
 
@@ -649,9 +637,14 @@ impl MultiSystem for BouabdallahLaforest {
         if matches!(msg, BlMsg::Ct { .. }) {
             self.ct_in_flight = None;
         }
+        for &(t, _) in acked(&msg) {
+            if let Some(c) = self.acks_in_flight.get_mut(t) {
+                *c = c.saturating_sub(1);
+            }
+        }
         let start = out.as_slice().len();
         self.node(to)?.on_message(from, msg, out)?;
-        self.note_ct(out, start);
+        self.note_sent(out, start);
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use crate::error::MutexError;
 use crate::node::{Message, NodeId};
 
-use super::super::bouabdallah::{BlConfig, BlMsg, BlNode, BouabdallahLaforest};
+use super::super::bouabdallah::{BlConfig, BlMsg, BlNode};
 use super::super::grid_aware::{GridConfig, GridMsg, GridNode};
 use super::super::incremental::{IncrementalConfig, IncrementalMsg, IncrementalNode};
 use super::super::lejeune::{Lejeune, LjConfig, LjMsg, LjNode};
@@ -130,10 +130,6 @@ impl MultiNode for BlNode {
         out: &mut MultiOutbox<BlMsg>,
     ) -> Result<(), MutexError> {
         BlNode::on_message(self, from, msg, out)
-    }
-
-    fn token_instance(msg: &BlMsg) -> Option<usize> {
-        <BouabdallahLaforest as MultiSystem>::token_instance(msg)
     }
 
     // Not token based for the stage monitor: free tokens travel inside the control token,
