@@ -36,8 +36,8 @@ const FONT_PATHS: [&str; 4] = [
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
 
-/// Ten distinguishable colours (Tableau 10).
-pub(crate) const COLORS: [RGBColor; 10] = [
+/// Eleven distinguishable colours (Tableau 10 and black: one per quorum message type).
+pub(crate) const COLORS: [RGBColor; 11] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -48,6 +48,7 @@ pub(crate) const COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
 ];
 
 pub(crate) fn ensure_font() -> Result<(), ChartError> {

@@ -69,7 +69,7 @@ pub fn msgs_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result
         path,
         (1000, 700),
         &format!(
-            "Quorum protocol: messages per CS (mean ± std; dashed: without FLUSH) vs N, requesters = {}",
+            "Quorum protocol: messages per CS (mean ± std; dashed: the spec's seven types only) vs N, requesters = {}",
             requesters.name()
         ),
         20,
@@ -123,11 +123,11 @@ pub fn msgs_chart(cells: &[Cell], requesters: Requesters, path: &Path) -> Result
                         .map(|&(x, m, _)| Circle::new((x, m), 3, color.filled())),
                 )
                 .map_err(|e| err(&e))?;
-            // The protocol's own traffic, without the FLUSHes of crash settlement.
+            // The spec's seven message types, without crash settlement's.
             let own: Vec<(f64, f64)> = mine
                 .iter()
                 .filter(|c| c.generator == g && c.failures == failures)
-                .filter_map(|c| Some((x_of(c.nodes), c.mean_without_flush()?)))
+                .filter_map(|c| Some((x_of(c.nodes), c.mean_without_settlement()?)))
                 .filter(|p| p.1 > 0.0)
                 .collect();
             if failures != Failures::Count(0) {

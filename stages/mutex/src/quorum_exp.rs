@@ -21,10 +21,11 @@
 //! - **Detector.** The simulator's perfect detector ([`crate::sim::Crash`]): every live node is
 //!   told after a delay drawn from `notice` (default constant 20 ticks: about two VCube test
 //!   hops); a non-constant distribution staggers the views.
-//! - **No quorum (tree).** When a live node's generator reports that no quorum exists (the tree
-//!   after unlucky crashes), the run is flagged (`no_quorum = 1`), its unserved requests are
-//!   expected, and it is counted apart in [`summarize`] rather than hidden or replaced by another
-//!   schedule (the source re-drew such schedules; here they are reported).
+//! - **No quorum (tree).** As the source did (§9), a crash set under which the tree can form no
+//!   quorum is drawn again (for every generator alike, so they still share their crashes), and
+//!   the rejections are counted (`redrawn`; about half the random N/2 crash sets at every N).
+//!   Should [`MAX_REDRAWS`] draws all fail, the run is flagged (`no_quorum = 1`), its unserved
+//!   requests are expected, and it is counted apart in [`summarize`].
 //! - **Metric.** Messages are logical messages, one per destination, messages to self counted
 //!   (spec §6: `3|Q|` at light load); crash notices are not messages of the protocol. Per run,
 //!   [`Metrics::msgs_per_cs_mean_std`]: with `one`, the exact cost of each CS from its request to
@@ -47,8 +48,9 @@ use crate::chart::ChartError;
 use crate::checker::Verdict;
 use crate::error::MutexError;
 use crate::experiment::{CSV_HEADER, Engine, Experiment, Requesters, Row, latency_mean};
-use crate::ft_quorum::Generator;
 use crate::ft_quorum::protocol::{FtQuorumConfig, FtQuorumNode};
+use crate::ft_quorum::tree::tree_part;
+use crate::ft_quorum::{CorrectSet, Generator};
 use crate::metrics::Metrics;
 use crate::node::NodeId;
 use crate::quorum_chart;
@@ -143,11 +145,15 @@ pub struct QuorumExperiment {
     pub notice: Latency,
 }
 
+/// The most crash schedules [`QuorumExperiment::drawn_crash_schedule`] rejects for one run.
+pub const MAX_REDRAWS: usize = 1000;
+
 /// The CSV header of [`QuorumRow::csv`]: [`CSV_HEADER`] plus `crashes` (crashes that happened
 /// during the run; `failures` holds the number scheduled), `no_quorum` (1 if a live process's
-/// generator found no quorum) and `notice_mean` (mean detection latency, ticks).
+/// generator found no quorum), `notice_mean` (mean detection latency, ticks) and `redrawn`
+/// (crash schedules rejected before this one).
 pub fn csv_header() -> String {
-    format!("{CSV_HEADER},crashes,no_quorum,notice_mean")
+    format!("{CSV_HEADER},crashes,no_quorum,notice_mean,redrawn")
 }
 
 impl QuorumExperiment {
@@ -176,10 +182,20 @@ impl QuorumExperiment {
     /// The crash schedule: a function of the seed, the group size, the workload and the number
     /// of failures only (never of the generator), so every generator faces the same crashes.
     pub fn crash_schedule(&self) -> Vec<Crash> {
+        self.drawn_crash_schedule().0
+    }
+
+    /// The crash schedule, and how many schedules were drawn and rejected before it: as the
+    /// spec's study did (§9: "a schedule under which quorums remain formable", rejections
+    /// recorded), a crash set leaving the tree no quorum is drawn again, for every generator
+    /// alike (tree quorum existence only shrinks as crashes add up, so the final set decides).
+    /// After [`MAX_REDRAWS`] rejections the last draw stands (the run is then flagged
+    /// `no_quorum` for the tree).
+    pub fn drawn_crash_schedule(&self) -> (Vec<Crash>, usize) {
         let n = self.nodes;
         let k = self.failures.count(n);
         if k == 0 {
-            return Vec::new();
+            return (Vec::new(), 0);
         }
         // A stream of its own: the schedule does not depend on how the run uses its RNG.
         let mut rng = SplitMix64::new(self.seed ^ 0xC4A5_11ED_5EED_0F0F);
@@ -188,20 +204,28 @@ impl QuorumExperiment {
             + latency_mean(&self.think_time);
         let total_cs = (self.cs_per_node() * n) as f64;
         let horizon = ((total_cs * per_cs) / 2.0).max(1.0) as u64;
-        let mut ids: Vec<NodeId> = (0..n).collect();
-        let mut crashes: Vec<Crash> = (0..k)
-            .map(|j| {
-                let pick = j + rng.index(n - j);
-                ids.swap(j, pick);
-                Crash {
-                    node: ids[j],
-                    at: rng.range_inclusive(0, horizon),
-                    notice: self.notice.clone(),
-                }
-            })
-            .collect();
-        crashes.sort_by_key(|c| (c.at, c.node));
-        crashes
+        let mut rejected = 0;
+        loop {
+            let mut ids: Vec<NodeId> = (0..n).collect();
+            let mut crashes: Vec<Crash> = (0..k)
+                .map(|j| {
+                    let pick = j + rng.index(n - j);
+                    ids.swap(j, pick);
+                    Crash {
+                        node: ids[j],
+                        at: rng.range_inclusive(0, horizon),
+                        notice: self.notice.clone(),
+                    }
+                })
+                .collect();
+            crashes.sort_by_key(|c| (c.at, c.node));
+            let formable = CorrectSet::with_crashed(n, crashes.iter().map(|c| c.node))
+                .is_ok_and(|view| tree_part(&view).is_ok());
+            if formable || rejected == MAX_REDRAWS {
+                return (crashes, rejected);
+            }
+            rejected += 1;
+        }
     }
 
     /// The simulator configuration of this run (crashes included).
@@ -250,6 +274,7 @@ impl QuorumExperiment {
         }
         let cfg = self.sim_config();
         let crashes = cfg.crashes.clone();
+        let redrawn = self.drawn_crash_schedule().1;
         let mut sim =
             Simulation::<FtQuorumNode>::new(cfg, &FtQuorumConfig::generator(self.generator))?;
         let report = sim.run();
@@ -265,6 +290,7 @@ impl QuorumExperiment {
             scheduled: crashes.len(),
             crashes: happened,
             no_quorum,
+            redrawn,
             notice_mean: latency_mean(&self.notice),
         })
     }
@@ -306,6 +332,8 @@ pub struct QuorumRow {
     pub crashes: usize,
     /// Whether a live process's generator found no quorum (its requests cannot be served).
     pub no_quorum: bool,
+    /// Crash schedules drawn and rejected (the tree could form no quorum) before this run's.
+    pub redrawn: usize,
     /// Mean detection latency (ticks).
     pub notice_mean: f64,
 }
@@ -332,7 +360,7 @@ impl QuorumRow {
     }
 
     /// The CSV row (see [`csv_header`]): the shared columns with `failures` = crashes
-    /// scheduled, then `crashes`, `no_quorum`, `notice_mean`.
+    /// scheduled, then `crashes`, `no_quorum`, `notice_mean`, `redrawn`.
     pub fn csv(&self, by_type: bool) -> String {
         let shared = self.row.csv(by_type);
         // Column 5 (`failures`) of the shared row counts dropped messages (none here).
@@ -342,11 +370,12 @@ impl QuorumRow {
             cols[4] = &scheduled;
         }
         format!(
-            "{},{},{},{:.3}",
+            "{},{},{},{:.3},{}",
             cols.join(","),
             self.crashes,
             u8::from(self.no_quorum),
-            self.notice_mean
+            self.notice_mean,
+            self.redrawn
         )
     }
 }
@@ -456,6 +485,8 @@ pub struct Cell {
     pub runs: usize,
     /// Runs where a live process had no quorum (tree); left out of the statistics below.
     pub no_quorum_runs: usize,
+    /// Crash schedules rejected (the tree could form no quorum), over all runs.
+    pub redrawn: usize,
     /// Runs that failed the checker ([`QuorumRow::failed`]).
     pub failed_runs: usize,
     /// Crashes that happened, over all runs.
@@ -473,9 +504,14 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// Messages per CS without the FLUSHes of crash settlement (the protocol's own traffic).
-    pub fn mean_without_flush(&self) -> Option<f64> {
-        Some(self.mean? - self.by_type.get("flush").copied().unwrap_or(0.0))
+    /// Messages per CS of the spec's seven types only, without crash settlement's
+    /// ([`SETTLEMENT_TYPES`]).
+    pub fn mean_without_settlement(&self) -> Option<f64> {
+        let extra: f64 = SETTLEMENT_TYPES
+            .iter()
+            .map(|t| self.by_type.get(t).copied().unwrap_or(0.0))
+            .sum();
+        Some(self.mean? - extra)
     }
 }
 
@@ -558,6 +594,7 @@ pub fn summarize(rows: &[QuorumRow]) -> Vec<Cell> {
                 failures,
                 runs: rs.len(),
                 no_quorum_runs: rs.iter().filter(|r| r.no_quorum).count(),
+                redrawn: rs.iter().map(|r| r.redrawn).sum(),
                 failed_runs: rs.iter().filter(|r| r.failed()).count(),
                 crashes: rs.iter().map(|r| r.crashes).sum(),
                 cs_entries,
@@ -570,17 +607,21 @@ pub fn summarize(rows: &[QuorumRow]) -> Vec<Cell> {
         .collect()
 }
 
-/// The message types of the protocol: the spec's seven, then the three of crash settlement
-/// ([`crate::ft_quorum::protocol`]).
-pub const MESSAGE_TYPES: [&str; 10] = [
-    "request", "reply", "failed", "inquire", "yield", "release", "cancel", "flush", "lock",
-    "revoke",
+/// The message types of the protocol: the spec's seven, then the four of crash settlement
+/// ([`crate::ft_quorum::protocol`]; [`SETTLEMENT_TYPES`]).
+pub const MESSAGE_TYPES: [&str; 11] = [
+    "request", "reply", "failed", "inquire", "yield", "release", "cancel", "flush", "refresh",
+    "lock", "revoke",
 ];
+
+/// The message types crash settlement adds to the spec's seven: FLUSH, the REPLYs re-sent
+/// once a crash is settled, and LOCK/REVOKE for quorum changes inside a CS.
+pub const SETTLEMENT_TYPES: [&str; 4] = ["flush", "refresh", "lock", "revoke"];
 
 /// The summary as a CSV (one line per cell).
 pub fn summary_csv(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "generator,nodes,requesters,failures,runs,no_quorum_runs,failed_runs,crashes,cs_entries,msgs_per_cs_mean,msgs_per_cs_std,msgs_per_cs_std_runs",
+        "generator,nodes,requesters,failures,runs,no_quorum_runs,redrawn,failed_runs,crashes,cs_entries,msgs_per_cs_mean,msgs_per_cs_std,msgs_per_cs_std_runs",
     );
     for t in MESSAGE_TYPES {
         let _ = write!(s, ",{t}");
@@ -590,13 +631,14 @@ pub fn summary_csv(cells: &[Cell]) -> String {
     for c in cells {
         let _ = write!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             c.generator.name(),
             c.nodes,
             c.requesters.name(),
             c.failures,
             c.runs,
             c.no_quorum_runs,
+            c.redrawn,
             c.failed_runs,
             c.crashes,
             c.cs_entries,
@@ -630,7 +672,7 @@ pub fn summary_markdown(cells: &[Cell]) -> String {
         }
         let _ = writeln!(
             s,
-            "\nMessages per CS, x̄ ± σ (σ {}; in brackets: x̄ without the FLUSHes of crash settlement), requesters = {}\n\n| N | crashes | grid | tree | vcube | tree runs without quorum | failed runs |\n|---|---|---|---|---|---|---|",
+            "\nMessages per CS, x̄ ± σ (σ {}; in brackets: x̄ of the spec's seven message types, without crash settlement's), requesters = {}\n\n| N | crashes | grid | tree | vcube | crash sets redrawn (tree without quorum) / runs | tree runs without quorum | failed runs |\n|---|---|---|---|---|---|---|---|",
             match r {
                 Requesters::One => "of the per-CS costs",
                 Requesters::All => "across runs",
@@ -645,7 +687,7 @@ pub fn summary_markdown(cells: &[Cell]) -> String {
                     let cell = find(g, n, r, f);
                     failed += cell.map_or(0, |c| c.failed_runs);
                     let v = match cell
-                        .and_then(|c| Some((c.mean?, c.sigma()?, c.mean_without_flush()?)))
+                        .and_then(|c| Some((c.mean?, c.sigma()?, c.mean_without_settlement()?)))
                     {
                         Some((m, sd, p)) if m > p => format!(" {m:.1} ± {sd:.1} ({p:.1}) |"),
                         Some((m, sd, _)) => format!(" {m:.1} ± {sd:.1} |"),
@@ -653,10 +695,14 @@ pub fn summary_markdown(cells: &[Cell]) -> String {
                     };
                     line.push_str(&v);
                 }
-                let nq = find(Generator::Tree, n, r, f)
+                let tree = find(Generator::Tree, n, r, f);
+                let redrawn = tree
+                    .map(|c| format!("{}/{}", c.redrawn, c.runs))
+                    .unwrap_or_default();
+                let nq = tree
                     .map(|c| format!("{}/{}", c.no_quorum_runs, c.runs))
                     .unwrap_or_default();
-                let _ = writeln!(s, "{line} {nq} | {failed} |");
+                let _ = writeln!(s, "{line} {redrawn} | {nq} | {failed} |");
             }
         }
     }
@@ -872,7 +918,25 @@ mod tests {
             line.starts_with("quorum-vcube,5,8,one,0,1,64,15.000,0.000,"),
             "{line}"
         );
-        assert!(line.ends_with(",0,0,20.000"), "{line}");
+        assert!(line.ends_with(",0,0,20.000,0"), "{line}");
+    }
+
+    #[test]
+    fn a_crash_set_leaving_the_tree_no_quorum_is_drawn_again_and_counted() {
+        let mut redrawn = 0;
+        for seed in 1..=20 {
+            let mut e = QuorumExperiment::new(Generator::Grid, 8, Requesters::All);
+            e.failures = Failures::Half;
+            e.seed = seed;
+            let (crashes, rejected) = e.drawn_crash_schedule();
+            assert_eq!(crashes.len(), 4);
+            let view = CorrectSet::with_crashed(8, crashes.iter().map(|c| c.node)).unwrap();
+            assert!(tree_part(&view).is_ok(), "seed {seed}: {crashes:?}");
+            assert_eq!(e.crash_schedule(), crashes, "one schedule per seed");
+            redrawn += rejected;
+        }
+        // About half the random sets of 4 crashes among 8 leave the tree no quorum.
+        assert!(redrawn >= 5, "{redrawn} redrawn over 20 seeds");
     }
 
     #[test]
@@ -889,6 +953,7 @@ mod tests {
             }
             if c.failures == Failures::Half {
                 assert!(c.crashes > 0, "{c:?}");
+                assert_eq!(c.no_quorum_runs, 0, "crash sets are redrawn: {c:?}");
             }
             if c.no_quorum_runs < c.runs {
                 assert!(

@@ -201,6 +201,8 @@ struct Net {
     grants: Vec<usize>,
     /// Every message sent over the network so far, in order: (from, to, message).
     sent: Vec<(usize, usize, FtMsg)>,
+    /// Every message so far, messages to self included: (from, to, kind).
+    kinds: Vec<(usize, usize, &'static str)>,
 }
 
 impl Net {
@@ -215,6 +217,7 @@ impl Net {
             in_cs: None,
             grants: Vec::new(),
             sent: Vec::new(),
+            kinds: Vec::new(),
         }
     }
 
@@ -222,6 +225,7 @@ impl Net {
         for o in out.as_slice() {
             match o {
                 Output::Send { to, msg } => {
+                    self.kinds.push((i, *to, leda_mutex::Message::kind(msg)));
                     self.sent.push((i, *to, msg.clone()));
                     self.inflight.push_back((i, *to, msg.clone()));
                 }
@@ -233,7 +237,7 @@ impl Net {
                     self.in_cs = Some(i);
                     self.grants.push(i);
                 }
-                Output::Local { .. } => {}
+                Output::Local { kind } => self.kinds.push((i, i, kind)),
             }
         }
     }
@@ -295,6 +299,240 @@ impl Net {
     fn sent_since(&self, mark: usize) -> Vec<(usize, usize, FtMsg)> {
         self.sent[mark..].to_vec()
     }
+
+    /// Messages per kind so far, messages to self included.
+    fn count(&self, kind: &str) -> usize {
+        self.kinds.iter().filter(|m| m.2 == kind).count()
+    }
+
+    /// Every message so far as `kind from->to`, sorted (the exact content of a run whose
+    /// interleaving of independent sends does not matter).
+    fn messages(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .kinds
+            .iter()
+            .map(|(f, t, k)| format!("{k} {f}->{t}"))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+fn vcube() -> FtQuorumConfig {
+    FtQuorumConfig::generator(Generator::VCube)
+}
+
+// Hand-traced scenarios from the independent audit of the spec (docs/reproduction.md): the
+// messages the spec's handlers prescribe, and apart, what crash settlement adds.
+
+/// One requester, fault-free, VCube n = 4 (Q0 = {0,1,2}): 3·|Q| = 9 messages, self included.
+#[test]
+fn trace_one_requester_costs_request_reply_release_per_member() {
+    let mut net = Net::new(4, &vcube());
+    net.request(0);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![0]);
+    net.release(0);
+    net.deliver_all();
+    assert_eq!(
+        net.messages(),
+        strings(&[
+            "request 0->0",
+            "request 0->1",
+            "request 0->2",
+            "reply 0->0",
+            "reply 1->0",
+            "reply 2->0",
+            "release 0->0",
+            "release 0->1",
+            "release 0->2",
+        ])
+    );
+}
+
+/// Two concurrent requesters, VCube n = 4 (Q0 = {0,1,2}, Q1 = {0,1,3}), both stamped 1: p1's
+/// own arbiter INQUIREs it, p1 YIELDs on its FAILED from arbiter 0, and the spec's YIELD
+/// handler sends only the REPLY to p0: 22 messages, one FAILED. (Before 2026-11-25 the
+/// arbiter also sent the yielder a second FAILED: 23.)
+#[test]
+fn trace_inquire_and_yield_send_one_failed() {
+    let mut net = Net::new(4, &vcube());
+    net.request(0);
+    net.request(1);
+    for (f, t) in [(0, 1), (0, 2), (1, 0), (1, 3)] {
+        net.deliver(f, t);
+    }
+    net.deliver_all();
+    assert_eq!(net.grants, vec![0]);
+    net.release(0);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![0, 1]);
+    net.release(1);
+    net.deliver_all();
+    assert_eq!(
+        net.messages(),
+        strings(&[
+            "request 0->0",
+            "request 0->1",
+            "request 0->2",
+            "request 1->1",
+            "request 1->0",
+            "request 1->3",
+            "reply 0->0",
+            "reply 1->1",
+            "reply 2->0",
+            "reply 3->1",
+            "inquire 1->1",
+            "failed 0->1",
+            "yield 1->1",
+            "reply 1->0",
+            "release 0->0",
+            "reply 0->1",
+            "release 0->1",
+            "reply 1->1",
+            "release 0->2",
+            "release 1->0",
+            "release 1->1",
+            "release 1->3",
+        ])
+    );
+}
+
+/// A plain FAILED, no INQUIRE: p1 holds its quorum when p0 (stamped later) asks; p0's own
+/// arbiter and arbiter 1 answer FAILED, arbiter 2 REPLYs; p1's RELEASEs hand both over.
+#[test]
+fn trace_failed_without_inquire() {
+    let mut net = Net::new(4, &vcube());
+    net.request(1);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![1]);
+    net.request(0);
+    net.deliver_all();
+    net.release(1);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![1, 0]);
+    net.release(0);
+    net.deliver_all();
+    assert_eq!(
+        net.messages(),
+        strings(&[
+            "request 1->0",
+            "request 1->1",
+            "request 1->3",
+            "reply 0->1",
+            "reply 1->1",
+            "reply 3->1",
+            "request 0->0",
+            "request 0->1",
+            "request 0->2",
+            "failed 0->0",
+            "failed 1->0",
+            "reply 2->0",
+            "release 1->0",
+            "reply 0->0",
+            "release 1->1",
+            "reply 1->0",
+            "release 1->3",
+            "release 0->0",
+            "release 0->1",
+            "release 0->2",
+        ])
+    );
+}
+
+/// A member crashes before p0's REQUEST reaches it (VCube n = 4): the spec's handlers send
+/// the substitute p3 a REQUEST with the same stamp (10 messages). Crash settlement adds a
+/// FLUSH from each of the 3 live processes to the 2 others and one refreshed REPLY per
+/// arbiter holding p0's permission (here 3): 19 in all.
+#[test]
+fn trace_crash_substitutes_a_member() {
+    let mut net = Net::new(4, &vcube());
+    net.request(0);
+    net.deliver(0, 1);
+    net.deliver(1, 0);
+    net.crash(2);
+    net.inflight.retain(|&(_, t, _)| t != 2);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![0]);
+    net.release(0);
+    net.deliver_all();
+    let spec = [
+        "request", "reply", "failed", "inquire", "yield", "release", "cancel",
+    ];
+    let own: Vec<String> = net
+        .messages()
+        .into_iter()
+        .filter(|m| spec.iter().any(|k| m.starts_with(&format!("{k} "))))
+        .collect();
+    assert_eq!(
+        own,
+        strings(&[
+            "request 0->0",
+            "request 0->1",
+            "request 0->2",
+            "request 0->3",
+            "reply 0->0",
+            "reply 1->0",
+            "reply 3->0",
+            "release 0->0",
+            "release 0->1",
+            "release 0->3",
+        ])
+    );
+    assert_eq!(net.count("flush"), 6);
+    assert_eq!(net.count("refresh"), 3);
+    assert_eq!(net.kinds.len(), 19);
+}
+
+/// A crash makes a correct member leave (tree, n = 4: heap 0:(1,2), 1:(3); Q2 = {0,1,3} ∪
+/// {2}). p3 crashes before p2's REQUEST reaches it; the new tree part is {0,2}: p2 CANCELs at
+/// p1 and enters (10 messages by the spec's handlers; settlement adds 6 FLUSH and a refreshed
+/// REPLY from each arbiter still holding p2's permission, 0 and 2).
+#[test]
+fn trace_crash_makes_a_member_leave_with_cancel() {
+    let mut net = Net::new(4, &FtQuorumConfig::generator(Generator::Tree));
+    net.request(2);
+    for t in [0, 1] {
+        net.deliver(2, t);
+        net.deliver(t, 2);
+    }
+    net.crash(3);
+    net.inflight.retain(|&(_, t, _)| t != 3);
+    net.deliver_all();
+    assert_eq!(net.grants, vec![2]);
+    net.release(2);
+    net.deliver_all();
+    let spec = [
+        "request", "reply", "failed", "inquire", "yield", "release", "cancel",
+    ];
+    let own: Vec<String> = net
+        .messages()
+        .into_iter()
+        .filter(|m| spec.iter().any(|k| m.starts_with(&format!("{k} "))))
+        .collect();
+    assert_eq!(
+        own,
+        strings(&[
+            "request 2->0",
+            "request 2->1",
+            "request 2->2",
+            "request 2->3",
+            "reply 2->2",
+            "reply 0->2",
+            "reply 1->2",
+            "cancel 2->1",
+            "release 2->0",
+            "release 2->2",
+        ])
+    );
+    assert_eq!(net.count("flush"), 6);
+    assert_eq!(net.count("refresh"), 2);
 }
 
 fn q(ids: &[usize]) -> Quorum {

@@ -86,7 +86,8 @@
 //!   not done. The soaks (`mutex-soak --crashes`) found no violation with staggered notices.
 //!
 //!   *Cost:* n − 1 FLUSHes per live process per crash, i.e. about n² messages per crash, plus
-//!   one refreshed REPLY per arbiter; reported as message types `flush`, `lock`, `revoke`.
+//!   one refreshed REPLY per arbiter; reported as message types `flush`, `refresh`, `lock`,
+//!   `revoke`.
 //! - **Arbiter whose locker crashed (§5.4 \[sic\]).** It drops the crashed process's request and
 //!   grants the head of its queue. Requests of correct processes whose quorum no longer contains
 //!   this arbiter are *not* guessed from the arbiter's own view: those requesters send CANCEL.
@@ -247,7 +248,8 @@ impl Message for FtMsg {
     fn kind(&self) -> &'static str {
         match self {
             Self::Request { .. } => "request",
-            Self::Reply { .. } => "reply",
+            Self::Reply { refresh: false, .. } => "reply",
+            Self::Reply { refresh: true, .. } => "refresh",
             Self::Failed => "failed",
             Self::Inquire { .. } => "inquire",
             Self::Yield { .. } => "yield",
@@ -569,6 +571,9 @@ impl FtQuorumNode {
                 (Some((s, a)), _) if s.node == from && self.inquired && grant == self.grant_no => {
                     self.granted = None;
                     self.queue.insert(s, a);
+                    // The yielder yielded because it was told FAILED: it is owed no other
+                    // (the spec's YIELD handler sends only the REPLY).
+                    self.failed_sent.insert(s);
                     self.grant_next(out);
                 }
                 // The answer to a REVOKE (or an INQUIRE that crossed it): the suspended grant
