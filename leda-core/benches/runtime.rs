@@ -4,7 +4,9 @@
 //! and maximum: `ours=`, `ours_min=`, `ours_max=`, ...) and a `detail` line per round.
 //!
 //! Environment: `LEDA_BENCH_EVENTS` (default 5,000,000), `LEDA_BENCH_ROUNDS` (default
-//! 3), `LEDA_BENCH_THREADS` (default: one per CPU; every contender gets the same).
+//! 3), `LEDA_BENCH_THREADS` (default: one per CPU; every contender gets the same),
+//! `LEDA_BENCH_MAXPAR` (our runs' `Run::maxpar`; default: the stages' own, i.e. the
+//! thread count).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -130,11 +132,15 @@ fn parallel_counter(name: &str, expect: usize) -> Stage {
 fn run_timed(g: &Graph, threads: usize) -> f64 {
     let t = Instant::now();
     let r = g
-        .run(
-            Run::default()
+        .run({
+            let r = Run::default()
                 .threads(threads)
-                .timeout(Duration::from_secs(300)),
-        )
+                .timeout(Duration::from_secs(300));
+            match std::env::var("LEDA_BENCH_MAXPAR") {
+                Ok(m) => r.maxpar(m.parse().expect("LEDA_BENCH_MAXPAR")),
+                Err(_) => r,
+            }
+        })
         .expect("run");
     assert_eq!(
         r.reason,

@@ -49,6 +49,17 @@ pub trait Executor: Send + Sync + 'static {
     fn others_ready(&self) -> bool {
         false
     }
+    /// The calling task is about to hand off work it will most likely run itself next
+    /// (the output of its last batch, just before it ends): tasks scheduled until
+    /// [`Executor::end_handoff`] need not wake another worker while this worker's own
+    /// queue was empty. By default nothing is deferred.
+    fn begin_handoff(&self) {}
+    /// Ends [`Executor::begin_handoff`]: `continuing` if the calling task goes on
+    /// running (then the wake-ups it deferred are made now), else it ends and this
+    /// worker runs what it scheduled.
+    fn end_handoff(&self, continuing: bool) {
+        let _ = continuing;
+    }
 }
 
 /// Where events for a stage of another process go (implemented by leda-net and by the

@@ -1,13 +1,26 @@
 //! The real executor: one shared worker pool per process that also drives the
 //! asynchronous events (a tokio reactor: timers, sockets) that wake waiting instances.
 //!
-//! The ready queue is a global injector plus one LIFO deque per worker, with work
-//! stealing (crossbeam-deque). A task scheduled from a worker goes to that worker's
-//! deque, so a chain of hand-offs (a token around a ring) stays on one warm thread;
-//! idle workers steal from the other end, so a long-running producer does not keep its
-//! consumers to itself. Every [`INJECTOR_EVERY`]th pick checks the injector first, so
-//! wake-ups from the reactor and re-queued (yielded) tasks do not wait behind a
+//! The ready queue is a global injector plus, per worker, a LIFO deque and a FIFO
+//! queue of yielded tasks, with work stealing (crossbeam-deque). A task scheduled from
+//! a worker goes to that worker's deque, so a chain of hand-offs (a token around a
+//! ring) stays on one warm thread; idle workers steal from the other end, so a
+//! long-running producer does not keep its consumers to itself. A task that yields
+//! (its batch used up, work left) goes to its worker's yielded queue: it stays where
+//! its stage's queue and events are in cache, and an idle worker may take it at once
+//! (a stage then settles on the worker that last stole it, instead of every yield
+//! going through a shared queue to whichever worker comes first). Every
+//! [`INJECTOR_EVERY`]th pick checks the injector first, and every half of that the
+//! yielded queue, so wake-ups from the reactor and yielded tasks do not wait behind a
 //! worker's stream of local hand-offs.
+//!
+//! **Hand-offs without wake-ups.** A task that ends by queueing work for another stage
+//! (the output of its last batch, or the sends of a future that then waits) would wake
+//! an idle worker for it, only for that worker to race this one, which is about to run
+//! it anyway, and to pull the events' cache lines to the other core. During such a
+//! hand-off ([`Executor::begin_handoff`]) the first task queued on an empty deque wakes
+//! nobody; if the task goes on running after all, the wake-up is made then
+//! ([`Executor::end_handoff`]).
 //!
 //! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
 //! machine a yielding thread waits for other processes' time slices), then sleep until
@@ -88,17 +101,26 @@ struct Shared {
 /// keeps its hand-offs, and their caches, to itself).
 struct Victim {
     stealer: Stealer<Task>,
+    /// Its yielded tasks (free for the taking: they asked to run later).
+    yielded: Stealer<Task>,
     started: Arc<AtomicU64>,
 }
 
 struct Local {
     pool: *const Shared,
     deque: Worker<Task>,
+    /// Tasks that yielded here (first in, first out): they stay on this worker, where
+    /// their stage's data is warm, unless an idle worker takes them.
+    yielded: Worker<Task>,
     started: Arc<AtomicU64>,
     /// Per victim, the started-count seen at the last look.
     seen: RefCell<Vec<u64>>,
     /// This worker is inside the reactor: tasks it wakes need no other worker woken.
     driving: Cell<bool>,
+    /// A hand-off is under way ([`Executor::begin_handoff`]).
+    handoff: Cell<bool>,
+    /// A wake-up was deferred during the hand-off.
+    owed: Cell<bool>,
 }
 
 thread_local! {
@@ -213,7 +235,15 @@ impl Shared {
         {
             return Some(t);
         }
+        if tick.is_multiple_of(INJECTOR_EVERY / 2)
+            && let Some(t) = local.yielded.pop()
+        {
+            return Some(t);
+        }
         if let Some(t) = local.deque.pop() {
+            return Some(t);
+        }
+        if let Some(t) = local.yielded.pop() {
             return Some(t);
         }
         loop {
@@ -232,6 +262,13 @@ impl Shared {
             let Some(Some(victim)) = victims.get(v) else {
                 continue;
             };
+            loop {
+                match victim.yielded.steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
             if victim.stealer.is_empty() {
                 continue;
             }
@@ -277,6 +314,7 @@ fn worker(
     shared: Arc<Shared>,
     me: usize,
     deque: Worker<Task>,
+    yielded: Worker<Task>,
     started: Arc<AtomicU64>,
     rt: Arc<tokio::runtime::Runtime>,
 ) {
@@ -284,9 +322,12 @@ fn worker(
     LOCAL.set(Some(Local {
         pool: Arc::as_ptr(&shared),
         deque,
+        yielded,
         started,
         seen: RefCell::new(Vec::new()),
         driving: Cell::new(false),
+        handoff: Cell::new(false),
+        owed: Cell::new(false),
     }));
     let mut tick = 0u32;
     // Tasks run since this worker last looked at the reactor, and when it polled it.
@@ -389,7 +430,10 @@ fn worker(
             // A task scheduled meanwhile may have granted this (no longer) sleeper the
             // wake-up: pass it on, to a sleeper or the driver.
             if !shared.injector.is_empty()
-                || LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| !l.deque.is_empty()))
+                || LOCAL.with_borrow(|l| {
+                    l.as_ref()
+                        .is_some_and(|l| !l.deque.is_empty() || !l.yielded.is_empty())
+                })
             {
                 shared.notify_one();
             }
@@ -429,7 +473,7 @@ fn worker(
     }
     // Leaving: hand the local tasks to the others.
     if let Some(l) = LOCAL.take() {
-        while let Some(t) = l.deque.pop() {
+        while let Some(t) = l.deque.pop().or_else(|| l.yielded.pop()) {
             shared.injector.push(t);
         }
     }
@@ -553,14 +597,22 @@ impl Executor for Pool {
         }
         let rest = LOCAL.with_borrow(|l| match l {
             Some(l) if std::ptr::eq(l.pool, shared) && !l.driving.get() => {
+                // During a hand-off, the first task this worker queues is the one it runs
+                // next: waking another worker for it would only bounce it (and its
+                // events' cache lines) between cores.
+                let deferred = l.handoff.get() && l.deque.is_empty();
                 l.deque.push(task);
-                Ok(())
+                if deferred {
+                    l.owed.set(true);
+                }
+                Ok(deferred)
             }
             Some(l) => Err((task, std::ptr::eq(l.pool, shared))),
             None => Err((task, false)),
         });
         match rest {
-            Ok(()) => shared.notify_one(),
+            Ok(true) => {}
+            Ok(false) => shared.notify_one(),
             // Woken in the reactor by this worker: it takes the task when it leaves. The
             // injector, not its deque: a reactor poll can wake hundreds of tasks at once,
             // and they are served in order (the deque is last-in first-out).
@@ -600,11 +652,13 @@ impl Executor for Pool {
         shared.target.store(n, SeqCst);
         while shared.alive.load(SeqCst) < n {
             let deque = Worker::new_lifo();
+            let yielded = Worker::new_fifo();
             let started = Arc::new(AtomicU64::new(0));
             let me = {
                 let mut st = shared.stealers.write().unwrap_or_else(|e| e.into_inner());
                 let stealer = Some(Victim {
                     stealer: deque.stealer(),
+                    yielded: yielded.stealer(),
                     started: started.clone(),
                 });
                 match st.iter().position(Option::is_none) {
@@ -622,7 +676,7 @@ impl Executor for Pool {
             let (s, rt) = (shared.clone(), rt.clone());
             match std::thread::Builder::new()
                 .name(format!("leda-worker-{me}"))
-                .spawn(move || worker(s, me, deque, started, rt))
+                .spawn(move || worker(s, me, deque, yielded, started, rt))
             {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -641,7 +695,10 @@ impl Executor for Pool {
         let shared = &*self.shared;
         shared.target.load(Relaxed) > 1
             && shared.injector.is_empty()
-            && LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| l.deque.is_empty()))
+            && LOCAL.with_borrow(|l| {
+                l.as_ref()
+                    .is_some_and(|l| l.deque.is_empty() && l.yielded.is_empty())
+            })
     }
 
     fn schedule_yielded(&self, task: Task) {
@@ -649,13 +706,45 @@ impl Executor for Pool {
         if shared.shutdown.load(Relaxed) {
             return;
         }
-        shared.injector.push(task);
+        let rest = LOCAL.with_borrow(|l| match l {
+            Some(l) if std::ptr::eq(l.pool, shared) => {
+                l.yielded.push(task);
+                None
+            }
+            _ => Some(task),
+        });
+        if let Some(task) = rest {
+            shared.injector.push(task);
+        }
         shared.notify_one();
     }
 
     fn others_ready(&self) -> bool {
         !self.shared.injector.is_empty()
-            || LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| !l.deque.is_empty()))
+            || LOCAL.with_borrow(|l| {
+                l.as_ref()
+                    .is_some_and(|l| !l.deque.is_empty() || !l.yielded.is_empty())
+            })
+    }
+
+    fn begin_handoff(&self) {
+        LOCAL.with_borrow(|l| {
+            if let Some(l) = l {
+                l.handoff.set(true);
+            }
+        });
+    }
+
+    fn end_handoff(&self, continuing: bool) {
+        let owed = LOCAL.with_borrow(|l| {
+            l.as_ref().is_some_and(|l| {
+                l.handoff.set(false);
+                l.owed.replace(false)
+            })
+        });
+        if owed && continuing {
+            self.shared.notify_one();
+        }
     }
 
     fn busy_threads(&self) -> usize {
@@ -672,7 +761,7 @@ impl Executor for Pool {
             + stealers
                 .iter()
                 .flatten()
-                .map(|v| v.stealer.len())
+                .map(|v| v.stealer.len() + v.yielded.len())
                 .sum::<usize>()
     }
 }

@@ -106,7 +106,10 @@ impl Task {
         let st = &process.stages[a.ctx.stage];
         let batching = outbox::enter(&process);
         let outcome = a.drain(&process);
+        // What is left goes on as the task ends: this worker runs it next.
+        process.exec.begin_handoff();
         drop(batching);
+        process.exec.end_handoff(false);
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
@@ -150,9 +153,13 @@ impl Activation {
                 // tasks run and come back to a fuller queue.
                 return Outcome::Yield;
             } else {
-                // This batch is done: its output goes on (one lock per destination).
+                // This batch is done: its output goes on (one lock per destination), to
+                // be run by this worker if the task ends here.
+                process.exec.begin_handoff();
                 outbox::flush(process);
-                match self.next_batch(process) {
+                let next = self.next_batch(process);
+                process.exec.end_handoff(next.is_some());
+                match next {
                     Some(ev) => ev,
                     None => return Outcome::Released,
                 }
@@ -283,8 +290,13 @@ impl Activation {
         NICE.set(false);
         let result = catch_unwind(AssertUnwindSafe(|| p.fut.as_mut().poll(&mut cx)));
         self.nice = NICE.take();
-        // What the future sent goes on now (it may wait a long time before more).
+        // What the future sent goes on now (it may wait a long time before more); if it
+        // waits, this worker runs that next.
+        process.exec.begin_handoff();
         outbox::flush(process);
+        process
+            .exec
+            .end_handoff(!matches!(result, Ok(Poll::Pending)));
         let st = &process.stages[self.ctx.stage];
         if let Some(t) = timed {
             add_busy(st, t.elapsed());
