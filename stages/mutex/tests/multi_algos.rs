@@ -102,6 +102,26 @@ fn bl_multi_instance_safe_and_live_over_200_seeds() {
 }
 
 #[test]
+fn bl_keeping_the_ct_until_cs_exit_is_safe_and_live() {
+    let at_exit = BlConfig {
+        ct_at_exit: true,
+        ..BlConfig::default()
+    };
+    let contended = property(200, false, None, |cfg| run_bl(cfg, at_exit.clone()));
+    assert!(contended > 60, "only {contended} contended runs");
+    let contended = property(100, true, Some(Channels::NonFifo), |cfg| {
+        run_bl(
+            cfg,
+            BlConfig {
+                fast_path: true,
+                ..at_exit.clone()
+            },
+        )
+    });
+    assert!(contended > 30, "only {contended} contended runs");
+}
+
+#[test]
 fn bl_fast_path_safe_and_live_and_saves_messages() {
     let mut saved = 0;
     for seed in 0..seeds(150) {

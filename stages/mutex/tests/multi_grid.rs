@@ -124,6 +124,7 @@ fn local_ct_request_stays_in_the_cluster() {
         max_preempt: 1,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let mut h = Hand::new(GridAware::new(space.clone(), cfg).unwrap());
     let r0 = MultiRequest::set([0], &space).unwrap();
@@ -172,6 +173,7 @@ fn fig_3_5(max_preempt: u32) -> Hand<GridAware> {
         max_preempt,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let set = |r: usize| MultiRequest::set([r], &space).unwrap();
     let mut h = Hand::new(GridAware::new(space.clone(), cfg).unwrap());
@@ -295,6 +297,7 @@ fn stage_two_selects_by_locality_and_priority() {
         max_preempt: 2,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let req = |items: Vec<(usize, u32)>| MultiRequest::new(items, &space).unwrap();
     let mut h = Hand::new(GridAware::new(space.clone(), cfg).unwrap());
@@ -370,6 +373,7 @@ fn list_c_follows_successive_requests() {
         max_preempt: 1,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let set = |r: usize| MultiRequest::set([r], &space).unwrap();
     let mut h = Hand::new(GridAware::new(space.clone(), cfg).unwrap());
@@ -410,6 +414,7 @@ fn logical_wait_is_the_weighted_causal_chain() {
         max_preempt: 1,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let sys = LogicalClock::new(GridAware::new(space.clone(), cfg).unwrap(), cluster, 1, 100);
     let mut h = Hand::new(sys);
@@ -436,6 +441,7 @@ fn initial_tree_follows_algorithm_one() {
         max_preempt: 1,
         priority_threshold: 2,
         mode: Default::default(),
+        ct_at_exit: false,
     };
     let group = GridAware::new(space.clone(), cfg.clone()).unwrap();
     let owners: Vec<_> = group.nodes().iter().map(|p| p.owner()).collect();
@@ -513,6 +519,8 @@ fn property_runs(multi: bool, plain: bool, count: u64) {
             max_preempt: (seed % 4) as u32,
             priority_threshold: 1 + (seed % 3) as u32,
             mode: Default::default(),
+            // One run in five keeps the CT until CS exit (the sensitivity reading).
+            ct_at_exit: seed % 5 == 4,
         };
         if plain {
             g = g.plain();
@@ -659,6 +667,7 @@ fn messages_per_cs_within_the_analytic_bound() {
                 max_preempt: 2,
                 priority_threshold: 2,
                 mode: Default::default(),
+                ct_at_exit: false,
             },
         )
         .unwrap();
@@ -687,6 +696,7 @@ fn bad_configurations_are_refused() {
                 max_preempt: 0,
                 priority_threshold: 0,
                 mode: Default::default(),
+                ct_at_exit: false,
             }
         )
         .is_err()

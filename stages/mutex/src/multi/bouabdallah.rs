@@ -57,6 +57,10 @@ pub struct BlConfig {
     pub fast_path: bool,
     /// The initial CT holder.
     pub initial_ct: NodeId,
+    /// Keep the CT until CS exit (the literal reading of §2.3's pseudo-code, where
+    /// `requesting` stays true until Release), instead of passing it on once every
+    /// `Ack1` is in. For sensitivity runs (`mutex-exp --grid-ct-at-exit`).
+    pub ct_at_exit: bool,
 }
 
 /// One slot of the control token.
@@ -137,6 +141,7 @@ pub struct BlNode {
     n: usize,
     space: ResourceSpace,
     fast_path: bool,
+    ct_at_exit: bool,
     /// Naimi–Tréhel father for the CT (`None`: I am the root).
     father: Option<NodeId>,
     /// Naimi–Tréhel successor for the CT.
@@ -178,6 +183,7 @@ impl BlNode {
             id,
             n,
             fast_path: config.fast_path,
+            ct_at_exit: config.ct_at_exit,
             father: (!root).then_some(config.initial_ct),
             next: None,
             ct_wanted: false,
@@ -263,6 +269,9 @@ impl BlNode {
         }
         self.in_cs = false;
         self.requesting = false;
+        if self.ct_at_exit && self.ack1_pending == 0 && self.ct.is_some() {
+            self.registered(out);
+        }
         for (j, owed) in std::mem::take(&mut self.owed) {
             let mut tokens = Vec::with_capacity(owed.len());
             for t in owed {
@@ -463,8 +472,12 @@ impl BlNode {
         self.try_enter(out)
     }
 
-    /// Registration complete: the CT may leave.
+    /// Registration complete: the CT may leave (with [`BlConfig::ct_at_exit`], once the
+    /// CS is over too).
     fn registered(&mut self, out: &mut MultiOutbox<BlMsg>) {
+        if self.ct_at_exit && self.requesting {
+            return;
+        }
         self.ct_wanted = false;
         if let Some(next) = self.next.take()
             && let Some(ct) = self.ct.take()

@@ -120,6 +120,9 @@ pub struct GridConfig {
     pub priority_threshold: u32,
     /// Grid-aware or plain.
     pub mode: GridMode,
+    /// Keep the CT until CS exit (the literal reading; decision 5 passes it on once every
+    /// ACK1 is in). For sensitivity runs (`mutex-exp --grid-ct-at-exit`).
+    pub ct_at_exit: bool,
 }
 
 impl GridConfig {
@@ -137,6 +140,7 @@ impl GridConfig {
             max_preempt: ((n / c) / 2).max(1) as u32,
             priority_threshold: 2,
             mode: GridMode::GridAware,
+            ct_at_exit: false,
         })
     }
 
@@ -160,6 +164,7 @@ pub(crate) struct Shared {
     max_preempt: u32,
     priority_threshold: u32,
     mode: GridMode,
+    ct_at_exit: bool,
 }
 
 impl Shared {
@@ -184,6 +189,7 @@ impl Shared {
             max_preempt: config.max_preempt,
             priority_threshold: config.priority_threshold,
             mode: config.mode,
+            ct_at_exit: config.ct_at_exit,
         }))
     }
 }

@@ -419,7 +419,8 @@ impl GridNode {
     /// Sends the CT to `next` once this request's registrations are confirmed (every ACK1 in,
     /// Alg. 11 prose) or the request is over (Alg. 12).
     fn try_pass_ct(&mut self, out: &mut MultiOutbox<GridMsg>) {
-        let done = !self.ct_requesting || (self.registered && self.ack1_pending == 0);
+        let done = !self.ct_requesting
+            || (!self.shared.ct_at_exit && self.registered && self.ack1_pending == 0);
         if !done || self.ct.is_none() {
             return;
         }

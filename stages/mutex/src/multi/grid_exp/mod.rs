@@ -132,6 +132,9 @@ pub struct GridPoint {
     pub beta: u64,
     /// Largest number of types per request.
     pub size_req: usize,
+    /// Every algorithm keeps the CT until CS exit (sensitivity; default: it leaves once
+    /// every ACK1 is in).
+    pub ct_at_exit: bool,
     /// Each process repeats its first request ([`MultiSimConfig::repeat_requests`]).
     pub repeat_requests: bool,
 }
@@ -158,6 +161,7 @@ impl GridPoint {
             alpha: 500,
             beta: 500,
             repeat_requests: experiment.starts_with("latency"),
+            ct_at_exit: false,
         }
     }
 
@@ -363,6 +367,11 @@ pub fn run_point(point: &GridPoint, algo: GridAlgo, seed: u64) -> Result<GridRow
     };
     let mut grid = GridConfig::even(point.nodes, point.clusters)?;
     grid.max_preempt = point.max_preempt;
+    grid.ct_at_exit = point.ct_at_exit;
+    let bl = BlConfig {
+        ct_at_exit: point.ct_at_exit,
+        ..BlConfig::default()
+    };
     let (verdict, stats, logical, vn_logical) = match algo {
         GridAlgo::GridAware => run_system(cfg, GridAware::new(space, grid)?, point, cluster)?,
         GridAlgo::GridPlain => {
@@ -370,7 +379,7 @@ pub fn run_point(point: &GridPoint, algo: GridAlgo, seed: u64) -> Result<GridRow
         }
         GridAlgo::BouabdallahLaforest => run_system(
             cfg,
-            BouabdallahLaforest::new(point.nodes, space, BlConfig::default())?,
+            BouabdallahLaforest::new(point.nodes, space, bl)?,
             point,
             cluster,
         )?,
@@ -381,7 +390,7 @@ pub fn run_point(point: &GridPoint, algo: GridAlgo, seed: u64) -> Result<GridRow
                 space,
                 BlConfig {
                     fast_path: true,
-                    ..BlConfig::default()
+                    ..bl
                 },
             )?,
             point,
@@ -440,6 +449,10 @@ pub struct GridArgs {
     /// Inter-cluster latency of the types/processes/clusters experiments of --sweep-grid (ms).
     #[arg(long, default_value_t = 500)]
     pub grid_remote_latency: u64,
+    /// Sensitivity run: every algorithm keeps the control token until CS exit (the literal
+    /// reading) instead of passing it on once every ACK1 is in.
+    #[arg(long)]
+    pub grid_ct_at_exit: bool,
 }
 
 impl GridArgs {
@@ -489,7 +502,10 @@ pub fn run_grid_sweep(
         )
         .into());
     }
-    let points = grid_points_with(&args.net());
+    let mut points = grid_points_with(&args.net());
+    for p in &mut points {
+        p.ct_at_exit = args.grid_ct_at_exit;
+    }
     use std::io::Write as _;
     let io = |path: &Path| {
         let path = path.to_path_buf();
