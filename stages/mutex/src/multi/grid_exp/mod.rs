@@ -453,6 +453,10 @@ pub struct GridArgs {
     /// reading) instead of passing it on once every ACK1 is in.
     #[arg(long)]
     pub grid_ct_at_exit: bool,
+    /// Think time β of every point of --sweep-grid (ms; default 500, the spec's E5–E7 value,
+    /// which E1–E4 leave open): a longer one lightens the load.
+    #[arg(long)]
+    pub grid_think_ms: Option<u64>,
 }
 
 impl GridArgs {
@@ -505,6 +509,9 @@ pub fn run_grid_sweep(
     let mut points = grid_points_with(&args.net());
     for p in &mut points {
         p.ct_at_exit = args.grid_ct_at_exit;
+        if let Some(beta) = args.grid_think_ms {
+            p.beta = beta;
+        }
     }
     use std::io::Write as _;
     let io = |path: &Path| {
