@@ -59,6 +59,9 @@ struct Activation {
     first: Option<Event>,
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
+    /// Runs inside another task's handler (a cohort hand-off): that task goes on after
+    /// this one, so what this one queues is not a hand-off to this worker.
+    nested: bool,
     /// Events handled since the last flush to the stage's counters.
     unflushed: u64,
     /// The wake cell of the current wait, set when a poll returns `Pending`.
@@ -86,6 +89,7 @@ impl Task {
             pending: None,
             first,
             cohort,
+            nested: cohort,
             unflushed: 0,
             cell: None,
             buf: VecDeque::new(),
@@ -107,9 +111,9 @@ impl Task {
         let batching = outbox::enter(&process);
         let outcome = a.drain(&process);
         // What is left goes on as the task ends: this worker runs it next.
-        process.exec.begin_handoff();
+        a.begin_handoff(&process);
         drop(batching);
-        process.exec.end_handoff(false);
+        a.end_handoff(&process, false);
         a.flush(&process);
         match outcome {
             Outcome::Released => {}
@@ -129,6 +133,20 @@ enum Outcome {
 }
 
 impl Activation {
+    /// [`super::executor::Executor::begin_handoff`], unless this task is nested.
+    fn begin_handoff(&self, process: &Process) {
+        if !self.nested {
+            process.exec.begin_handoff();
+        }
+    }
+
+    /// [`super::executor::Executor::end_handoff`], unless this task is nested.
+    fn end_handoff(&self, process: &Process, continuing: bool) {
+        if !self.nested {
+            process.exec.end_handoff(continuing);
+        }
+    }
+
     fn drain(&mut self, process: &Arc<Process>) -> Outcome {
         let st = &process.stages[self.ctx.stage];
         if self.pending.is_some() && self.poll_pending(process).is_pending() {
@@ -155,10 +173,10 @@ impl Activation {
             } else {
                 // This batch is done: its output goes on (one lock per destination), to
                 // be run by this worker if the task ends here.
-                process.exec.begin_handoff();
+                self.begin_handoff(process);
                 outbox::flush(process);
                 let next = self.next_batch(process);
-                process.exec.end_handoff(next.is_some());
+                self.end_handoff(process, next.is_some());
                 match next {
                     Some(ev) => ev,
                     None => return Outcome::Released,
@@ -292,11 +310,9 @@ impl Activation {
         self.nice = NICE.take();
         // What the future sent goes on now (it may wait a long time before more); if it
         // waits, this worker runs that next.
-        process.exec.begin_handoff();
+        self.begin_handoff(process);
         outbox::flush(process);
-        process
-            .exec
-            .end_handoff(!matches!(result, Ok(Poll::Pending)));
+        self.end_handoff(process, !matches!(result, Ok(Poll::Pending)));
         let st = &process.stages[self.ctx.stage];
         if let Some(t) = timed {
             add_busy(st, t.elapsed());
