@@ -63,7 +63,7 @@ pub(crate) fn record(link: &Link, reply: ObserveReply) {
     link.observed_notify.notify_waiters();
 }
 
-async fn wait(link: &Link, round: u64) -> Option<ObserveReply> {
+async fn wait(link: &Link, round: u64, deadline: tokio::time::Instant) -> Option<ObserveReply> {
     let slot: &Mutex<Option<ObserveReply>> = &link.observed;
     let wait = async {
         loop {
@@ -76,7 +76,7 @@ async fn wait(link: &Link, round: u64) -> Option<ObserveReply> {
             notified.await;
         }
     };
-    tokio::time::timeout(ANSWER_WAIT, wait).await.ok().flatten()
+    tokio::time::timeout_at(deadline, wait).await.ok().flatten()
 }
 
 /// Asks `links` (with `control`, if any) and collects the answers that come in time.
@@ -97,9 +97,12 @@ fn ask(
         }));
     }
     t.runtime().block_on(async {
+        // One deadline for all: peers that do not answer cost half a second in all, not
+        // each.
+        let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
         let mut out = Vec::new();
         for l in links {
-            if let Some(r) = wait(&l, round).await {
+            if let Some(r) = wait(&l, round, deadline).await {
                 out.push((l, r));
             }
         }
@@ -108,9 +111,13 @@ fn ask(
 }
 
 impl Transport {
-    /// Snapshots of every linked process (those that answer within half a second).
+    /// Snapshots of every linked process still running (those that answer within half a
+    /// second; a process whose run ended, or whose link is down, is not asked: it would
+    /// not answer, and every launch ending on a peer's `Quit` waited half a second for
+    /// it).
     pub(crate) fn observe_peers(&self) -> Vec<PeerStats> {
-        ask(self, self.links(), None)
+        let links = self.links().into_iter().filter(|l| !l.ended()).collect();
+        ask(self, links, None)
             .into_iter()
             .map(|(l, r)| PeerStats {
                 name: l.peer().to_owned(),

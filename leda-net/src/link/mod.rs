@@ -238,6 +238,12 @@ impl Link {
         self.dead.load(Relaxed)
     }
 
+    /// The link is down, or the peer said `Quit` (its run ended: it answers no more
+    /// requests).
+    pub(crate) fn ended(&self) -> bool {
+        self.is_dead() || self.goodbye.load(Acquire)
+    }
+
     fn mark_dead(&self) {
         if !self.dead.swap(true, AcqRel) {
             self.dead_notify.notify_one();
