@@ -8,7 +8,9 @@
 //!
 //! (`LEDA_BENCH_LATENCY_RATE=N` paces the latency runs at N events/s instead;
 //! `LEDA_BENCH_SCENARIOS=16B,1KB,latency` picks scenarios; `LEDA_BENCH_ONLY=ours` or
-//! `raw` runs one side alone, for profiling.)
+//! `raw` runs one side alone, for profiling; `LEDA_BENCH_PERCENTILES=1` prints each
+//! latency round's distribution, p50 to p99.9, on stderr. The pacing sends at least one
+//! event per 100 µs tick: rates under 10,000 events/s run at 10,000.)
 //!
 //! Scenarios (each figure the median over alternating rounds, after a warm-up, with
 //! the rounds' minimum and maximum: `ours=`, `ours_min=`, `ours_max=`, the same for
@@ -157,6 +159,14 @@ fn percentiles(mut v: Vec<u64>) -> (f64, f64) {
     }
     v.sort_unstable();
     let at = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64 / 1e3;
+    if std::env::var_os("LEDA_BENCH_PERCENTILES").is_some() {
+        let ps = [0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.999];
+        let line: Vec<String> = ps
+            .iter()
+            .map(|&p| format!("p{}={:.0}", p * 100.0, at(p)))
+            .collect();
+        eprintln!("# round trips: n={} {} (us)", v.len(), line.join(" "));
+    }
     (at(0.50), at(0.99))
 }
 
