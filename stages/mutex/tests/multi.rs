@@ -560,3 +560,33 @@ fn clusters_split_local_and_remote_messages() {
         Err(MutexError::Config(_))
     ));
 }
+
+/// The omniscient reference backfills (a later, smaller request is served while an earlier
+/// one waits); its strict-FIFO variant holds everything behind the head.
+#[test]
+fn omniscient_backfills_and_its_strict_fifo_variant_does_not() {
+    let space = ResourceSpace::single(2).expect("space");
+    let r0 = MultiRequest::set([0], &space).expect("req");
+    let both = MultiRequest::set([0, 1], &space).expect("req");
+    let r1 = MultiRequest::set([1], &space).expect("req");
+    for (strict, want) in [(false, vec![0, 2]), (true, vec![0])] {
+        let mut sched = if strict {
+            Omniscient::strict_fifo(3, space.clone())
+        } else {
+            Omniscient::new(3, space.clone())
+        }
+        .expect("valid");
+        let mut out = MultiOutbox::new();
+        sched.request(0, &r0, &mut out).expect("request");
+        sched.request(1, &both, &mut out).expect("request");
+        sched.request(2, &r1, &mut out).expect("request");
+        let granted: Vec<usize> = out
+            .drain()
+            .filter_map(|o| match o {
+                MultiOutput::Grant { node, .. } => Some(node),
+                MultiOutput::Send { .. } => None,
+            })
+            .collect();
+        assert_eq!(granted, want, "strict FIFO: {strict}");
+    }
+}

@@ -63,18 +63,21 @@ pub enum LjAlgo {
     Lejeune,
     /// Lejeune et al. with loan (threshold 1).
     LejeuneLoan,
-    /// The omniscient centralised reference.
+    /// The omniscient centralised reference (FIFO with backfilling).
     Omniscient,
+    /// The omniscient reference in strict FIFO order (no backfilling).
+    OmniscientFifo,
 }
 
 impl LjAlgo {
     /// Every algorithm, in chart order.
-    pub const ALL: [LjAlgo; 5] = [
+    pub const ALL: [LjAlgo; 6] = [
         LjAlgo::Incremental,
         LjAlgo::BouabdallahLaforest,
         LjAlgo::Lejeune,
         LjAlgo::LejeuneLoan,
         LjAlgo::Omniscient,
+        LjAlgo::OmniscientFifo,
     ];
 
     /// CSV / legend name.
@@ -85,6 +88,7 @@ impl LjAlgo {
             LjAlgo::Lejeune => "lejeune",
             LjAlgo::LejeuneLoan => "lejeune-loan",
             LjAlgo::Omniscient => "omniscient",
+            LjAlgo::OmniscientFifo => "omniscient-fifo",
         }
     }
 }
@@ -243,6 +247,7 @@ impl LjSweep {
                 (rep, sim.system().loans())
             }
             LjAlgo::Omniscient => (run(cfg, Omniscient::new(n, space)?)?, 0),
+            LjAlgo::OmniscientFifo => (run(cfg, Omniscient::strict_fifo(n, space)?)?, 0),
         };
         Ok(LjRow {
             algo,
@@ -727,7 +732,7 @@ mod tests {
             ..LjSweep::default()
         };
         let rows = sweep.run(|_| {}).expect("sweep");
-        assert_eq!(rows.len(), 5 * 2 * 2);
+        assert_eq!(rows.len(), LjAlgo::ALL.len() * 2 * 2);
         for r in &rows {
             assert_eq!(r.verdict, MultiVerdict::Ok, "{}", r.csv());
             assert_eq!(r.stats.grants, 18);

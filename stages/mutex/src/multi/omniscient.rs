@@ -10,6 +10,12 @@
 //! request can in principle be overtaken indefinitely under unbounded load. Runs here are finite
 //! (every client issues a bounded number of requests), so every request is served and the
 //! checker's liveness check applies. Fences: one counter per instance, incremented per grant.
+//!
+//! Backfilling is greedy, not optimal: in a closed loop (each process asks again after its
+//! release) serving a small request first can leave resources idle later, so it is a
+//! reference, not an upper bound on the use rate. [`Omniscient::strict_fifo`] is the spec's
+//! alternative, strict FIFO without backfilling (the head blocks everything behind it), as a
+//! second reference.
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +48,8 @@ pub struct Omniscient {
     /// Per process: what it holds (empty when not in its CS).
     held: Vec<Vec<Hold>>,
     requesting: Vec<bool>,
+    /// Later requests may be served while an earlier one waits.
+    backfill: bool,
 }
 
 impl Omniscient {
@@ -61,6 +69,16 @@ impl Omniscient {
             pending: Vec::new(),
             held: vec![Vec::new(); n],
             requesting: vec![false; n],
+            backfill: true,
+        })
+    }
+
+    /// The same scheduler, strict FIFO: a request that cannot be served holds back every
+    /// later one.
+    pub fn strict_fifo(n: usize, space: ResourceSpace) -> Result<Self, MutexError> {
+        Ok(Self {
+            backfill: false,
+            ..Self::new(n, space)?
         })
     }
 
@@ -107,7 +125,8 @@ impl Omniscient {
                     self.held[node] = holds.clone();
                     out.grant(node, holds);
                 }
-                None => i += 1,
+                None if self.backfill => i += 1,
+                None => break,
             }
         }
     }
