@@ -14,8 +14,8 @@
 # Installs wrk, nginx, libnginx-mod-http-lua and apache2 with apt (as root), configures
 # each peer in a temporary directory with as many workers as our threads (nginx:
 # worker_processes, sendfile on; Apache: event MPM, one process per thread), and runs:
-#   static 300 KB and 5 MB files at each connection count: ours (files up to
-#   --cache-max-file, 8 MiB by default, from the memory cache) and ours_sendfile (every
+#   static 300 KB and 5 MB files at each connection count: ours (leda-httpd's default
+#   flags: files up to --cache-max-file, 8 MiB, from the memory cache) and ours_sendfile (every
 #   file kept open by the cache and sent with sendfile: --cache-max-file 0) vs nginx;
 #   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours (LuaJIT), ours_lua54,
 #   nginx+lua (LuaJIT) and Apache+mod_lua (Lua 5.3).
@@ -81,18 +81,21 @@ chmod -R a+rX "$WORK"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 # --- ours -------------------------------------------------------------------------
+# leda-httpd's defaults, as a user starts it: --root and --listen only (one thread per
+# CPU, a 64 MiB cache of files up to 8 MiB, 10,000 connections, its own file limit
+# raised to the hard limit); --threads only when THREADS is not the CPU count.
+OURS_FLAGS=()
+[ "$THREADS" = "$(nproc)" ] || OURS_FLAGS=(--threads "$THREADS")
 for flavour in luajit:$P_OURS lua54:$P_OURS54; do
   "$WORK/leda-httpd-${flavour%%:*}" --root "$WORK/www" --listen "127.0.0.1:${flavour#*:}" \
-    --threads "$THREADS" --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 \
-    >"$WORK/logs/ours-${flavour%%:*}.out" 2>&1 &
+    "${OURS_FLAGS[@]}" >"$WORK/logs/ours-${flavour%%:*}.out" 2>&1 &
   PIDS+=($!)
 done
 
 # The same LuaJIT build with every file (static cases only) kept open by the cache and
 # sent with sendfile(2) (--cache-max-file 0), nginx's way: `ours_sendfile`.
 "$WORK/leda-httpd-luajit" --root "$WORK/www" --listen "127.0.0.1:$P_OURSSF" \
-  --threads "$THREADS" --cache-bytes $((64 * 1024 * 1024)) --max-connections 20000 \
-  --cache-max-file 0 >"$WORK/logs/ours-sendfile.out" 2>&1 &
+  "${OURS_FLAGS[@]}" --cache-max-file 0 >"$WORK/logs/ours-sendfile.out" 2>&1 &
 PIDS+=($!)
 
 # --- nginx (+ lua) ------------------------------------------------------------------

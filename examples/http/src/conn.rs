@@ -14,6 +14,10 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::config::Config;
+
+/// The most body bytes one connection writes before other connections get a turn
+/// ([`Conn::write_all_fair`]).
+pub const FAIR_CHUNK: usize = 512 * 1024;
 use crate::error::HttpError;
 use crate::request::{self, Parsed, Request};
 use crate::sys;
@@ -171,6 +175,27 @@ impl Conn {
                 Err(_) => return Err(Next::Refuse(HttpError::Timeout)),
             }
         }
+    }
+
+    /// [`Conn::write_all`] in turns of at most [`FAIR_CHUNK`] body bytes, letting other
+    /// connections' writes run between two turns (`ctx.nice()`): a large response no
+    /// longer goes out in one stretch while the other connections wait, which made the
+    /// slowest 1 % of 5 MB responses at 200 connections take 3× nginx's.
+    pub async fn write_all_fair(
+        &mut self,
+        head: &[u8],
+        body: &[u8],
+        limit: Duration,
+        ctx: &mut leda_core::prelude::Ctx,
+    ) -> io::Result<()> {
+        let mut chunks = body.chunks(FAIR_CHUNK);
+        self.write_all(head, chunks.next().unwrap_or_default(), limit)
+            .await?;
+        for chunk in chunks {
+            ctx.nice().await;
+            self.write_all(&[], chunk, limit).await?;
+        }
+        Ok(())
     }
 
     /// Writes `head` then `body` (gathered), each write bounded by `limit` without

@@ -23,7 +23,10 @@ pub fn stage() -> Stage {
             let (cfg, mut out) = (cfg.clone(), ctx.clone());
             ctx.wait(async move {
                 let body: &[u8] = if head_only { &[] } else { &body };
-                if let Err(e) = conn.write_all(&head, body, cfg.send_timeout).await {
+                if let Err(e) = conn
+                    .write_all_fair(&head, body, cfg.send_timeout, &mut out)
+                    .await
+                {
                     tracing::debug!(error = %e, "send_buffer: client write failed");
                     return Ok(());
                 }

@@ -197,7 +197,9 @@ async fn miss(cfg: &Config, mut conn: Conn, m: Miss, out: &mut Ctx) -> HandlerRe
                     return Ok(());
                 }
             };
-            let written = conn.write_all(&head, &body, cfg.send_timeout).await;
+            let written = conn
+                .write_all_fair(&head, &body, cfg.send_timeout, out)
+                .await;
             let ev = insert_event("put", &path, &version).with(Value::Bytes(body));
             forward(out, "insert", ev).await?;
             match written {
