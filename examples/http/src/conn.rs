@@ -14,13 +14,13 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use crate::config::Config;
+use crate::error::HttpError;
+use crate::request::{self, Parsed, Request};
+use crate::sys;
 
 /// The most body bytes one connection writes before other connections get a turn
 /// ([`Conn::write_all_fair`]).
 pub const FAIR_CHUNK: usize = 512 * 1024;
-use crate::error::HttpError;
-use crate::request::{self, Parsed, Request};
-use crate::sys;
 
 /// Counts open connections against a limit.
 #[derive(Clone, Debug)]
