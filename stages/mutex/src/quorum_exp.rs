@@ -52,7 +52,6 @@ use crate::ft_quorum::protocol::{FtQuorumConfig, FtQuorumNode};
 use crate::ft_quorum::tree::tree_part;
 use crate::ft_quorum::{CorrectSet, Generator};
 use crate::metrics::Metrics;
-use crate::node::NodeId;
 use crate::quorum_chart;
 use crate::rng::SplitMix64;
 use crate::sim::{Channels, Crash, Latency, Schedule, SimConfig, Simulation, Workload};
@@ -206,18 +205,7 @@ impl QuorumExperiment {
         let horizon = ((total_cs * per_cs) / 2.0).max(1.0) as u64;
         let mut rejected = 0;
         loop {
-            let mut ids: Vec<NodeId> = (0..n).collect();
-            let mut crashes: Vec<Crash> = (0..k)
-                .map(|j| {
-                    let pick = j + rng.index(n - j);
-                    ids.swap(j, pick);
-                    Crash {
-                        node: ids[j],
-                        at: rng.range_inclusive(0, horizon),
-                        notice: self.notice.clone(),
-                    }
-                })
-                .collect();
+            let mut crashes = Crash::random(&mut rng, n, k, horizon, &self.notice);
             crashes.sort_by_key(|c| (c.at, c.node));
             let formable = CorrectSet::with_crashed(n, crashes.iter().map(|c| c.node))
                 .is_ok_and(|view| tree_part(&view).is_ok());

@@ -75,18 +75,7 @@ pub fn soak_config(g: Generator, seed: u64) -> SimConfig {
     // A CS takes about 2 hops + its duration at heavy load: crash in the first 60 % of that.
     let horizon = (n * cs) as u64 * 21 * 6 / 10;
     let k = 1 + rng.index(n / 2);
-    let mut ids: Vec<usize> = (0..n).collect();
-    cfg.crashes = (0..k)
-        .map(|j| {
-            let pick = j + rng.index(n - j);
-            ids.swap(j, pick);
-            Crash {
-                node: ids[j],
-                at: rng.range_inclusive(0, horizon),
-                notice: notices.latency(),
-            }
-        })
-        .collect();
+    cfg.crashes = Crash::random(&mut rng, n, k, horizon, &notices.latency());
     cfg.max_time = 10_000_000;
     cfg.max_events = 20_000_000;
     cfg

@@ -137,6 +137,32 @@ pub struct Crash {
     pub notice: Latency,
 }
 
+impl Crash {
+    /// `k` crashes of distinct random processes among `n`, each at a random time in
+    /// `[0, horizon]`, detected after `notice` (victims and times drawn alternately from
+    /// `rng`, in crash order as drawn).
+    pub fn random(
+        rng: &mut SplitMix64,
+        n: usize,
+        k: usize,
+        horizon: u64,
+        notice: &Latency,
+    ) -> Vec<Crash> {
+        let mut ids: Vec<NodeId> = (0..n).collect();
+        (0..k.min(n))
+            .map(|j| {
+                let pick = j + rng.index(n - j);
+                ids.swap(j, pick);
+                Crash {
+                    node: ids[j],
+                    at: rng.range_inclusive(0, horizon),
+                    notice: notice.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Simulator configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {

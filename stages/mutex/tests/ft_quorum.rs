@@ -57,22 +57,6 @@ fn run(g: Generator, cfg: SimConfig) -> Outcome {
     }
 }
 
-/// Random crashes: `f` distinct victims at random times in `[0, horizon]`.
-fn random_crashes(rng: &mut SplitMix64, n: usize, f: usize, notice: &Latency) -> Vec<Crash> {
-    let mut ids: Vec<usize> = (0..n).collect();
-    let mut out = Vec::new();
-    for _ in 0..f {
-        let k = rng.index(ids.len());
-        let node = ids.swap_remove(k);
-        out.push(Crash {
-            node,
-            at: rng.range_inclusive(0, 150),
-            notice: notice.clone(),
-        });
-    }
-    out
-}
-
 /// Seeds per generator: `default`, or `FTQ_SEEDS` for longer explorations.
 fn seeds(default: u64) -> u64 {
     std::env::var("FTQ_SEEDS")
@@ -121,7 +105,7 @@ fn crash_sweep(g: Generator, seeds: u64, notice: Latency) -> Sweep {
         let n = ns[seed as usize % ns.len()];
         let mut rng = SplitMix64::new(seed ^ 0x5eed_c4a5);
         let f = 1 + rng.index(n / 2);
-        let crashes = random_crashes(&mut rng, n, f, &notice);
+        let crashes = Crash::random(&mut rng, n, f, 150, &notice);
         let what = |why: String| {
             format!(
                 "{g} n={n} seed={seed} crashes={:?}: {why}",
@@ -305,6 +289,17 @@ impl Net {
         self.kinds.iter().filter(|m| m.2 == kind).count()
     }
 
+    /// [`Net::messages`] of the spec's seven types only (without crash settlement's).
+    fn spec_messages(&self) -> Vec<String> {
+        let spec = [
+            "request", "reply", "failed", "inquire", "yield", "release", "cancel",
+        ];
+        self.messages()
+            .into_iter()
+            .filter(|m| spec.iter().any(|k| m.starts_with(&format!("{k} "))))
+            .collect()
+    }
+
     /// Every message so far as `kind from->to`, sorted (the exact content of a run whose
     /// interleaving of independent sends does not matter).
     fn messages(&self) -> Vec<String> {
@@ -462,16 +457,8 @@ fn trace_crash_substitutes_a_member() {
     assert_eq!(net.grants, vec![0]);
     net.release(0);
     net.deliver_all();
-    let spec = [
-        "request", "reply", "failed", "inquire", "yield", "release", "cancel",
-    ];
-    let own: Vec<String> = net
-        .messages()
-        .into_iter()
-        .filter(|m| spec.iter().any(|k| m.starts_with(&format!("{k} "))))
-        .collect();
     assert_eq!(
-        own,
+        net.spec_messages(),
         strings(&[
             "request 0->0",
             "request 0->1",
@@ -508,16 +495,8 @@ fn trace_crash_makes_a_member_leave_with_cancel() {
     assert_eq!(net.grants, vec![2]);
     net.release(2);
     net.deliver_all();
-    let spec = [
-        "request", "reply", "failed", "inquire", "yield", "release", "cancel",
-    ];
-    let own: Vec<String> = net
-        .messages()
-        .into_iter()
-        .filter(|m| spec.iter().any(|k| m.starts_with(&format!("{k} "))))
-        .collect();
     assert_eq!(
-        own,
+        net.spec_messages(),
         strings(&[
             "request 2->0",
             "request 2->1",
