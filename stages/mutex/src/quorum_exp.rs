@@ -859,7 +859,7 @@ mod tests {
         let s = a.crash_schedule();
         assert_eq!(s, b.crash_schedule());
         assert_eq!(s.len(), 8);
-        let mut victims: Vec<NodeId> = s.iter().map(|c| c.node).collect();
+        let mut victims: Vec<usize> = s.iter().map(|c| c.node).collect();
         victims.sort_unstable();
         victims.dedup();
         assert_eq!(victims.len(), 8, "distinct victims");
