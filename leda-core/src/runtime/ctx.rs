@@ -100,8 +100,9 @@ impl Clone for Ctx {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        let process = self.process.clone();
-        self.flush_counts(&process);
+        // Borrowed, not cloned: a clone and a drop of the process's `Arc` are two atomic
+        // writes to a count every worker shares, on every activation's end.
+        publish_all_sent(&mut self.sent, &self.process, self.stage);
     }
 }
 
@@ -392,14 +393,19 @@ impl Ctx {
     }
 
     pub(crate) fn flush_counts(&mut self, process: &Process) {
-        if self.sent.iter().all(|&c| c == 0) {
-            return;
-        }
-        for (ri, c) in self.sent.iter_mut().enumerate() {
-            if *c > 0 {
-                publish_sent(process, self.stage, ri, *c);
-                *c = 0;
-            }
+        publish_all_sent(&mut self.sent, process, self.stage);
+    }
+}
+
+/// Publishes and clears the sent-event counts of `stage` (one per route).
+fn publish_all_sent(sent: &mut [u64], process: &Process, stage: usize) {
+    if sent.iter().all(|&c| c == 0) {
+        return;
+    }
+    for (ri, c) in sent.iter_mut().enumerate() {
+        if *c > 0 {
+            publish_sent(process, stage, ri, *c);
+            *c = 0;
         }
     }
 }
