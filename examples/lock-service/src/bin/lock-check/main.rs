@@ -339,19 +339,7 @@ fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, V
             let err = std::fs::read_to_string(dir.join("node0.err")).unwrap_or_default();
             anyhow::anyhow!("{e}: {}", err.lines().last().unwrap_or("no error line"))
         })?;
-    let nodes = children
-        .into_iter()
-        .enumerate()
-        .map(|(i, child)| {
-            Some(Proc {
-                name: format!("node{i}"),
-                child,
-                stopped: false,
-                dead: false,
-            })
-        })
-        .collect();
-    Ok((nodes, client_addrs))
+    Ok((node_procs(children), client_addrs))
 }
 
 /// Starts an etcd cluster of `--nodes` members on loopback (data in /dev/shm when there is
@@ -375,7 +363,12 @@ fn start_etcd(run: &Run) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
         std::fs::File::create(run.dir.join(format!("node{i}.err")))
             .map_or(Stdio::null(), Stdio::from)
     })?;
-    let nodes = members
+    Ok((node_procs(members), clients))
+}
+
+/// The group's processes, named `node0`, `node1`, ... in order.
+fn node_procs(children: Vec<std::process::Child>) -> Vec<Option<Proc>> {
+    children
         .into_iter()
         .enumerate()
         .map(|(i, child)| {
@@ -386,8 +379,7 @@ fn start_etcd(run: &Run) -> anyhow::Result<(Vec<Option<Proc>>, Vec<String>)> {
                 dead: false,
             })
         })
-        .collect();
-    Ok((nodes, clients))
+        .collect()
 }
 
 /// A free loopback port (bound, then let go).
