@@ -1,15 +1,19 @@
-//! The instance API inside handlers: `leda.send`, `leda.push`, `leda.sleep`,
-//! `leda.nice`, `leda.quit`, `leda.gettime`.
+//! The instance API inside handlers: `leda.send`, `leda.send_wait`, `leda.push`,
+//! `leda.sleep`, `leda.nice`, `leda.quit`, `leda.gettime`.
 //!
 //! `leda.send(port, ...)` returns `true`, or `nil` and a reason string: the
 //! destination queue is full, the port is not connected, or a value cannot cross a
 //! connector (a function, a userdata without `__persist`, a cyclic table).
+//! `leda.send_wait(port, ...)` is the same, except that on a full queue the instance
+//! waits (no thread held, like `leda.sleep`) until the event is accepted: a producer
+//! faster than its consumer loses nothing.
 
 use std::cell::Cell;
 use std::ptr;
 
+use leda_core::error::SendError;
 use leda_core::event::Event;
-use leda_core::prelude::Ctx;
+use leda_core::prelude::{Ctx, Port};
 use mlua::{Lua, MultiValue, Table};
 
 use crate::value::args_to_values;
@@ -65,47 +69,66 @@ impl CtxCell {
     }
 }
 
+/// Why an event was not sent.
+enum Refusal {
+    /// The destination queue is full (the message `leda.send` returns).
+    Full(String),
+    /// Any other reason, as the message `leda.send` returns.
+    Other(String),
+}
+
+/// The port a Lua value names: a string, an integer (or an integral float), or `nil`
+/// for port 1.
+pub(crate) fn lua_port(port: &mlua::Value) -> Result<Port, String> {
+    match port {
+        mlua::Value::String(s) => Ok(Port::from(s.to_string_lossy().as_str())),
+        mlua::Value::Integer(i) => Ok(Port::from(*i)),
+        mlua::Value::Number(n) if n.fract() == 0.0 && n.is_finite() => Ok(Port::from(*n as i64)),
+        mlua::Value::Nil => Ok(Port::from(1i64)),
+        other => Err(format!(
+            "a port is a number or a string, not a {}",
+            other.type_name()
+        )),
+    }
+}
+
+fn deliver(ctx: &mut Ctx, port: &mlua::Value, values: &[mlua::Value]) -> Result<(), Refusal> {
+    let port = lua_port(port).map_err(Refusal::Other)?;
+    let v = args_to_values(values, "")
+        .map_err(|e| Refusal::Other(refused(ctx, &port.to_string(), &e)))?;
+    match ctx.send(&port, Event::from_values(v)) {
+        Ok(()) => Ok(()),
+        Err(e @ SendError::QueueFull { .. }) => Err(Refusal::Full(e.to_string())),
+        Err(e) => Err(Refusal::Other(e.to_string())),
+    }
+}
+
 fn send(
     cell: &CtxCell,
     port: mlua::Value,
     args: MultiValue,
 ) -> mlua::Result<(Option<bool>, Option<String>)> {
     let values = args.into_vec();
-    cell.with("leda.send", |ctx| {
-        let result = match &port {
-            mlua::Value::String(s) => {
-                let name = s.to_string_lossy();
-                match args_to_values(&values, "") {
-                    Ok(v) => ctx
-                        .send(name.as_str(), Event::from_values(v))
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(refused(ctx, &name, &e)),
-                }
-            }
-            mlua::Value::Integer(i) => send_index(ctx, *i, &values),
-            mlua::Value::Number(n) if n.fract() == 0.0 && n.is_finite() => {
-                send_index(ctx, *n as i64, &values)
-            }
-            mlua::Value::Nil => send_index(ctx, 1, &values),
-            other => Err(format!(
-                "a port is a number or a string, not a {}",
-                other.type_name()
-            )),
-        };
-        match result {
-            Ok(()) => (Some(true), None),
-            Err(reason) => (None, Some(reason)),
-        }
+    cell.with("leda.send", |ctx| match deliver(ctx, &port, &values) {
+        Ok(()) => (Some(true), None),
+        Err(Refusal::Full(reason) | Refusal::Other(reason)) => (None, Some(reason)),
     })
 }
 
-fn send_index(ctx: &mut Ctx, i: i64, values: &[mlua::Value]) -> Result<(), String> {
-    match args_to_values(values, "") {
-        Ok(v) => ctx
-            .send(i, Event::from_values(v))
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(refused(ctx, &i.to_string(), &e)),
-    }
+/// `leda.send_wait`'s first attempt: `true` when sent, `false` when the queue is full
+/// (the caller then yields the event to [`crate::instance`], which waits for room),
+/// `nil` and the reason otherwise.
+fn try_send(
+    cell: &CtxCell,
+    port: mlua::Value,
+    args: MultiValue,
+) -> mlua::Result<(Option<bool>, Option<String>)> {
+    let values = args.into_vec();
+    cell.with("leda.send_wait", |ctx| match deliver(ctx, &port, &values) {
+        Ok(()) => (Some(true), None),
+        Err(Refusal::Full(_)) => (Some(false), None),
+        Err(Refusal::Other(reason)) => (None, Some(reason)),
+    })
 }
 
 /// The reason given for an event that cannot leave its Lua state.
@@ -152,7 +175,7 @@ pub fn install_instance_api(
             c.with("leda.quit", |ctx| ctx.quit(Event::from_values(values)))
         })?,
     )?;
-    let c = cell;
+    let c = cell.clone();
     leda.set(
         "gettime",
         lua.create_function(move |_, ()| {
@@ -163,20 +186,32 @@ pub fn install_instance_api(
     let token = lua.create_table()?;
     let coroutine: Table = lua.globals().get("coroutine")?;
     let yield_fn: mlua::Function = coroutine.get("yield")?;
+    let c = cell.clone();
+    let try_fn = lua.create_function(move |_, (port, args): (mlua::Value, MultiValue)| {
+        try_send(&c, port, args)
+    })?;
+    // A full queue: the event goes to the instance's driver with the yield
+    // (`instance::step`), which waits for room and resumes with the outcome.
     let waits: Table = lua
         .load(
-            "local yield, token = ...
+            "local yield, token, try = ...
              local function sleep(t)
                t = tonumber(t) or error('leda.sleep: a number of seconds is required', 2)
                yield(token, t)
              end
              local function nice() yield(token, 0) end
-             return { sleep = sleep, nice = nice }",
+             local function send_wait(port, ...)
+               local ok, why = try(port, ...)
+               if ok == false then return yield(token, 'send', port, ...) end
+               return ok, why
+             end
+             return { sleep = sleep, nice = nice, send_wait = send_wait }",
         )
         .set_name("=leda")
-        .call((yield_fn, token.clone()))?;
+        .call((yield_fn, token.clone(), try_fn))?;
     leda.set("sleep", waits.get::<mlua::Function>("sleep")?)?;
     leda.set("nice", waits.get::<mlua::Function>("nice")?)?;
+    leda.set("send_wait", waits.get::<mlua::Function>("send_wait")?)?;
     lua.globals().set("leda", leda.clone())?;
     let package: Table = lua.globals().get("package")?;
     let loaded: Table = package.get("loaded")?;

@@ -20,10 +20,10 @@ use leda_core::prelude::*;
 use leda_core::stage::{Attrs, StageId};
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadStatus};
 
-use crate::api::{CtxCell, install_instance_api};
+use crate::api::{CtxCell, install_instance_api, lua_port};
 use crate::error::{LuaStageError, lua_message};
 use crate::source::FnSource;
-use crate::value::to_lua;
+use crate::value::{args_to_values, to_lua};
 
 /// The code of a Lua stage, shared by all its instances. Serializable: this is what
 /// travels to another process (source text and copied upvalues, never bytecode).
@@ -246,6 +246,8 @@ enum Step {
     Done,
     /// `leda.sleep(t)`; `None` is `leda.nice()`.
     Wait(Option<Duration>),
+    /// `leda.send_wait` found the queue full: send this when there is room.
+    Send(Port, Event),
 }
 
 /// A running instance of a Lua stage.
@@ -338,6 +340,19 @@ fn step(
                 .into());
             }
             let secs = match it.next() {
+                Some(mlua::Value::String(s)) if s.as_bytes() == b"send" => {
+                    let port = it.next().unwrap_or(mlua::Value::Nil);
+                    let port = lua_port(&port).map_err(|m| LuaStageError::Handler {
+                        stage: stage.to_owned(),
+                        message: m,
+                    })?;
+                    let rest: Vec<mlua::Value> = it.collect();
+                    let values = args_to_values(&rest, "").map_err(|e| LuaStageError::Handler {
+                        stage: stage.to_owned(),
+                        message: e.to_string(),
+                    })?;
+                    return Ok(Step::Send(port, Event::from_values(values)));
+                }
                 Some(mlua::Value::Integer(i)) => i as f64,
                 Some(mlua::Value::Number(n)) => n,
                 _ => 0.0,
@@ -387,28 +402,40 @@ impl Handler for LuaInstance {
                 }
                 Ok(())
             }
-            Step::Wait(first) => {
+            first => {
                 let mut owned = ctx.clone();
                 let lua = self.lua.clone();
                 let cell = self.cell.clone();
                 let token = self.token.clone();
                 let stage = self.stage.clone();
                 ctx.wait(async move {
-                    let _keep = lua;
                     let mut next = first;
                     loop {
-                        match next {
-                            Some(d) => owned.sleep(d).await,
-                            None => owned.nice().await,
-                        }
+                        // What the yield returns: nothing after a sleep, the outcome
+                        // after a waiting send.
+                        let back = match next {
+                            Step::Done => return Ok(()),
+                            Step::Wait(Some(d)) => {
+                                owned.sleep(d).await;
+                                MultiValue::new()
+                            }
+                            Step::Wait(None) => {
+                                owned.nice().await;
+                                MultiValue::new()
+                            }
+                            Step::Send(port, ev) => match owned.send_wait(port, ev).await {
+                                Ok(()) => MultiValue::from_vec(vec![mlua::Value::Boolean(true)]),
+                                Err(e) => MultiValue::from_vec(vec![
+                                    mlua::Value::Nil,
+                                    mlua::Value::String(lua.create_string(e.to_string())?),
+                                ]),
+                            },
+                        };
                         let res = {
                             let _in = cell.enter(&mut owned);
-                            thread.resume::<MultiValue>(())
+                            thread.resume::<MultiValue>(back)
                         };
-                        match step(&thread, res, &token, &stage)? {
-                            Step::Done => return Ok(()),
-                            Step::Wait(d) => next = d,
-                        }
+                        next = step(&thread, res, &token, &stage)?;
                     }
                 });
                 Ok(())

@@ -424,3 +424,41 @@ fn a_fail_stop_stage_is_not_rebuilt() {
         "{why}"
     );
 }
+
+#[test]
+fn send_wait_holds_a_fast_producer_and_loses_nothing() {
+    // A consumer with a queue of 2 that works on each event: `leda.send` is refused
+    // (queue full) while `leda.send_wait` waits for room, so all 3,000 arrive, in order.
+    let out = run(r#"
+        local producer = leda.stage{ handler = function(n)
+          local refused
+          for i = 1, n do
+            local ok, why = leda.send(1, -1)
+            if not ok then refused = why end
+            assert(leda.send_wait(1, i))
+          end
+          assert(leda.send_wait(1, 0, refused))
+        end }
+        local consumer = leda.stage{
+          init = function() expect = 1; extra = 0 end,
+          handler = function(i, why)
+            if i == -1 then extra = extra + 1; return end
+            if i == 0 then leda.quit(expect - 1, why, extra) return end
+            assert(i == expect, "out of order: " .. i .. " for " .. expect)
+            expect = expect + 1
+            local x = 0
+            for k = 1, 2000 do x = x + k end
+          end,
+          serial = true, capacity = 2 }
+        producer:push(3000)
+        return leda.graph{ producer:connect(consumer) }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out[0], Value::Int(3000), "{out:?}");
+    let why = out[1].as_str().expect("a plain send found the queue full");
+    assert!(why.contains("full"), "{why}");
+    assert!(
+        out[2].as_int().unwrap() < 3000,
+        "some plain sends were refused"
+    );
+}

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use leda_core::prelude::*;
 use leda_stages::{io, string};
+use std::io::Read;
 
 #[test]
 fn match_sends_captures_on_match_or_port_1() {
@@ -169,4 +170,60 @@ fn lines_as_bytes() {
     assert_eq!(got.len(), 2);
     assert_eq!(got[1][0].as_bytes().unwrap(), b"b");
     assert!(matches!(got[0][0], Value::Bytes(_)));
+}
+
+#[test]
+fn lines_in_chunks_of_whole_lines() {
+    let text: String = (0..3000).map(|i| format!("line {i}\n")).collect::<String>() + "tail";
+    let p = tmp("chunks", &text);
+    let l = io::lines().attr("chunk", 100);
+    let (out, got) = sink("out");
+    let mut g = Graph::new("l");
+    g.connect(&l, 1, &out);
+    g.connect(&l, "eof", &out);
+    l.push(p.to_string_lossy().into_owned());
+    run(&g);
+    let _ = std::fs::remove_file(&p);
+    let got = take(&got);
+    assert_eq!(got.last(), Some(&vec![]), "the eof tick comes last");
+    let chunks: Vec<&[u8]> = got[..got.len() - 1]
+        .iter()
+        .map(|e| e[0].as_bytes().unwrap())
+        .collect();
+    assert!(chunks.len() > 100, "about 100 bytes each: {}", chunks.len());
+    let (last, whole) = chunks.split_last().unwrap();
+    assert!(
+        whole
+            .iter()
+            .all(|c| c.ends_with(b"\n") && c.len() <= 100 + 10)
+    );
+    assert_eq!(*last, b"tail");
+    assert_eq!(
+        chunks.concat(),
+        text.as_bytes(),
+        "nothing lost, nothing repeated"
+    );
+}
+
+#[test]
+fn read_chunk_bounds_a_line_without_end() {
+    // A line longer than MAX_LINE is an error, not unbounded memory.
+    let mut input = std::io::repeat(b'x').take(io::MAX_LINE as u64 * 3);
+    let mut carry = Vec::new();
+    let e = io::read_chunk(&mut input, &mut carry, 4096).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    // A line longer than the chunk size is sent whole.
+    let long = format!("{}\nshort\n", "y".repeat(10_000));
+    let mut input = long.as_bytes();
+    let mut carry = Vec::new();
+    let mut chunks = Vec::new();
+    while let Some(c) = io::read_chunk(&mut input, &mut carry, 64).unwrap() {
+        assert!(c.ends_with(b"\n"));
+        chunks.push(c);
+    }
+    assert!(
+        chunks[0].len() > 10_000,
+        "the long line is in the first chunk, whole"
+    );
+    assert_eq!(chunks.concat(), long.as_bytes());
 }

@@ -4,7 +4,9 @@
 -- event-time merge (lateness bound 60 s, src/stages.rs). Sources, window and copy
 -- are the stage library's.
 -- Usage: cep.lua OUT_DIR WINDOW PERSIST FILTER CORRELATE SCENARIO DAEMONS FILE...
---   SCENARIO: local (one process), 1 (each source in a daemon) or 2 (also correlate);
+--   SCENARIO: local (one process), 1 (each source in a daemon) or 2 (also correlate),
+--     or seq: no graph, the same work in this Lua state on one thread (the Lua COST
+--     baseline: same functions, same windows, a merge written in Lua);
 --   DAEMONS: comma-separated daemon addresses (sources first, then correlate), or -.
 local leda = require 'leda'
 local out = assert(arg[1], 'output directory required')
@@ -48,6 +50,39 @@ local function helpers()
       + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
     return ip, secs, tonumber(status), tonumber(micros)
   end
+  -- filter's work on a window: emit('filter', line) for each relevant entry.
+  function filter_window(w, emit)
+    for i = 1, #w do
+      local ip, t, status, micros = parse(w[i])
+      if ip and (status >= 500 or micros >= 2000000) then
+        emit('filter', w[i])
+      end
+    end
+  end
+  -- correlate's work on a window: emit('correlate', ip, hot entries) for each client
+  -- with a burst (pairwise, O(w^2), as `rules::correlate`).
+  function correlate_window(w, emit)
+    local ips, ts, sts, n = {}, {}, {}, 0
+    for i = 1, #w do
+      local ip, t, status = parse(w[i])
+      if ip then
+        n = n + 1
+        ips[n], ts[n], sts[n] = ip, t, status
+      end
+    end
+    local hot = {}
+    for i = 1, n do
+      local peers = 0
+      for j = 1, n do
+        if i ~= j and ips[i] == ips[j] and sts[i] >= 400 and sts[j] >= 400
+           and math.abs(ts[i] - ts[j]) <= 30 then
+          peers = peers + 1
+        end
+      end
+      if peers >= 3 then hot[ips[i]] = (hot[ips[i]] or 0) + 1 end
+    end
+    for ip, count in pairs(hot) do emit('correlate', ip, count) end
+  end
   -- The time of a line (its %t) alone, as `log::time_of`.
   function time_of(line)
     local t = line:match('%[([^%]]+)%]')
@@ -59,6 +94,74 @@ local function helpers()
   end
 end
 
+-- The Lua COST baseline (SCENARIO seq): read the files a chunk of lines at a time in
+-- turn, stamp each line, merge them by event time (as `window.merge`: per source a
+-- queue in (time, arrival) order, released below the watermark in (time, source,
+-- arrival) order), and persist, filter and correlate each window, all in this state.
+if scenario == 'seq' then
+  helpers()
+  local files = { table.unpack(arg, 8) }
+  local n = #files
+  local persisted = assert(io.open(out .. '/persist-lua-seq.log', 'a'))
+  local alarms = assert(io.open(out .. '/alarms.log', 'a'))
+  local function alarm(...) alarms:write(table.concat({ ... }, '\t'), '\n') end
+  local queue, head, tail, latest, live = {}, {}, {}, {}, {}
+  for i = 1, n do queue[i], head[i], tail[i], live[i] = {}, 1, 0, true end
+  local win = {}
+  local function process(w)
+    persisted:write(table.concat(w, '\n'), '\n\n')
+    filter_window(w, alarm)
+    correlate_window(w, alarm)
+  end
+  local function release()
+    local mark = math.huge
+    for i = 1, n do
+      if live[i] then mark = math.min(mark, (latest[i] or -math.huge) - LATENESS) end
+    end
+    while true do
+      local best, bt
+      for i = 1, n do
+        local e = queue[i][head[i]]
+        if e and (e[1] < mark or mark == math.huge) and (not bt or e[1] < bt) then
+          best, bt = i, e[1]
+        end
+      end
+      if not best then break end
+      local h = head[best]
+      win[#win + 1] = queue[best][h][2]
+      queue[best][h], head[best] = nil, h + 1
+      if #win == size then process(win); win = {} end
+    end
+  end
+  local function push(i, t, line)
+    if latest[i] and t < latest[i] - LATENESS then return alarm('late', t, i - 1, line) end
+    latest[i] = math.max(latest[i] or t, t)
+    local q, j = queue[i], tail[i]
+    while j >= head[i] and q[j][1] > t do q[j + 1] = q[j]; j = j - 1 end
+    q[j + 1], tail[i] = { t, line }, tail[i] + 1
+  end
+  local readers = {}
+  for i = 1, n do readers[i] = assert(io.open(files[i])):lines() end
+  local open = n
+  while open > 0 do
+    for i = 1, n do
+      if live[i] then
+        for _ = 1, 1024 do
+          local line = readers[i]()
+          if not line then live[i], open = false, open - 1; break end
+          local t = time_of(line)
+          if t then push(i, t, line) else io.stderr:write('no access-log time: ', line, '\n') end
+        end
+        release()
+      end
+    end
+  end
+  if #win > 0 then process(win) end
+  persisted:close()
+  alarms:close()
+  return
+end
+
 -- `stamp`, one per source next to it (serial: its lines keep their order): a line
 -- becomes (time, source, line), the end-of-file tick (source).
 local function stamp(source)
@@ -66,12 +169,12 @@ local function stamp(source)
     init = helpers,
     handler = function(line)
       if line == nil then
-        assert(leda.send(1, source))
+        assert(leda.send_wait(1, source))
         return
       end
       local t = time_of(line)
       if not t then error('stamp: no access-log time in ' .. line) end
-      assert(leda.send(1, t, source, line))
+      assert(leda.send_wait(1, t, source, line))
     end,
     serial = true,
   }
@@ -94,12 +197,7 @@ local persist = leda.stage "persist" {
 local filter = leda.stage "filter" {
   init = helpers,
   handler = function(w)
-    for i = 1, #w do
-      local ip, t, status, micros = parse(w[i])
-      if ip and (status >= 500 or micros >= 2000000) then
-        assert(leda.send(1, 'filter', w[i]))
-      end
-    end
+    filter_window(w, function(...) assert(leda.send_wait(1, ...)) end)
   end,
   maxpar = nf,
 }
@@ -107,28 +205,7 @@ local filter = leda.stage "filter" {
 local correlate = leda.stage "correlate" {
   init = helpers,
   handler = function(w)
-    local ips, ts, sts, n = {}, {}, {}, 0
-    for i = 1, #w do
-      local ip, t, status = parse(w[i])
-      if ip then
-        n = n + 1
-        ips[n], ts[n], sts[n] = ip, t, status
-      end
-    end
-    local hot = {}
-    for i = 1, n do
-      local peers = 0
-      for j = 1, n do
-        if i ~= j and ips[i] == ips[j] and sts[i] >= 400 and sts[j] >= 400
-           and math.abs(ts[i] - ts[j]) <= 30 then
-          peers = peers + 1
-        end
-      end
-      if peers >= 3 then hot[ips[i]] = (hot[ips[i]] or 0) + 1 end
-    end
-    for ip, count in pairs(hot) do
-      assert(leda.send(1, 'correlate', ip, count))
-    end
+    correlate_window(w, function(...) assert(leda.send_wait(1, ...)) end)
   end,
   maxpar = nc,
 }

@@ -14,6 +14,7 @@
 //! registry; [`app`] builds, partitions and runs the graph; [`seq`] is the baseline.
 
 pub mod app;
+pub mod batch;
 pub mod generate;
 pub mod log;
 pub mod lua;

@@ -24,6 +24,29 @@ pub fn run(
     instances: [usize; 3],
     scenario: Scenario,
 ) -> anyhow::Result<(Outcome, Duration)> {
+    run_script(files, out, window, threads, instances, Some(scenario))
+}
+
+/// The Lua COST baseline: `lua/cep.lua` with scenario `seq` does the same work (same
+/// functions, same windows) in the script's own Lua state on one thread, without a
+/// graph; returns the outcome and the wall time.
+pub fn sequential(
+    files: &[PathBuf],
+    out: &Path,
+    window: usize,
+) -> anyhow::Result<(Outcome, Duration)> {
+    run_script(files, out, window, 1, [1, 1, 1], None)
+}
+
+/// `scenario` `None`: the sequential mode.
+fn run_script(
+    files: &[PathBuf],
+    out: &Path,
+    window: usize,
+    threads: usize,
+    instances: [usize; 3],
+    scenario: Option<Scenario>,
+) -> anyhow::Result<(Outcome, Duration)> {
     std::fs::create_dir_all(out)?;
     for f in std::fs::read_dir(out)? {
         let p = f?.path();
@@ -37,11 +60,11 @@ pub fn run(
     let path = script_dir.join("cep.lua");
     std::fs::write(&path, SCRIPT)?;
     let (mine, theirs) = match scenario {
-        Scenario::Two => (threads.div_ceil(2), Some((threads / 2).max(1))),
+        Some(Scenario::Two) => (threads.div_ceil(2), Some((threads / 2).max(1))),
         _ => (threads, None),
     };
     let mut daemons = Vec::new();
-    if scenario != Scenario::Local {
+    if matches!(scenario, Some(Scenario::One | Scenario::Two)) {
         for _ in files {
             daemons.push(DaemonChild::spawn("lua-daemon", 1)?);
         }
@@ -58,7 +81,8 @@ pub fn run(
         mode: Mode::Run,
         until_idle: true,
         threads: Some(mine),
-        process: (scenario != Scenario::Local).then(|| "127.0.0.1:1".to_owned()),
+        process: matches!(scenario, Some(Scenario::One | Scenario::Two))
+            .then(|| "127.0.0.1:1".to_owned()),
         ..ScriptOptions::default()
     })
     .context("creating the Lua state")?;
@@ -69,9 +93,10 @@ pub fn run(
         instances[1].to_string(),
         instances[2].to_string(),
         match scenario {
-            Scenario::Local => "local",
-            Scenario::One => "1",
-            Scenario::Two => "2",
+            None => "seq",
+            Some(Scenario::Local) => "local",
+            Some(Scenario::One) => "1",
+            Some(Scenario::Two) => "2",
         }
         .to_owned(),
         if daemons.is_empty() {

@@ -2,46 +2,77 @@
 //! three logs, windows of `w` entries over their event-time merge, persist each
 //! window, filter, correlate, write the alarms), with the same rules, the same windows
 //! ([`leda_stages::window::Merge`], as the graph's `window`) and the same output files.
+//! It reads and parses as the graph does (chunks of whole lines, [`batch::stamp`]),
+//! so the two differ only in what the framework adds: stages, queues, threads.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::app::{Outcome, outcome};
+use leda_stages::io::read_chunk;
 use leda_stages::window::{Merge, Refused};
 
-use crate::log::{Entry, ip_text, parse, time_of};
+use crate::app::{Outcome, outcome};
+use crate::batch::{self, Line};
+use crate::log::ip_text;
 use crate::rules::{correlate, is_relevant};
-use crate::stages::LATENESS;
+use crate::stages::{CHUNK, LATENESS};
 
 struct Sinks {
     persist: File,
     alarms: BufWriter<File>,
 }
 
-fn process(window: &[String], sinks: &mut Sinks) -> std::io::Result<()> {
-    let mut buf = String::with_capacity(window.len() * 200);
+fn process(window: &[Line], sinks: &mut Sinks) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(window.iter().map(|l| l.text.len() + 1).sum::<usize>() + 1);
     for l in window {
-        buf.push_str(l);
-        buf.push('\n');
+        buf.extend_from_slice(&l.text);
+        buf.push(b'\n');
     }
-    buf.push('\n');
-    sinks.persist.write_all(buf.as_bytes())?;
-    let mut entries: Vec<Entry> = Vec::with_capacity(window.len());
+    buf.push(b'\n');
+    sinks.persist.write_all(&buf)?;
+    let mut entries = Vec::with_capacity(window.len());
     for l in window {
-        match parse(l) {
-            Ok(e) => {
-                if is_relevant(&e) {
-                    writeln!(sinks.alarms, "filter\t{l}")?;
-                }
-                entries.push(e);
+        if let Some(e) = l.entry {
+            if is_relevant(&e) {
+                sinks.alarms.write_all(b"filter\t")?;
+                sinks.alarms.write_all(&l.text)?;
+                sinks.alarms.write_all(b"\n")?;
             }
-            Err(e) => tracing::warn!(error = %e, "malformed log line skipped"),
+            entries.push(e);
         }
     }
     for (ip, n) in correlate(&entries) {
         writeln!(sinks.alarms, "correlate\t{}\t{n}", ip_text(ip))?;
+    }
+    Ok(())
+}
+
+/// Parses a chunk of source `i` and merges its lines (late ones are written as alarms).
+fn stamp_and_merge(
+    chunk: Vec<u8>,
+    i: usize,
+    merge: &mut Merge<Line>,
+    windows: &mut Vec<Vec<Line>>,
+    sinks: &mut Sinks,
+) -> std::io::Result<()> {
+    let s = batch::stamp(chunk);
+    for line in &s.untimed {
+        tracing::warn!(line, "no access-log time: line skipped");
+    }
+    let b = s.batch;
+    for j in 0..b.len() {
+        let line = b.take(j).expect("stamp's spans lie in its chunk");
+        match merge.push(line.time as f64, i, line, windows) {
+            Ok(()) => {}
+            Err(Refused::Late(l)) => {
+                write!(sinks.alarms, "late\t{}\t{i}\t", l.time)?;
+                sinks.alarms.write_all(&l.text)?;
+                sinks.alarms.write_all(b"\n")?;
+            }
+            Err(Refused::BadSource(_)) => unreachable!("source {i} is live"),
+        }
     }
     Ok(())
 }
@@ -67,35 +98,22 @@ pub fn sequential(
     };
     // The files are read a chunk at a time in turn, so that the merge holds about a
     // chunk per file (they are each in time order, up to the lateness bound).
-    const CHUNK: usize = 1024;
     let mut readers = Vec::with_capacity(files.len());
     for f in files {
-        readers.push(Some(
-            BufReader::with_capacity(1 << 16, File::open(f)?).lines(),
-        ));
+        readers.push(Some((File::open(f)?, Vec::new())));
     }
-    let mut merge: Merge<String> = Merge::new(window, files.len(), LATENESS as f64);
+    let mut merge: Merge<Line> = Merge::new(window, files.len(), LATENESS as f64);
     let mut windows = Vec::new();
     while !merge.finished() {
         for (i, reader) in readers.iter_mut().enumerate() {
-            let Some(lines) = reader else { continue };
-            for _ in 0..CHUNK {
-                let Some(line) = lines.next() else {
+            let Some((file, carry)) = reader else {
+                continue;
+            };
+            match read_chunk(file, carry, CHUNK)? {
+                Some(chunk) => stamp_and_merge(chunk, i, &mut merge, &mut windows, &mut sinks)?,
+                None => {
                     *reader = None;
                     merge.end(i, &mut windows);
-                    break;
-                };
-                let line = line?;
-                let Some(time) = time_of(&line) else {
-                    tracing::warn!(line, "no access-log time: line skipped");
-                    continue;
-                };
-                match merge.push(time as f64, i, line, &mut windows) {
-                    Ok(()) => {}
-                    Err(Refused::Late(line)) => {
-                        writeln!(sinks.alarms, "late\t{time}\t{i}\t{line}")?;
-                    }
-                    Err(Refused::BadSource(_)) => unreachable!("source {i} is live"),
                 }
             }
             for w in windows.drain(..) {

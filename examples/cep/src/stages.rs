@@ -1,8 +1,14 @@
 //! The CEP stages (Rust handlers) and the registry daemons rebuild them from.
 //!
-//! `source` is the library's `io.lines`, `window` its `window.merge`, `copy` its
-//! `util.broadcast` (reused unchanged); `stamp`, `persist`, `filter`, `correlate` and
-//! `alarm` are this application's.
+//! `source` is the library's `io.lines` (in chunks of whole lines), `copy` its
+//! `util.broadcast`; `window` runs the library's event-time merge
+//! ([`leda_stages::window::Merge`], as `window.merge` does) over batches;
+//! `stamp`, `persist`, `filter`, `correlate` and `alarm` are this application's.
+//!
+//! Each line is parsed once: `stamp` turns a chunk of lines into a [`Batch`] (the
+//! chunk's text with a record of fields per line), `window` cuts windows as batches
+//! too, and `persist`, `filter` and `correlate` read the records; copies of a window
+//! share one buffer.
 //!
 //! Results are defined by event time: each source's `stamp` gives every line its log
 //! time, and `window` cuts windows of `size` lines over the merge of the sources in
@@ -19,9 +25,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leda_core::prelude::*;
 use leda_net::Registry;
-use leda_stages::{io, util, window};
+use leda_stages::window::{Merge, Refused};
+use leda_stages::{io, util};
 
-use crate::log::{Entry, ip_text, parse, time_of};
+use crate::batch::{self, Batch, Builder, Line};
+use crate::log::ip_text;
 use crate::rules::{correlate as correlated, is_relevant};
 
 /// Registered kinds.
@@ -51,42 +59,39 @@ fn out_dir(attrs: &Attrs, stage: &str) -> Result<PathBuf, BoxError> {
     }
 }
 
-/// The lines of a window event, or an error naming the stage.
-fn window_lines<'a>(ev: &'a Event, stage: &str) -> Result<&'a [Value], BoxError> {
-    match ev.arg(0) {
-        Some(Value::Array(a)) => Ok(a),
-        _ => Err(format!("{stage}: expected a window (an array of log lines)").into()),
-    }
-}
-
-/// The text of a log line sent as text or as bytes.
-fn line_text(v: &Value) -> Option<&str> {
-    match v {
-        Value::Str(s) => Some(s),
-        Value::Bytes(b) => std::str::from_utf8(b).ok(),
-        _ => None,
-    }
-}
-
-/// Parses the lines of a window; malformed lines are logged and skipped.
-fn entries(lines: &[Value], stage: &str) -> Vec<(Entry, usize)> {
-    let mut out = Vec::with_capacity(lines.len());
-    for (i, v) in lines.iter().enumerate() {
-        match line_text(v).map(parse) {
-            Some(Ok(e)) => out.push((e, i)),
-            Some(Err(e)) => tracing::warn!(stage, error = %e, "malformed log line skipped"),
-            None => tracing::warn!(stage, "non-text log entry skipped"),
+/// The batch an event carries as its arguments `i` (text) and `i + 1` (records), or
+/// an error naming the stage.
+fn batch_arg(ev: &Event, i: usize, stage: &str) -> Result<Batch, BoxError> {
+    match (ev.arg(i), ev.arg(i + 1)) {
+        (Some(Value::Bytes(t)), Some(Value::Bytes(r))) => {
+            Ok(Batch::new(t.clone(), r.clone()).map_err(|e| format!("{stage}: {e}"))?)
         }
+        _ => Err(format!("{stage}: expected a batch of log lines (text, records)").into()),
     }
-    out
 }
 
-/// `source`: reads one log file (Listing 4.2's `lines`, from the library), each line
-/// as reference-counted bytes so that `copy` shares them instead of copying.
+/// Sends `b` on port 1 as `(prefix..., text, records)`.
+fn send_batch(ctx: &mut Ctx, mut ev: Event, b: Batch) -> Result<(), BoxError> {
+    let (text, records) = b.into_parts();
+    ev.push(text);
+    ev.push(records);
+    Ok(ctx.send_or_wait(1, ev)?)
+}
+
+/// Bytes per chunk a source reads (whole lines): about 300 lines.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Queue capacity (events) of the stages after the sources: batches and windows are
+/// large (64 KiB, 200 KiB), so a few per queue keep the cores busy, and a source is
+/// held back instead of reading its whole file into memory ahead of the merge.
+pub const QUEUE: usize = 16;
+
+/// `source`: reads one log file (Listing 4.2's `lines`, from the library) in chunks
+/// of [`CHUNK`] bytes of whole lines.
 pub fn source(name: &str) -> Stage {
     io::lines()
         .clone_as(name)
-        .attr("bytes", true)
+        .attr("chunk", CHUNK)
         .kind(kind::SOURCE)
 }
 
@@ -95,9 +100,10 @@ pub fn source(name: &str) -> Stage {
 /// request's start, so a source is out of order by up to its slowest response.
 pub const LATENESS: i64 = 60;
 
-/// `stamp_<i>` (serial, next to source `i`, so that its lines keep their order):
-/// `(line)` becomes `(time, i, line)`, the source's end-of-file tick `()` becomes
-/// `(i)`. A line without a readable time is the handler's error (logged, counted).
+/// `stamp_<i>` (serial, next to source `i`, so that its batches keep their order): a
+/// chunk `(bytes)` becomes `(i, text, records)` ([`batch::stamp`]: every line parsed), the
+/// source's end-of-file tick `()` becomes `(i)`. A line without a readable time is
+/// left out with a warning (the sequential program does the same).
 pub fn stamp(source: usize) -> Stage {
     Stage::stateful(
         format!("stamp{}", source + 1),
@@ -106,33 +112,90 @@ pub fn stamp(source: usize) -> Stage {
             if ev.is_empty() {
                 return Ok(ctx.send_or_wait(1, *src)?);
             }
-            let line = ev.take(0);
-            let time = line_text(&line)
-                .and_then(time_of)
-                .ok_or_else(|| format!("stamp: no access-log time in {line}"))?;
-            ctx.send_or_wait(1, (time, *src, line))?;
-            Ok(())
+            let Value::Bytes(chunk) = ev.take(0) else {
+                return Err("stamp: expected a chunk of log lines (bytes)".into());
+            };
+            let s = batch::stamp(Vec::from(chunk));
+            for line in &s.untimed {
+                tracing::warn!(source = *src, line, "no access-log time: line skipped");
+            }
+            if s.unparsed > 0 {
+                tracing::warn!(
+                    source = *src,
+                    lines = s.unparsed,
+                    "unreadable fields: kept, not filtered or correlated"
+                );
+            }
+            send_batch(ctx, Event::from(*src), s.batch)
         },
     )
     .serial()
+    .capacity(QUEUE)
     .attr("source", source as u64)
     .kind(kind::STAMP)
 }
 
-/// `window`: windows of `size` entries over the event-time merge of `sources`
-/// sources (see the module).
+/// `window` (serial): windows of `size` lines over the event-time merge of `sources`
+/// sources' batches (see the module), each sent as a batch `(text, records)` on port
+/// 1. A line later
+/// than the bound goes to `late` as `("late", time, source, line)`.
 pub fn window(size: usize, sources: usize) -> Stage {
-    window::merge()
-        .clone_as("window")
-        .attr("size", size)
-        .attr("sources", sources)
-        .attr("lateness", LATENESS)
-        .kind(kind::WINDOW)
+    Stage::stateful(
+        "window",
+        |attrs: &Attrs| -> Result<Merge<Line>, BoxError> {
+            let size: usize = attrs.get_as("size")?;
+            let sources: usize = attrs.get_as("sources")?;
+            if size == 0 || sources == 0 {
+                return Err("window: 'size' and 'sources' must be at least 1".into());
+            }
+            Ok(Merge::new(size, sources, LATENESS as f64))
+        },
+        |m: &mut Merge<Line>, ev: Event, ctx: &mut Ctx| {
+            let source: usize = ev.get(0)?;
+            let mut out = Vec::new();
+            if ev.len() == 1 {
+                m.end(source, &mut out);
+            } else {
+                let b = batch_arg(&ev, 1, "window")?;
+                for i in 0..b.len() {
+                    let line = b.take(i).map_err(|e| format!("window: {e}"))?;
+                    match m.push(line.time as f64, source, line, &mut out) {
+                        Ok(()) => {}
+                        Err(Refused::Late(l)) => {
+                            ctx.send_or_wait("late", ("late", l.time, source as u64, l.text))?;
+                        }
+                        Err(Refused::BadSource(_)) => {
+                            return Err(
+                                format!("window: source {source} is unknown or has ended").into()
+                            );
+                        }
+                    }
+                }
+            }
+            for w in out {
+                let text = w.iter().map(|l| l.text.len() + 1).sum();
+                let mut b = Builder::new(w.len(), text);
+                for l in &w {
+                    b.push(l);
+                }
+                send_batch(ctx, Event::new(), b.finish())?;
+            }
+            Ok(())
+        },
+    )
+    .serial()
+    .capacity(QUEUE * 2)
+    .attr("size", size)
+    .attr("sources", sources)
+    .kind(kind::WINDOW)
 }
 
 /// `copy`: one copy of each window to persist (1), filter (2) and correlate (3).
 pub fn copy() -> Stage {
-    util::broadcast().clone_as("copy").kind(kind::COPY)
+    util::broadcast()
+        .clone_as("copy")
+        .capacity(QUEUE)
+        .kind(kind::COPY)
 }
 
 static PERSIST_FILES: AtomicUsize = AtomicUsize::new(0);
@@ -150,57 +213,61 @@ pub fn persist() -> Stage {
             Ok(OpenOptions::new().create(true).append(true).open(&path)?)
         },
         |f: &mut File, ev: Event, _: &mut Ctx| {
-            let lines = window_lines(&ev, "persist")?;
-            let mut buf = Vec::with_capacity(lines.len() * 200);
-            for l in lines {
-                match l {
-                    Value::Str(t) => buf.extend_from_slice(t.as_bytes()),
-                    Value::Bytes(b) => buf.extend_from_slice(b),
-                    other => return Err(format!("persist: a log line is a {}", other.type_name()).into()),
-                }
-                buf.push(b'\n');
-            }
-            buf.push(b'\n');
-            f.write_all(&buf)?;
+            // The window's text is its lines, each ended by `\n`; a blank line after.
+            let w = batch_arg(&ev, 0, "persist")?;
+            f.write_all(w.text())?;
+            f.write_all(b"\n")?;
             Ok(())
         },
     )
+    .capacity(QUEUE)
     .kind(kind::PERSIST)
 }
 
-/// `filter` (parallel): sends `("filter", line)` to the alarm for each relevant entry.
+/// `filter` (parallel): sends the alarm one event per window with a relevant entry:
+/// its alarm lines, `filter<TAB>line` each, as bytes.
 pub fn filter() -> Stage {
     Stage::new("filter", |ev: Event, ctx: &mut Ctx| {
-        let lines = window_lines(&ev, "filter")?;
-        for (e, i) in entries(lines, "filter") {
-            if is_relevant(&e) {
-                let text = line_text(&lines[i]).unwrap_or_default().to_owned();
-                ctx.send_or_wait(1, ("filter", text))?;
+        let w = batch_arg(&ev, 0, "filter")?;
+        let mut alarms = Vec::new();
+        for i in 0..w.len() {
+            if w.entry(i).is_some_and(|e| is_relevant(&e)) {
+                alarms.extend_from_slice(b"filter\t");
+                alarms.extend_from_slice(w.line(i).map_err(|e| format!("filter: {e}"))?);
+                alarms.push(b'\n');
             }
+        }
+        if !alarms.is_empty() {
+            ctx.send_or_wait(1, bytes::Bytes::from(alarms))?;
         }
         Ok(())
     })
+    .capacity(QUEUE)
     .kind(kind::FILTER)
 }
 
-/// `correlate` (parallel): O(w²) burst detection; sends `("correlate", client, hot
-/// entries)` to the alarm for each client with a burst in the window.
+/// `correlate` (parallel): O(w²) burst detection; sends the alarm one event per window
+/// with a burst: its alarm lines, `correlate<TAB>client<TAB>hot entries` for each
+/// client with one, as bytes.
 pub fn correlate() -> Stage {
     Stage::new("correlate", |ev: Event, ctx: &mut Ctx| {
-        let lines = window_lines(&ev, "correlate")?;
-        let es: Vec<Entry> = entries(lines, "correlate")
-            .into_iter()
-            .map(|(e, _)| e)
-            .collect();
-        for (ip, n) in correlated(&es) {
-            ctx.send_or_wait(1, ("correlate", ip_text(ip), n))?;
+        let w = batch_arg(&ev, 0, "correlate")?;
+        let mut alarms = String::new();
+        for (ip, n) in correlated(&w.entries()) {
+            alarms.push_str(&format!("correlate\t{}\t{n}\n", ip_text(ip)));
+        }
+        if !alarms.is_empty() {
+            ctx.send_or_wait(1, bytes::Bytes::from(alarms))?;
         }
         Ok(())
     })
+    .capacity(QUEUE)
     .kind(kind::CORRELATE)
 }
 
-/// `alarm` (serial): appends each alarm as a tab-separated line to `<out>/alarms.log`.
+/// `alarm` (serial): appends alarms to `<out>/alarms.log`: an event of one `bytes`
+/// argument is alarm lines already formatted (as `filter` and `correlate` send them),
+/// any other event one line of its arguments, tab-separated (bytes written as text).
 pub fn alarm() -> Stage {
     Stage::stateful(
         "alarm",
@@ -212,7 +279,13 @@ pub fn alarm() -> Stage {
                 .open(dir.join("alarms.log"))?)
         },
         |f: &mut File, ev: Event, _: &mut Ctx| {
-            // Tab-separated; a log line sent as bytes is written as its text.
+            if let [Value::Bytes(lines)] = ev.args() {
+                f.write_all(lines)?;
+                if !lines.ends_with(b"\n") {
+                    f.write_all(b"\n")?;
+                }
+                return Ok(());
+            }
             let mut line = Vec::with_capacity(256);
             for (i, v) in ev.args().iter().enumerate() {
                 if i > 0 {

@@ -1,5 +1,5 @@
 //! End to end: `leda-cep` on a small seeded log, in every configuration (scenario 1
-//! and 2 across processes, one process, Lua handlers, the sequential baseline). The
+//! and 2 across processes, one process, Lua handlers, the Rust and Lua sequential baselines). The
 //! expected alarms are computed here, independently of the crate's code: filter
 //! alarms from the input lines, correlate alarms from the windows `persist` wrote.
 //! Windows are cut by event time, so every configuration must give the very same
@@ -216,6 +216,7 @@ fn every_configuration_raises_the_same_expected_alarms() {
             "scenario2",
             vec!["run", "--scenario", "2", "--threads", "2", "--filter", "2"],
         ),
+        ("lua-seq", vec!["lua-seq"]),
         ("lua", vec!["lua", "--threads", "2", "--correlate", "2"]),
         ("lua1", vec!["lua", "--scenario", "1", "--threads", "2"]),
         (

@@ -1,6 +1,6 @@
 //! `io.lines`: Listing 4.2 in Rust.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 
 use leda_core::error::SendError;
 use leda_core::prelude::*;
@@ -20,6 +20,9 @@ use crate::args::named_or_first;
 ///   line: a *tick* that flushes a window (`window.spatial`) fed by several readers.
 /// * **Attribute `bytes`** (default false): send each line as bytes (reference-counted:
 ///   copies of a window of such lines share them) instead of text.
+/// * **Attribute `chunk`** (bytes, optional): send `(bytes)` chunks of about `chunk`
+///   bytes of whole lines, each line with its end-of-line, instead of one event per
+///   line (see [`read_chunk`]; a line longer than [`MAX_LINE`] is a read error).
 /// * **bind**: `line` (or 1) must be connected.
 ///
 /// A full destination queue parks the instance (no worker held) until there is room,
@@ -48,20 +51,39 @@ pub fn lines() -> Stage {
             .get("bytes")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        let chunk = match ctx.attrs().get("chunk") {
+            None | Some(Value::Nil) => None,
+            Some(Value::Int(n)) if *n > 0 => Some(*n as usize),
+            Some(v) => {
+                return Err(StageError::attr(
+                    &name,
+                    "chunk",
+                    format!("must be a positive integer, not {v}"),
+                )
+                .into());
+            }
+        };
+        if let Some(size) = chunk {
+            let mut file = file;
+            let mut carry = Vec::new();
+            loop {
+                match read_chunk(&mut file, &mut carry, size) {
+                    Ok(Some(c)) => match ctx.send_wait(&port, Value::Bytes(c.into())).await {
+                        Ok(()) => {}
+                        Err(SendError::Stopped) => return Ok(()),
+                        Err(e) => return Err(e.into()),
+                    },
+                    Ok(None) => return eof(&mut ctx).await,
+                    Err(e) => return report(&mut ctx, &name, &filename, "Read error", e).await,
+                }
+            }
+        }
         let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
         let mut buf = Vec::with_capacity(256);
         loop {
             buf.clear();
             match reader.read_until(b'\n', &mut buf) {
-                Ok(0) => {
-                    if ctx.has_output("eof") {
-                        match ctx.send_wait("eof", Event::new()).await {
-                            Ok(()) | Err(SendError::Stopped) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    return Ok(());
-                }
+                Ok(0) => return eof(&mut ctx).await,
                 Ok(_) => {
                     if buf.last() == Some(&b'\n') {
                         buf.pop();
@@ -93,6 +115,58 @@ pub fn lines() -> Stage {
         }
         Ok(())
     })
+}
+
+/// The `eof` tick, if `eof` is connected.
+async fn eof(ctx: &mut Ctx) -> HandlerResult {
+    if ctx.has_output("eof") {
+        match ctx.send_wait("eof", Event::new()).await {
+            Ok(()) | Err(SendError::Stopped) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The longest line [`read_chunk`] accepts (bytes).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Reads the next chunk of whole lines from `reader`: about `size` bytes (more when a
+/// line is longer), ending after a `\n`, or at the end of the input (where the last
+/// line may have none). `carry` keeps the partial line that follows the chunk, for the
+/// next call (start with it empty). `Ok(None)` at the end; a line longer than
+/// [`MAX_LINE`] is an `InvalidData` error, so a file without newlines cannot take
+/// unbounded memory.
+pub fn read_chunk(
+    reader: &mut impl Read,
+    carry: &mut Vec<u8>,
+    size: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut want = size.max(1);
+    let mut buf = Vec::with_capacity(carry.len() + want);
+    buf.append(carry);
+    let mut scanned = 0;
+    loop {
+        let missing = want.saturating_sub(buf.len()) as u64;
+        let eof =
+            missing > 0 && reader.by_ref().take(missing).read_to_end(&mut buf)? < missing as usize;
+        if let Some(i) = buf[scanned..].iter().rposition(|&b| b == b'\n') {
+            carry.extend_from_slice(&buf[scanned + i + 1..]);
+            buf.truncate(scanned + i + 1);
+            return Ok(Some(buf));
+        }
+        if eof {
+            return Ok((!buf.is_empty()).then_some(buf));
+        }
+        if buf.len() > MAX_LINE {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a line is longer than {MAX_LINE} bytes"),
+            ));
+        }
+        scanned = buf.len();
+        want = buf.len() * 2;
+    }
 }
 
 async fn report(

@@ -2,4 +2,4 @@
 
 mod lines;
 
-pub use lines::lines;
+pub use lines::{MAX_LINE, lines, read_chunk};

@@ -19,45 +19,12 @@
 //! Memory: elements wait until every live source has passed their time, so a source
 //! far behind the others holds the others' elements meanwhile.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 use leda_core::prelude::*;
 
 use crate::StageError;
 use crate::args::{required_positive, to_f64};
-
-/// One buffered element with its order key.
-struct Pending<T> {
-    time: f64,
-    source: usize,
-    seq: u64,
-    item: T,
-}
-
-impl<T> Pending<T> {
-    fn key(&self) -> (f64, usize, u64) {
-        (self.time, self.source, self.seq)
-    }
-}
-
-impl<T> PartialEq for Pending<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl<T> Eq for Pending<T> {}
-impl<T> PartialOrd for Pending<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<T> Ord for Pending<T> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        let (a, b) = (self.key(), other.key());
-        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
-    }
-}
 
 /// Why [`Merge::push`] did not take an element.
 #[derive(Debug)]
@@ -72,11 +39,14 @@ pub enum Refused<T> {
 pub struct Merge<T> {
     size: usize,
     lateness: f64,
-    /// Per source: the largest time seen, whether it ended, elements sent.
+    /// Per source: the largest time seen, whether it ended.
     latest: Vec<Option<f64>>,
     ended: Vec<bool>,
-    sent: Vec<u64>,
-    heap: BinaryHeap<Reverse<Pending<T>>>,
+    /// Per source: its elements not yet released, in `(time, arrival)` order. A
+    /// source's own elements arrive almost in time order (within the lateness), so
+    /// an element goes in at or near the back, and the release takes the smallest of
+    /// the sources' fronts: no heap over every pending element.
+    pending: Vec<VecDeque<(f64, T)>>,
     window: Vec<T>,
     late: u64,
 }
@@ -90,8 +60,7 @@ impl<T> Merge<T> {
             lateness: lateness.max(0.0),
             latest: vec![None; sources.max(1)],
             ended: vec![false; sources.max(1)],
-            sent: vec![0; sources.max(1)],
-            heap: BinaryHeap::new(),
+            pending: (0..sources.max(1)).map(|_| VecDeque::new()).collect(),
             window: Vec::with_capacity(size.max(1)),
             late: 0,
         }
@@ -114,14 +83,14 @@ impl<T> Merge<T> {
             return Err(Refused::Late(item));
         }
         self.latest[source] = Some(latest.map_or(time, |l| l.max(time)));
-        let seq = self.sent[source];
-        self.sent[source] += 1;
-        self.heap.push(Reverse(Pending {
-            time,
-            source,
-            seq,
-            item,
-        }));
+        let q = &mut self.pending[source];
+        if q.back().is_none_or(|(t, _)| t.total_cmp(&time).is_le()) {
+            q.push_back((time, item));
+        } else {
+            // After every element of this source not later than it: ties keep arrival order.
+            let at = q.partition_point(|(t, _)| t.total_cmp(&time).is_le());
+            q.insert(at, (time, item));
+        }
         self.release(out);
         Ok(())
     }
@@ -159,16 +128,23 @@ impl<T> Merge<T> {
 
     fn release(&mut self, out: &mut Vec<Vec<T>>) {
         let mark = self.watermark();
-        // Strictly older: a non-late element to come may still have the mark's time.
-        while self
-            .heap
-            .peek()
-            .is_some_and(|p| p.0.time < mark || mark == f64::INFINITY)
-        {
-            let Some(Reverse(p)) = self.heap.pop() else {
+        loop {
+            // The smallest `(time, source)` of the sources' fronts; strictly older than
+            // the mark (a non-late element to come may still have the mark's time).
+            let mut best: Option<(usize, f64)> = None;
+            for (s, q) in self.pending.iter().enumerate() {
+                if let Some(&(t, _)) = q.front()
+                    && (t < mark || mark == f64::INFINITY)
+                    && best.is_none_or(|(_, b)| t.total_cmp(&b).is_lt())
+                {
+                    best = Some((s, t));
+                }
+            }
+            let Some((s, _)) = best else { break };
+            let Some((_, item)) = self.pending[s].pop_front() else {
                 break;
             };
-            self.window.push(p.item);
+            self.window.push(item);
             if self.window.len() == self.size {
                 out.push(std::mem::replace(
                     &mut self.window,
@@ -266,7 +242,7 @@ mod tests {
     /// Feeds `streams` (per source, `(time, item)` in source order) in the arrival
     /// order `order` (source indices), then ends every source.
     fn run(streams: &[Vec<(f64, u32)>], order: &[usize], size: usize) -> (Vec<Vec<u32>>, u64) {
-        let mut m = Merge::new(size, streams.len(), 2.0);
+        let mut m = Merge::new(size, streams.len(), 3.0);
         let mut next = vec![0; streams.len()];
         let mut out = Vec::new();
         for &s in order {
@@ -312,6 +288,44 @@ mod tests {
                 .collect();
             assert_eq!(run(&streams, &order, 7), (first.clone(), 1), "{order:?}");
         }
+    }
+
+    #[test]
+    fn release_order_is_time_then_source_then_arrival() {
+        // Four sources of 500 elements each, times jittered back by up to the
+        // lateness (3) with many ties; fed in a random interleaving. The windows,
+        // concatenated, must be every element sorted by (time, source, arrival).
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let streams: Vec<Vec<(f64, u32)>> = (0..4u32)
+            .map(|s| {
+                (0..500u32)
+                    .map(|i| {
+                        (
+                            f64::from(i / 4) - rnd(3) as f64 + 0.5 * (rnd(2) as f64),
+                            s * 1000 + i,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let order: Vec<usize> = (0..2000).map(|_| rnd(4) as usize).collect();
+        let (windows, late) = run(&streams, &order, 9);
+        assert_eq!(late, 0, "every jitter is within the lateness");
+        let mut expected: Vec<(f64, usize, usize, u32)> = streams
+            .iter()
+            .enumerate()
+            .flat_map(|(s, st)| st.iter().enumerate().map(move |(i, &(t, v))| (t, s, i, v)))
+            .collect();
+        expected.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let got: Vec<u32> = windows.iter().flatten().copied().collect();
+        assert_eq!(got, expected.iter().map(|e| e.3).collect::<Vec<_>>());
+        assert!(windows[..windows.len() - 1].iter().all(|w| w.len() == 9));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! leda-cep run --logs logs --out out --scenario 2 --threads 4 --persist 2 --filter 2 --correlate 4
 //! leda-cep seq --logs logs --out out-seq
 //! leda-cep lua --logs logs --out out-lua --threads 4 --correlate 4
+//! leda-cep lua-seq --logs logs --out out-lua-seq
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -98,6 +99,11 @@ enum Cmd {
         /// correlate instances.
         #[arg(long, default_value_t = 2)]
         correlate: usize,
+    },
+    /// The Lua baseline: lua/cep.lua's work in one Lua state on one thread, no graph.
+    LuaSeq {
+        #[command(flatten)]
+        common: Common,
     },
     /// A daemon for the Lua variant (leda-lua deployment; prints `LISTENING ADDR`).
     LuaDaemon {
@@ -197,6 +203,14 @@ fn run() -> anyhow::Result<()> {
             )?;
             progress.finish();
             report("lua", &o, t.as_secs_f64());
+        }
+        Cmd::LuaSeq { common } => {
+            let progress =
+                leda_core::cli::Progress::start("leda-cep", "correlating (Lua, sequential)");
+            let (o, t) =
+                leda_cep::lua::sequential(&logs_in(&common.logs)?, &common.out, common.window)?;
+            progress.finish();
+            report("lua sequential", &o, t.as_secs_f64());
         }
         Cmd::LuaDaemon { listen, threads } => {
             // The Lua stages it runs persist windows and alarms to files: `io`.
