@@ -44,7 +44,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 impl Batch {
     /// The batch of `text` and `records` (whole records).
     pub fn new(text: Bytes, records: Bytes) -> Result<Batch, BadBatch> {
-        if records.len() % RECORD != 0 {
+        if !records.len().is_multiple_of(RECORD) {
             return Err(BadBatch("the records are not whole"));
         }
         Ok(Batch { text, records })

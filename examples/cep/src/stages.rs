@@ -1,9 +1,10 @@
 //! The CEP stages (Rust handlers) and the registry daemons rebuild them from.
 //!
-//! `source` is the library's `io.lines` (in chunks of whole lines), `copy` its
-//! `util.broadcast`; `window` runs the library's event-time merge
-//! ([`leda_stages::window::Merge`], as `window.merge` does) over batches;
-//! `stamp`, `persist`, `filter`, `correlate` and `alarm` are this application's.
+//! `source` is the library's `io.lines` (in chunks of whole lines); `window` runs the
+//! library's event-time merge ([`leda_stages::window::Merge`], as `window.merge`
+//! does) over batches; `stamp`, `copy`, `persist`, `filter`, `correlate` and `alarm`
+//! are this application's (the Lua variant uses the library's `window.merge` and
+//! `util.broadcast` as they are).
 //!
 //! Each line is parsed once: `stamp` turns a chunk of lines into a [`Batch`] (the
 //! chunk's text with a record of fields per line), `window` cuts windows as batches
@@ -25,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use leda_core::prelude::*;
 use leda_net::Registry;
+use leda_stages::io;
 use leda_stages::window::{Merge, Refused};
-use leda_stages::{io, util};
 
 use crate::batch::{self, Batch, Builder, Line};
 use crate::log::ip_text;
@@ -38,9 +39,9 @@ pub mod kind {
     pub const SOURCE: &str = "cep.source";
     /// Gives each line its event time.
     pub const STAMP: &str = "cep.stamp";
-    /// `window.merge`.
+    /// Windows over the sources' event-time merge.
     pub const WINDOW: &str = "cep.window";
-    /// `util.broadcast`.
+    /// Hands each window to persist, filter and correlate.
     pub const COPY: &str = "cep.copy";
     /// Appends windows to files.
     pub const PERSIST: &str = "cep.persist";
@@ -136,9 +137,9 @@ pub fn stamp(source: usize) -> Stage {
 }
 
 /// `window` (serial): windows of `size` lines over the event-time merge of `sources`
-/// sources' batches (see the module), each sent as a batch `(text, records)` on port
-/// 1. A line later
-/// than the bound goes to `late` as `("late", time, source, line)`.
+/// sources' batches (see the module), each sent on port 1 as a batch `(text,
+/// records)`. A line later than the bound goes to `late` as `("late", time, source,
+/// line)`.
 pub fn window(size: usize, sources: usize) -> Stage {
     Stage::stateful(
         "window",
@@ -190,12 +191,19 @@ pub fn window(size: usize, sources: usize) -> Stage {
     .kind(kind::WINDOW)
 }
 
-/// `copy`: one copy of each window to persist (1), filter (2) and correlate (3).
+/// `copy` (parallel): each window to persist (1) and filter (2), and its records alone
+/// to correlate (3), which reads no text: the same buffers in one process, and across
+/// processes (scenario 2) 32 KB per window instead of 220 KB.
 pub fn copy() -> Stage {
-    util::broadcast()
-        .clone_as("copy")
-        .capacity(QUEUE)
-        .kind(kind::COPY)
+    Stage::new("copy", |ev: Event, ctx: &mut Ctx| {
+        let (text, records) = batch_arg(&ev, 0, "copy")?.into_parts();
+        ctx.send_or_wait(1, (text.clone(), records.clone()))?;
+        ctx.send_or_wait(2, (text, records.clone()))?;
+        ctx.send_or_wait(3, (bytes::Bytes::new(), records))?;
+        Ok(())
+    })
+    .capacity(QUEUE)
+    .kind(kind::COPY)
 }
 
 static PERSIST_FILES: AtomicUsize = AtomicUsize::new(0);

@@ -147,9 +147,22 @@ pub fn read_chunk(
     buf.append(carry);
     let mut scanned = 0;
     loop {
-        let missing = want.saturating_sub(buf.len()) as u64;
-        let eof =
-            missing > 0 && reader.by_ref().take(missing).read_to_end(&mut buf)? < missing as usize;
+        // One read call per chunk when the input gives it whole (a file does).
+        let mut eof = false;
+        let mut len = buf.len();
+        buf.resize(want.max(len), 0);
+        while len < buf.len() {
+            match reader.read(&mut buf[len..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(len);
         if let Some(i) = buf[scanned..].iter().rposition(|&b| b == b'\n') {
             carry.extend_from_slice(&buf[scanned + i + 1..]);
             buf.truncate(scanned + i + 1);
