@@ -140,6 +140,9 @@ fn report(what: &str, o: &app::Outcome, secs: f64) {
     );
 }
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Errors end the command with one line and status 1 (`leda_core::cli`).
 fn main() -> std::process::ExitCode {
     leda_core::cli::init_logging("warn");
