@@ -9,8 +9,8 @@
 # run: one warm-up of each, then REPS alternating runs. Lua handlers: `lua` (local, one
 # thread per CPU; LUA_FULL=1 adds scenarios 1 and 2) against `lua_seq` (the same Lua
 # functions in one Lua state, one thread), LUA_REPS alternating runs.
-# A configuration whose alarms differ from seq's fails the bench (results are defined by
-# event time). Lines (medians, with each side's min and max):
+# A configuration whose alarms differ from its baseline's fails the bench (results are
+# defined by event time), as does a run that reports no time. Lines (medians, with each side's min and max):
 #   BENCH cep-<scenario>-<threads>t-<p>p<f>f<c>c unit=s better=lower ours=... ours_min=... ours_max=... seq=... seq_min=... seq_max=... speedup=<seq/ours medians>
 #   BENCH cep-lua<scenario>-... unit=s better=lower ours=... lua_seq=... (same fields)
 # Environment: LINES (default 1000000), THREADS (default "nproc 2*nproc"), REPS
@@ -23,14 +23,18 @@ cpus="$(nproc)"
 threads="${THREADS:-$cpus $((2 * cpus))}"
 reps="${REPS:-5}"
 work="${WORK:-$(mktemp -d)}"
+[ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 cargo build -q --release --manifest-path "$root/Cargo.toml" -p leda-cep
 bin="${CARGO_TARGET_DIR:-$root/target}/release/leda-cep"
 echo "# machine: $cpus CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# input: $lines lines over 3 files (seed 42), window 1000; $(date -u +%FT%TZ)"
 "$bin" gen --out "$work/logs" --lines "$lines" --seed 42 >/dev/null
 
-secs() { # run leda-cep with "$@"; print the seconds it reports
-  "$bin" "$@" --logs "$work/logs" --window 1000 | sed -n 's/^[^:]*: \([0-9.]*\) s,.*/\1/p'
+secs() { # run leda-cep with "$@"; print the seconds it reports (fail without them)
+  local t
+  t="$("$bin" "$@" --logs "$work/logs" --window 1000 | sed -n 's/^[^:]*: \([0-9.]*\) s,.*/\1/p')"
+  [ -n "$t" ] || { echo "bench: leda-cep $* reported no time" >&2; exit 1; }
+  echo "$t"
 }
 stats() { # name, values...: "name=median name_min=min name_max=max"
   local name="$1"
@@ -66,7 +70,7 @@ if [ "${RUST:-1}" != 0 ]; then
     # The thesis' two ratios, and correlate (the O(w^2) stage) on every thread.
     settings="$((t / 4 > 0 ? t / 4 : 1)) $((t / 4 > 0 ? t / 4 : 1)) $((t / 2 > 0 ? t / 2 : 1))"
     [ "$t" -ge 4 ] && settings="$settings,$((t / 2)) $((t / 2)) $((t / 2))"
-    settings="$settings,1 1 $t"
+    [ "$t" -ge 2 ] && settings="$settings,1 1 $t"
     IFS=, read -ra inst_settings <<<"$settings"
     for inst in "${inst_settings[@]}"; do
       read -r p f c <<<"$inst"
@@ -85,4 +89,3 @@ if [ "${LUA:-1}" != 0 ]; then
     bench "cep-lua$sc-${cpus}t-1p1f${cpus}c" "${LUA_REPS:-3}" lua_seq lua-seq -- lua --scenario "$sc" --threads "$cpus" --persist 1 --filter 1 --correlate "$cpus"
   done
 fi
-[ -n "${WORK:-}" ] || rm -rf "$work"

@@ -23,11 +23,11 @@ use crate::value::args_to_values;
 /// The pointer is set only while the instance's coroutine is being resumed (see
 /// [`CtxCell::enter`]) and cleared before `enter`'s guard is dropped.
 #[derive(Debug)]
-pub struct CtxCell(Cell<*mut Ctx>);
+pub struct CtxCell(Cell<*mut Ctx>, Cell<*const std::ffi::c_void>);
 
 impl Default for CtxCell {
     fn default() -> Self {
-        CtxCell(Cell::new(ptr::null_mut()))
+        CtxCell(Cell::new(ptr::null_mut()), Cell::new(ptr::null()))
     }
 }
 
@@ -49,10 +49,17 @@ impl Drop for Entered<'_> {
 }
 
 impl CtxCell {
-    /// Makes `ctx` the current context until the guard drops.
-    pub fn enter<'a>(&'a self, ctx: &'a mut Ctx) -> Entered<'a> {
+    /// Makes `ctx` the current context until the guard drops; `handler` is the
+    /// coroutine being resumed (only it may wait in `leda.send_wait`).
+    pub fn enter<'a>(&'a self, ctx: &'a mut Ctx, handler: &mlua::Thread) -> Entered<'a> {
         self.0.set(ctx as *mut Ctx);
+        self.1.set(handler.to_pointer());
         Entered(self)
+    }
+
+    /// Whether `thread` is the handler's own coroutine.
+    fn is_handler(&self, thread: &mlua::Thread) -> bool {
+        self.1.get() == thread.to_pointer()
     }
 
     fn with<R>(&self, what: &str, f: impl FnOnce(&mut Ctx) -> R) -> mlua::Result<R> {
@@ -116,17 +123,27 @@ fn send(
 }
 
 /// `leda.send_wait`'s first attempt: `true` when sent, `false` when the queue is full
-/// (the caller then yields the event to [`crate::instance`], which waits for room),
-/// `nil` and the reason otherwise.
+/// and the caller may wait (it then yields the event to [`crate::instance`], which
+/// waits for room), `nil` and the reason otherwise. Only the handler's own coroutine
+/// can wait: from a coroutine the handler made, a yield would go to that coroutine
+/// and the event would be lost, so a full queue is then an error.
 fn try_send(
+    lua: &Lua,
     cell: &CtxCell,
     port: mlua::Value,
     args: MultiValue,
 ) -> mlua::Result<(Option<bool>, Option<String>)> {
     let values = args.into_vec();
+    let own = cell.is_handler(&lua.current_thread());
     cell.with("leda.send_wait", |ctx| match deliver(ctx, &port, &values) {
         Ok(()) => (Some(true), None),
-        Err(Refusal::Full(_)) => (Some(false), None),
+        Err(Refusal::Full(_)) if own => (Some(false), None),
+        Err(Refusal::Full(reason)) => (
+            None,
+            Some(format!(
+                "{reason} (leda.send_wait can wait only in the handler's own coroutine)"
+            )),
+        ),
         Err(Refusal::Other(reason)) => (None, Some(reason)),
     })
 }
@@ -187,8 +204,8 @@ pub fn install_instance_api(
     let coroutine: Table = lua.globals().get("coroutine")?;
     let yield_fn: mlua::Function = coroutine.get("yield")?;
     let c = cell.clone();
-    let try_fn = lua.create_function(move |_, (port, args): (mlua::Value, MultiValue)| {
-        try_send(&c, port, args)
+    let try_fn = lua.create_function(move |lua, (port, args): (mlua::Value, MultiValue)| {
+        try_send(lua, &c, port, args)
     })?;
     // A full queue: the event goes to the instance's driver with the yield
     // (`instance::step`), which waits for room and resumes with the outcome.
@@ -200,10 +217,14 @@ pub fn install_instance_api(
                yield(token, t)
              end
              local function nice() yield(token, 0) end
+             local isyieldable = coroutine.isyieldable
              local function send_wait(port, ...)
                local ok, why = try(port, ...)
-               if ok == false then return yield(token, 'send', port, ...) end
-               return ok, why
+               if ok ~= false then return ok, why end
+               if not isyieldable() then
+                 return nil, 'the queue is full and leda.send_wait cannot wait inside a C function (a string.gsub or table.sort callback)'
+               end
+               return yield(token, 'send', port, ...)
              end
              return { sleep = sleep, nice = nice, send_wait = send_wait }",
         )

@@ -335,7 +335,8 @@ fn step(
             if !ours {
                 return Err(LuaStageError::Handler {
                     stage: stage.to_owned(),
-                    message: "the handler yielded outside leda.sleep/leda.nice".into(),
+                    message: "the handler yielded outside leda.sleep/leda.nice/leda.send_wait"
+                        .into(),
                 }
                 .into());
             }
@@ -392,7 +393,7 @@ impl Handler for LuaInstance {
             None => self.lua.create_thread(self.handler.clone())?,
         };
         let res = {
-            let _in = self.cell.enter(ctx);
+            let _in = self.cell.enter(ctx, &thread);
             thread.resume::<MultiValue>(MultiValue::from_vec(args))
         };
         match step(&thread, res, &self.token, &self.stage)? {
@@ -432,7 +433,7 @@ impl Handler for LuaInstance {
                             },
                         };
                         let res = {
-                            let _in = cell.enter(&mut owned);
+                            let _in = cell.enter(&mut owned, &thread);
                             thread.resume::<MultiValue>(back)
                         };
                         next = step(&thread, res, &token, &stage)?;

@@ -462,3 +462,36 @@ fn send_wait_holds_a_fast_producer_and_loses_nothing() {
         "some plain sends were refused"
     );
 }
+
+#[test]
+fn send_wait_refuses_to_wait_where_it_cannot() {
+    // In a coroutine the handler made (a yield would go to it) and inside a C
+    // function, a full queue is an error with its reason: never a lost event.
+    let out = run(r#"
+        local producer = leda.stage{ handler = function()
+          require 'string'
+          local nested, sent = nil, 0
+          coroutine.wrap(function()
+            for i = 1, 50 do
+              local ok, why = leda.send_wait(1, i)
+              if ok then sent = sent + 1 else nested = why; break end
+            end
+          end)()
+          local in_c
+          string.gsub(string.rep("x", 50), "x", function()
+            local ok, why = leda.send_wait(1, -1)
+            if not ok then in_c = why end
+          end)
+          leda.quit(sent, nested, in_c)
+        end }
+        local consumer = leda.stage{ handler = function() leda.sleep(10) end, serial = true, capacity = 2 }
+        producer:push()
+        return leda.graph{ producer:connect(consumer) }:run()
+    "#)
+    .unwrap();
+    assert!(out[0].as_int().unwrap() < 50, "{out:?}");
+    let nested = out[1].as_str().expect("refused in a nested coroutine");
+    assert!(nested.contains("handler's own coroutine"), "{nested}");
+    let in_c = out[2].as_str().expect("refused inside a C function");
+    assert!(in_c.contains("C function"), "{in_c}");
+}

@@ -206,24 +206,38 @@ fn lines_in_chunks_of_whole_lines() {
 }
 
 #[test]
-fn read_chunk_bounds_a_line_without_end() {
-    // A line longer than MAX_LINE is an error, not unbounded memory.
+fn read_chunk_skips_an_overlong_line_and_goes_on() {
+    // No newline at all: bounded memory, one error, then the end.
     let mut input = std::io::repeat(b'x').take(io::MAX_LINE as u64 * 3);
     let mut carry = Vec::new();
     let e = io::read_chunk(&mut input, &mut carry, 4096).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
-    // A line longer than the chunk size is sent whole.
-    let long = format!("{}\nshort\n", "y".repeat(10_000));
-    let mut input = long.as_bytes();
-    let mut carry = Vec::new();
-    let mut chunks = Vec::new();
-    while let Some(c) = io::read_chunk(&mut input, &mut carry, 64).unwrap() {
-        assert!(c.ends_with(b"\n"));
-        chunks.push(c);
+    assert_eq!(io::read_chunk(&mut input, &mut carry, 4096).unwrap(), None);
+    // A line longer than the chunk size but within MAX_LINE is sent whole; one of
+    // exactly MAX_LINE bytes (its newline included) is the first refused, whatever
+    // the chunk size; the lines around it are all kept.
+    for size in [64, 4096, io::MAX_LINE, 1 << 21] {
+        let ok = format!("{}\n", "y".repeat(io::MAX_LINE - 1));
+        let bad = format!("{}\n", "z".repeat(io::MAX_LINE));
+        let text = format!("a\n{ok}b\n{bad}c\nd");
+        let mut input = text.as_bytes();
+        let mut carry = Vec::new();
+        let (mut chunks, mut errors) = (Vec::new(), 0);
+        loop {
+            match io::read_chunk(&mut input, &mut carry, size) {
+                Ok(Some(c)) => chunks.push(c),
+                Ok(None) => break,
+                Err(e) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+                    errors += 1;
+                }
+            }
+        }
+        assert_eq!(errors, 1, "chunk size {size}");
+        assert_eq!(
+            chunks.concat(),
+            format!("a\n{ok}b\nc\nd").as_bytes(),
+            "chunk size {size}"
+        );
     }
-    assert!(
-        chunks[0].len() > 10_000,
-        "the long line is in the first chunk, whole"
-    );
-    assert_eq!(chunks.concat(), long.as_bytes());
 }

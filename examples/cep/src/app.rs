@@ -90,13 +90,14 @@ pub fn outcome(out: &Path) -> anyhow::Result<Outcome> {
     let mut o = Outcome::default();
     let alarms = out.join("alarms.log");
     if alarms.exists() {
-        for line in BufReader::new(std::fs::File::open(&alarms)?).lines() {
+        // As bytes: an alarm quotes its log line as it was read.
+        for line in BufReader::new(std::fs::File::open(&alarms)?).split(b'\n') {
             let line = line?;
-            match line.split('\t').next() {
-                Some("filter") => o.filter_alarms += 1,
-                Some("correlate") => o.correlate_alarms += 1,
-                Some("late") => o.late += 1,
-                _ => bail!("unexpected alarm line: {line}"),
+            match line.split(|&c| c == b'\t').next() {
+                Some(b"filter") => o.filter_alarms += 1,
+                Some(b"correlate") => o.correlate_alarms += 1,
+                Some(b"late") => o.late += 1,
+                _ => bail!("unexpected alarm line: {}", String::from_utf8_lossy(&line)),
             }
         }
     }
@@ -107,7 +108,8 @@ pub fn outcome(out: &Path) -> anyhow::Result<Outcome> {
     Ok(o)
 }
 
-/// The windows persisted in `out` (every `persist-*.log`), each as its lines.
+/// The windows persisted in `out` (every `persist-*.log`), each as its lines (bytes
+/// that are not UTF-8 replaced).
 pub fn persisted_windows(out: &Path) -> anyhow::Result<Vec<Vec<String>>> {
     let mut windows = Vec::new();
     for f in std::fs::read_dir(out)? {
@@ -117,8 +119,8 @@ pub fn persisted_windows(out: &Path) -> anyhow::Result<Vec<Vec<String>>> {
             continue;
         }
         let mut cur = Vec::new();
-        for line in BufReader::new(std::fs::File::open(&p)?).lines() {
-            let line = line?;
+        for line in BufReader::new(std::fs::File::open(&p)?).split(b'\n') {
+            let line = String::from_utf8_lossy(&line?).into_owned();
             if line.is_empty() {
                 windows.push(std::mem::take(&mut cur));
             } else {

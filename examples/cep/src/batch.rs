@@ -50,6 +50,12 @@ impl Batch {
         Ok(Batch { text, records })
     }
 
+    /// Checks every line's span (a batch from another process, before anything is
+    /// taken from it).
+    pub fn check(&self) -> Result<(), BadBatch> {
+        (0..self.len()).try_for_each(|i| self.span(i).map(|_| ()))
+    }
+
     /// The text and the records (to send on).
     pub fn into_parts(self) -> (Bytes, Bytes) {
         (self.text, self.records)
@@ -153,7 +159,7 @@ impl Builder {
         }
     }
 
-    fn record(&mut self, time: i64, entry: Option<Entry>, start: usize, end: usize) {
+    fn record(&mut self, time: i64, entry: Option<Entry>, start: u32, end: u32) {
         let e = entry.unwrap_or(Entry {
             ip: 0,
             time,
@@ -166,16 +172,20 @@ impl Builder {
         r.extend_from_slice(&e.ip.to_le_bytes());
         r.extend_from_slice(&e.status.to_le_bytes());
         r.extend_from_slice(&u16::from(entry.is_some()).to_le_bytes());
-        r.extend_from_slice(&(start as u32).to_le_bytes());
-        r.extend_from_slice(&(end as u32).to_le_bytes());
+        r.extend_from_slice(&start.to_le_bytes());
+        r.extend_from_slice(&end.to_le_bytes());
     }
 
-    /// Appends `line`, its text followed by `\n`.
-    pub fn push(&mut self, line: &Line) {
+    /// Appends `line`, its text followed by `\n`. Spans are 32-bit: a batch's text
+    /// cannot pass 4 GiB.
+    pub fn push(&mut self, line: &Line) -> Result<(), BadBatch> {
         let start = self.text.len();
+        let span = |x: usize| u32::try_from(x).map_err(|_| BadBatch("its text passes 4 GiB"));
+        let (s, e) = (span(start)?, span(start + line.text.len())?);
         self.text.extend_from_slice(&line.text);
-        self.record(line.time, line.entry, start, start + line.text.len());
+        self.record(line.time, line.entry, s, e);
         self.text.push(b'\n');
+        Ok(())
     }
 
     /// The batch.
@@ -200,36 +210,47 @@ pub struct Stamped {
 /// Parses every line of `chunk` (whole lines, as `io.lines` sends them with `chunk`)
 /// into a batch over the chunk's own text: nothing is copied.
 pub fn stamp(chunk: Vec<u8>) -> Stamped {
-    let mut b = Builder::new(chunk.len() / 128, 0);
+    // A line that is not UTF-8 is read as `io.lines` reads it line by line: invalid
+    // sequences replaced (a copy of this chunk only).
+    let text = match String::from_utf8(chunk) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    assert!(
+        u32::try_from(text.len()).is_ok(),
+        "a chunk is at most 2 MiB"
+    );
+    let bytes = text.as_bytes();
+    let mut b = Builder::new(text.len() / 128, 0);
     let mut untimed = Vec::new();
     let mut unparsed = 0;
     let mut start = 0;
-    while start < chunk.len() {
-        let nl = chunk[start..]
+    while start < text.len() {
+        let nl = bytes[start..]
             .iter()
             .position(|&c| c == b'\n')
-            .map_or(chunk.len(), |i| start + i);
-        let mut end = nl;
-        if end > start && chunk[end - 1] == b'\r' {
+            .map(|i| start + i);
+        let mut end = nl.unwrap_or(text.len());
+        // `\r\n` ends a line as `\n` does (as in `io.lines`).
+        if nl.is_some() && end > start && bytes[end - 1] == b'\r' {
             end -= 1;
         }
-        let line = &chunk[start..end];
-        match std::str::from_utf8(line) {
-            Ok(l) => match parse(l) {
-                Ok(e) => b.record(e.time, Some(e), start, end),
-                Err(_) => match time_of(l) {
-                    Some(t) => {
-                        unparsed += 1;
-                        b.record(t, None, start, end);
-                    }
-                    None => untimed.push(l.chars().take(200).collect()),
-                },
+        // (Cut at ASCII bytes: character boundaries.)
+        let line = &text[start..end];
+        let (s, e) = (start as u32, end as u32);
+        match parse(line) {
+            Ok(entry) => b.record(entry.time, Some(entry), s, e),
+            Err(_) => match time_of(line) {
+                Some(t) => {
+                    unparsed += 1;
+                    b.record(t, None, s, e);
+                }
+                None => untimed.push(line.chars().take(200).collect()),
             },
-            Err(_) => untimed.push(String::from_utf8_lossy(line).chars().take(200).collect()),
         }
-        start = nl + 1;
+        start = nl.map_or(text.len(), |i| i + 1);
     }
-    b.text = chunk;
+    b.text = text.into_bytes();
     Stamped {
         batch: b.finish(),
         untimed,
@@ -267,11 +288,29 @@ mod tests {
     }
 
     #[test]
+    fn invalid_utf8_is_replaced_and_a_bare_cr_at_the_end_is_kept() {
+        let mut chunk = GOOD.replace("curl/8", "curl\u{fffd}").into_bytes();
+        let at = chunk.iter().position(|&c| c == 0xef).unwrap();
+        chunk.splice(at..at + 3, [0xff]); // an invalid byte where U+FFFD was
+        chunk.extend_from_slice(format!("\n{GOOD}\r").as_bytes());
+        let s = stamp(chunk);
+        assert!(s.untimed.is_empty());
+        assert_eq!(
+            s.unparsed, 1,
+            "the bare \\r stays in the last line: its fields do not parse"
+        );
+        assert_eq!(s.batch.len(), 2);
+        let first = String::from_utf8(s.batch.line(0).unwrap().to_vec()).unwrap();
+        assert!(first.contains("curl\u{fffd}"), "{first}");
+        assert_eq!(s.batch.line(1).unwrap(), format!("{GOOD}\r").as_bytes());
+    }
+
+    #[test]
     fn a_window_holds_its_lines_each_ended_by_a_newline() {
         let b = stamp(format!("{GOOD}\n{GOOD}\n").into_bytes()).batch;
         let mut w = Builder::new(2, 0);
-        w.push(&b.take(1).unwrap());
-        w.push(&b.take(0).unwrap());
+        w.push(&b.take(1).unwrap()).unwrap();
+        w.push(&b.take(0).unwrap()).unwrap();
         let w = w.finish();
         assert_eq!(w.text(), format!("{GOOD}\n{GOOD}\n").as_bytes());
         assert_eq!(w.line_shared(1).unwrap(), GOOD.as_bytes());

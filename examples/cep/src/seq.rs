@@ -109,12 +109,17 @@ pub fn sequential(
             let Some((file, carry)) = reader else {
                 continue;
             };
-            match read_chunk(file, carry, CHUNK)? {
-                Some(chunk) => stamp_and_merge(chunk, i, &mut merge, &mut windows, &mut sinks)?,
-                None => {
+            match read_chunk(file, carry, CHUNK) {
+                Ok(Some(chunk)) => stamp_and_merge(chunk, i, &mut merge, &mut windows, &mut sinks)?,
+                Ok(None) => {
                     *reader = None;
                     merge.end(i, &mut windows);
                 }
+                // An over-long line was skipped (as `io.lines` does); reading goes on.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    tracing::warn!(file = %files[i].display(), error = %e, "line skipped");
+                }
+                Err(e) => return Err(e.into()),
             }
             for w in windows.drain(..) {
                 process(&w, &mut sinks)?;

@@ -158,6 +158,9 @@ pub fn window(size: usize, sources: usize) -> Stage {
                 m.end(source, &mut out);
             } else {
                 let b = batch_arg(&ev, 1, "window")?;
+                // Checked whole before any line goes in: a bad batch is refused
+                // whole, and no window it would complete is lost.
+                b.check().map_err(|e| format!("window: {e}"))?;
                 for i in 0..b.len() {
                     let line = b.take(i).map_err(|e| format!("window: {e}"))?;
                     match m.push(line.time as f64, source, line, &mut out) {
@@ -177,7 +180,7 @@ pub fn window(size: usize, sources: usize) -> Stage {
                 let text = w.iter().map(|l| l.text.len() + 1).sum();
                 let mut b = Builder::new(w.len(), text);
                 for l in &w {
-                    b.push(l);
+                    b.push(l).map_err(|e| format!("window: {e}"))?;
                 }
                 send_batch(ctx, Event::new(), b.finish())?;
             }

@@ -370,11 +370,16 @@ impl Activation {
         } else {
             "handler failed; instance destroyed"
         };
+        // A log line stays readable whatever the event holds (a megabyte line, an
+        // image): the event and the error are cut at `LOG_MAX` bytes in the log (the
+        // `error` port gets them whole).
+        let error_text = clip(error);
         if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
-            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %event, error, "{what}");
+            let event_text = event.to_string();
+            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %clip(&event_text), error = %error_text, "{what}");
         } else {
             // The event was not kept (`leda::failed_event=off`): the failure is still logged.
-            tracing::warn!(target: "leda::handler", stage = %st.name, error, "{what}");
+            tracing::warn!(target: "leda::handler", stage = %st.name, error = %error_text, "{what}");
         }
         self.report_failure(process, event, error);
     }
@@ -533,5 +538,35 @@ impl Wake for WakeCell {
             }
             CellState::Polling { .. } => {}
         }
+    }
+}
+
+/// The most of an event or error a failure's log line shows (bytes).
+const LOG_MAX: usize = 2048;
+
+/// `s`, cut to [`LOG_MAX`] bytes at a character boundary and marked when cut.
+fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= LOG_MAX {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut end = LOG_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &s[..end], s.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_log_shows_at_most_log_max_bytes_of_an_event() {
+        assert_eq!(clip("short"), "short");
+        let long = "é".repeat(LOG_MAX); // two bytes each: a cut could split one
+        let c = clip(&long);
+        assert!(c.len() < LOG_MAX + 40, "{}", c.len());
+        assert!(c.ends_with(&format!("… ({} bytes in all)", 2 * LOG_MAX)));
+        assert!(c.starts_with(&"é".repeat(LOG_MAX / 2)));
     }
 }

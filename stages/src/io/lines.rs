@@ -6,7 +6,7 @@ use leda_core::error::SendError;
 use leda_core::prelude::*;
 
 use crate::StageError;
-use crate::args::named_or_first;
+use crate::args::{named_or_first, to_f64};
 
 /// `io.lines` (parallel; asynchronous sends).
 ///
@@ -20,9 +20,11 @@ use crate::args::named_or_first;
 ///   line: a *tick* that flushes a window (`window.spatial`) fed by several readers.
 /// * **Attribute `bytes`** (default false): send each line as bytes (reference-counted:
 ///   copies of a window of such lines share them) instead of text.
-/// * **Attribute `chunk`** (bytes, optional): send `(bytes)` chunks of about `chunk`
-///   bytes of whole lines, each line with its end-of-line, instead of one event per
-///   line (see [`read_chunk`]; a line longer than [`MAX_LINE`] is a read error).
+/// * **Attribute `chunk`** (bytes, 1..=[`MAX_LINE`], optional): send `(bytes)` chunks
+///   of about `chunk` bytes of whole lines, each line with its end-of-line, instead of
+///   one event per line (`bytes` does not apply); see [`read_chunk`]. A line longer
+///   than [`MAX_LINE`] is skipped and reported (on `io_error`, or as a warning), and
+///   reading goes on; a read error that ends the file sends `eof` first.
 /// * **bind**: `line` (or 1) must be connected.
 ///
 /// A full destination queue parks the instance (no worker held) until there is room,
@@ -53,15 +55,17 @@ pub fn lines() -> Stage {
             .unwrap_or(false);
         let chunk = match ctx.attrs().get("chunk") {
             None | Some(Value::Nil) => None,
-            Some(Value::Int(n)) if *n > 0 => Some(*n as usize),
-            Some(v) => {
-                return Err(StageError::attr(
-                    &name,
-                    "chunk",
-                    format!("must be a positive integer, not {v}"),
-                )
-                .into());
-            }
+            Some(v) => match to_f64(v) {
+                Some(n) if n >= 1.0 && n <= MAX_LINE as f64 && n.fract() == 0.0 => Some(n as usize),
+                _ => {
+                    return Err(StageError::attr(
+                        &name,
+                        "chunk",
+                        format!("must be a whole number of bytes in 1..={MAX_LINE}, not {v}"),
+                    )
+                    .into());
+                }
+            },
         };
         if let Some(size) = chunk {
             let mut file = file;
@@ -74,7 +78,21 @@ pub fn lines() -> Stage {
                         Err(e) => return Err(e.into()),
                     },
                     Ok(None) => return eof(&mut ctx).await,
-                    Err(e) => return report(&mut ctx, &name, &filename, "Read error", e).await,
+                    // An over-long line was skipped: reported (on `io_error`, or as a
+                    // warning), and reading goes on.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        if ctx.has_output("io_error") {
+                            report(&mut ctx, &name, &filename, "Read error", e).await?;
+                        } else {
+                            tracing::warn!(stage = %name, file = %filename, error = %e, "line skipped");
+                        }
+                    }
+                    // The file cannot be read further: what was read is all there
+                    // is (the end tick says so), and the error is reported.
+                    Err(e) => {
+                        eof(&mut ctx).await?;
+                        return report(&mut ctx, &name, &filename, "Read error", e).await;
+                    }
                 }
             }
         }
@@ -128,57 +146,112 @@ async fn eof(ctx: &mut Ctx) -> HandlerResult {
     Ok(())
 }
 
-/// The longest line [`read_chunk`] accepts (bytes).
+/// The longest line [`read_chunk`] accepts (bytes, its end-of-line included).
 pub const MAX_LINE: usize = 1 << 20;
 
-/// Reads the next chunk of whole lines from `reader`: about `size` bytes (more when a
-/// line is longer), ending after a `\n`, or at the end of the input (where the last
+fn too_long() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("a line longer than {MAX_LINE} bytes was skipped"),
+    )
+}
+
+/// Reads into `buf` from its length up to `want` bytes (fewer at the end of the
+/// input); returns whether the end was reached. One read call when the input gives
+/// the bytes at once (a file does).
+fn fill(reader: &mut impl Read, buf: &mut Vec<u8>, want: usize) -> std::io::Result<bool> {
+    let mut len = buf.len();
+    buf.resize(want.max(len), 0);
+    let mut eof = false;
+    while len < buf.len() {
+        match reader.read(&mut buf[len..]) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
+    buf.truncate(len);
+    Ok(eof)
+}
+
+/// Reads the next chunk of whole lines from `reader`: about `size` bytes (at most
+/// [`MAX_LINE`]; more when a line is longer), ending after a `\n`, or at the end of the input (where the last
 /// line may have none). `carry` keeps the partial line that follows the chunk, for the
-/// next call (start with it empty). `Ok(None)` at the end; a line longer than
-/// [`MAX_LINE`] is an `InvalidData` error, so a file without newlines cannot take
-/// unbounded memory.
+/// next call (start with it empty). `Ok(None)` at the end.
+///
+/// A line longer than [`MAX_LINE`] is skipped, up to its `\n`, and reported as an
+/// `InvalidData` error: the next call goes on after it, so a file without newlines
+/// takes bounded memory and one bad line does not end the file. Other errors are the
+/// reader's.
 pub fn read_chunk(
     reader: &mut impl Read,
     carry: &mut Vec<u8>,
     size: usize,
 ) -> std::io::Result<Option<Vec<u8>>> {
-    let mut want = size.max(1);
-    let mut buf = Vec::with_capacity(carry.len() + want);
+    // With chunks no larger than a line may be, only the first line of `buf` can be
+    // too long.
+    let size = size.clamp(1, MAX_LINE);
+    let mut buf = Vec::with_capacity(carry.len() + size);
     buf.append(carry);
+    // `buf` grows (doubling) only while it holds no `\n`.
     let mut scanned = 0;
     loop {
-        // One read call per chunk when the input gives it whole (a file does).
-        let mut eof = false;
-        let mut len = buf.len();
-        buf.resize(want.max(len), 0);
-        while len < buf.len() {
-            match reader.read(&mut buf[len..]) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
-                Ok(n) => len += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        let eof = fill(reader, &mut buf, size.max(scanned * 2))?;
+        let first = buf[scanned..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|i| scanned + i);
+        if first.is_some_and(|f| f >= MAX_LINE) || (first.is_none() && buf.len() > MAX_LINE) {
+            return Err(skip_long(reader, carry, buf, first));
         }
-        buf.truncate(len);
-        if let Some(i) = buf[scanned..].iter().rposition(|&b| b == b'\n') {
-            carry.extend_from_slice(&buf[scanned + i + 1..]);
-            buf.truncate(scanned + i + 1);
+        if first.is_some() {
+            let last = buf
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .expect("a newline was found");
+            carry.extend_from_slice(&buf[last + 1..]);
+            buf.truncate(last + 1);
             return Ok(Some(buf));
         }
         if eof {
             return Ok((!buf.is_empty()).then_some(buf));
         }
-        if buf.len() > MAX_LINE {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("a line is longer than {MAX_LINE} bytes"),
-            ));
-        }
         scanned = buf.len();
-        want = buf.len() * 2;
+    }
+}
+
+/// Drops the long first line of `buf` (ending at `end`, or further in `reader`) and
+/// keeps what follows it in `carry`.
+fn skip_long(
+    reader: &mut impl Read,
+    carry: &mut Vec<u8>,
+    mut buf: Vec<u8>,
+    end: Option<usize>,
+) -> std::io::Error {
+    if let Some(f) = end {
+        carry.extend_from_slice(&buf[f + 1..]);
+        return too_long();
+    }
+    loop {
+        buf.clear();
+        let eof = match fill(reader, &mut buf, 64 * 1024) {
+            Ok(eof) => eof,
+            Err(e) => return e,
+        };
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            carry.extend_from_slice(&buf[i + 1..]);
+            return too_long();
+        }
+        if eof {
+            return too_long();
+        }
     }
 }
 
