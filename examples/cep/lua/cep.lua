@@ -141,8 +141,9 @@ if scenario == 'seq' then
     q[j + 1], tail[i] = { t, line }, tail[i] + 1
   end
   local readers = {}
-  -- Lines as `io.lines` gives them: without `\n`, or `\r\n`.
-  for i = 1, n do readers[i] = assert(io.open(files[i])):lines('L') end
+  -- Lines as `io.lines` gives them: without `\n`, or `\r\n` (a last line ending in
+  -- a bare `\r` loses it here and keeps it there: the one difference).
+  for i = 1, n do readers[i] = assert(io.open(files[i])):lines() end
   local open = n
   while open > 0 do
     for i = 1, n do
@@ -150,7 +151,7 @@ if scenario == 'seq' then
         for _ = 1, 1024 do
           local line = readers[i]()
           if not line then live[i], open = false, open - 1; break end
-          if line:sub(-1) == '\n' then line = line:sub(-2, -2) == '\r' and line:sub(1, -3) or line:sub(1, -2) end
+          if line:byte(-1) == 13 then line = line:sub(1, -2) end
           local t = time_of(line)
           if t then push(i, t, line) else io.stderr:write('no access-log time: ', line, '\n') end
         end
