@@ -140,6 +140,8 @@ fn report(what: &str, o: &app::Outcome, secs: f64) {
     );
 }
 
+/// The allocator of this binary, for the baselines too (they run in it): windows'
+/// strings are allocated on one worker and freed on another (docs/stage-library.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
