@@ -8,6 +8,11 @@
 //! `LEDA_BENCH_MAXPAR` (our runs' `Run::maxpar`; default: the stages' own, i.e. the
 //! thread count).
 
+/// Every contender runs on mimalloc, the allocator the `leda` binary ships with (glibc's
+/// malloc made our pipeline-10 30 % slower and the peers no faster: docs/performance.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
