@@ -241,3 +241,34 @@ fn read_chunk_skips_an_overlong_line_and_goes_on() {
         );
     }
 }
+
+#[test]
+fn lines_chunk_must_be_a_whole_number_of_bytes_within_max_line() {
+    // A float that is a whole number (a Lua `2^16`) is taken; 0, a fraction and more
+    // than MAX_LINE are the handler's error (reported on `error`), nothing is read.
+    let p = tmp("chunkattr", "a\nb\n");
+    for (chunk, ok) in [
+        (Value::Float(65536.0), true),
+        (Value::Int(0), false),
+        (Value::Float(1.5), false),
+        (Value::Int(io::MAX_LINE as i64 + 1), false),
+    ] {
+        let l = io::lines().attr("chunk", chunk.clone());
+        let (out, got) = sink("out");
+        let (errs, egot) = sink("errs");
+        let mut g = Graph::new("l");
+        g.connect(&l, 1, &out);
+        g.connect(&l, "error", &errs);
+        l.push(p.to_string_lossy().into_owned());
+        run(&g);
+        let (got, egot) = (take(&got), take(&egot));
+        if ok {
+            assert_eq!(got.len(), 1, "{chunk}: one chunk");
+            assert!(egot.is_empty(), "{chunk}: {egot:?}");
+        } else {
+            assert!(got.is_empty(), "{chunk}: nothing read");
+            assert_eq!(egot.len(), 1, "{chunk}: reported");
+        }
+    }
+    let _ = std::fs::remove_file(&p);
+}
