@@ -19,7 +19,7 @@ impl Drop for Reap {
 }
 
 /// The `leda` binary of this workspace (built by `cargo test --workspace`, as
-/// leda-lua's own tests need it; built here if missing).
+/// leda-lua's own tests need it; built here, from leda-cli, if missing).
 fn leda() -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
@@ -27,7 +27,7 @@ fn leda() -> PathBuf {
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
-            .args(["build", "-p", "leda-lua", "--bin", "leda"])
+            .args(["build", "-p", "leda-cli", "--bin", "leda"])
             .status()
             .expect("cargo build leda");
         assert!(st.success(), "building leda failed");
