@@ -24,7 +24,10 @@ use crate::args::{named_or_first, to_f64};
 ///   of about `chunk` bytes of whole lines, each line with its end-of-line, instead of
 ///   one event per line (`bytes` does not apply); see [`read_chunk`]. A line longer
 ///   than [`MAX_LINE`] is skipped and reported (on `io_error`, or as a warning), and
-///   reading goes on; a read error that ends the file sends `eof` first.
+///   reading goes on.
+///
+/// A read error that ends the file (either way) sends `eof` first, then is reported:
+/// what was read is all there is.
 /// * **bind**: `line` (or 1) must be connected.
 ///
 /// A full destination queue parks the instance (no worker held) until there is room,
@@ -53,10 +56,18 @@ pub fn lines() -> Stage {
             .get("bytes")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let chunk = match ctx.attrs().get("chunk") {
-            None | Some(Value::Nil) => None,
+        let mut reader = match ctx.attrs().get("chunk") {
+            None | Some(Value::Nil) => Reader::Lines {
+                reader: std::io::BufReader::with_capacity(64 * 1024, file),
+                buf: Vec::with_capacity(256),
+                as_bytes,
+            },
             Some(v) => match to_f64(v) {
-                Some(n) if n >= 1.0 && n <= MAX_LINE as f64 && n.fract() == 0.0 => Some(n as usize),
+                Some(n) if n >= 1.0 && n <= MAX_LINE as f64 && n.fract() == 0.0 => Reader::Chunks {
+                    file,
+                    carry: Vec::new(),
+                    size: n as usize,
+                },
                 _ => {
                     return Err(StageError::attr(
                         &name,
@@ -67,63 +78,29 @@ pub fn lines() -> Stage {
                 }
             },
         };
-        if let Some(size) = chunk {
-            let mut file = file;
-            let mut carry = Vec::new();
-            loop {
-                match read_chunk(&mut file, &mut carry, size) {
-                    Ok(Some(c)) => match ctx.send_wait(&port, Value::Bytes(c.into())).await {
-                        Ok(()) => {}
-                        Err(SendError::Stopped) => return Ok(()),
-                        Err(e) => return Err(e.into()),
-                    },
-                    Ok(None) => return eof(&mut ctx).await,
-                    // An over-long line was skipped: reported (on `io_error`, or as a
-                    // warning), and reading goes on.
-                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        if ctx.has_output("io_error") {
-                            report(&mut ctx, &name, &filename, "Read error", e).await?;
-                        } else {
-                            tracing::warn!(stage = %name, file = %filename, error = %e, "line skipped");
-                        }
-                    }
-                    // The file cannot be read further: what was read is all there
-                    // is (the end tick says so), and the error is reported.
-                    Err(e) => {
-                        eof(&mut ctx).await?;
-                        return report(&mut ctx, &name, &filename, "Read error", e).await;
-                    }
-                }
-            }
-        }
-        let mut reader = std::io::BufReader::with_capacity(64 * 1024, file);
-        let mut buf = Vec::with_capacity(256);
         loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf) {
-                Ok(0) => return eof(&mut ctx).await,
-                Ok(_) => {
-                    if buf.last() == Some(&b'\n') {
-                        buf.pop();
-                        if buf.last() == Some(&b'\r') {
-                            buf.pop();
-                        }
-                    }
-                    let line = if as_bytes {
-                        Value::Bytes(bytes::Bytes::copy_from_slice(&buf))
+            match reader.next() {
+                Ok(Some(v)) => match ctx.send_wait(&port, v).await {
+                    Ok(()) => {}
+                    Err(SendError::Stopped) => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                },
+                Ok(None) => return eof(&mut ctx).await,
+                // An over-long line was skipped (chunks): reported (on `io_error`, or
+                // as a warning), and reading goes on.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    if ctx.has_output("io_error") {
+                        report(&mut ctx, &name, &filename, "Read error", e).await?;
                     } else {
-                        match std::str::from_utf8(&buf) {
-                            Ok(s) => Value::Str(s.to_owned()),
-                            Err(_) => Value::Str(String::from_utf8_lossy(&buf).into_owned()),
-                        }
-                    };
-                    match ctx.send_wait(&port, line).await {
-                        Ok(()) => {}
-                        Err(SendError::Stopped) => return Ok(()),
-                        Err(e) => return Err(e.into()),
+                        tracing::warn!(stage = %name, file = %filename, error = %e, "line skipped");
                     }
                 }
-                Err(e) => return report(&mut ctx, &name, &filename, "Read error", e).await,
+                // The file cannot be read further: what was read is all there is (the
+                // end tick says so), and the error is reported.
+                Err(e) => {
+                    eof(&mut ctx).await?;
+                    return report(&mut ctx, &name, &filename, "Read error", e).await;
+                }
             }
         }
     })
@@ -133,6 +110,52 @@ pub fn lines() -> Stage {
         }
         Ok(())
     })
+}
+
+/// What `io.lines` reads a file with: a line at a time, or chunks of whole lines.
+enum Reader {
+    Lines {
+        reader: std::io::BufReader<std::fs::File>,
+        buf: Vec<u8>,
+        as_bytes: bool,
+    },
+    Chunks {
+        file: std::fs::File,
+        carry: Vec<u8>,
+        size: usize,
+    },
+}
+
+impl Reader {
+    /// The next event's value; `None` at the end.
+    fn next(&mut self) -> std::io::Result<Option<Value>> {
+        match self {
+            Reader::Chunks { file, carry, size } => {
+                Ok(read_chunk(file, carry, *size)?.map(|c| Value::Bytes(c.into())))
+            }
+            Reader::Lines {
+                reader,
+                buf,
+                as_bytes,
+            } => {
+                buf.clear();
+                if reader.read_until(b'\n', buf)? == 0 {
+                    return Ok(None);
+                }
+                if buf.last() == Some(&b'\n') {
+                    buf.pop();
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop();
+                    }
+                }
+                Ok(Some(if *as_bytes {
+                    Value::Bytes(bytes::Bytes::copy_from_slice(buf))
+                } else {
+                    Value::Str(String::from_utf8_lossy(buf).into_owned())
+                }))
+            }
+        }
+    }
 }
 
 /// The `eof` tick, if `eof` is connected.
