@@ -207,6 +207,22 @@ pub struct Stamped {
     pub unparsed: usize,
 }
 
+impl Stamped {
+    /// Logs the lines of `source` left out, and those kept without their fields.
+    pub fn warn(&self, source: usize) {
+        for line in &self.untimed {
+            tracing::warn!(source, line, "no access-log time: line skipped");
+        }
+        if self.unparsed > 0 {
+            tracing::warn!(
+                source,
+                lines = self.unparsed,
+                "unreadable fields: kept, not filtered or correlated"
+            );
+        }
+    }
+}
+
 /// Parses every line of `chunk` (whole lines, as `io.lines` sends them with `chunk`)
 /// into a batch over the chunk's own text: nothing is copied.
 pub fn stamp(chunk: Vec<u8>) -> Stamped {
@@ -327,11 +343,14 @@ mod tests {
         let mut span = records.to_vec();
         span[28..32].copy_from_slice(&10_000u32.to_le_bytes());
         let b = Batch::new(text.clone(), Bytes::from(span)).unwrap();
+        assert_eq!(b.check(), Err(BadBatch("a line lies outside the text")));
         assert_eq!(
             b.line(0).unwrap_err(),
             BadBatch("a line lies outside the text")
         );
         assert!(b.take(0).is_err());
-        assert!(Batch::new(text, records).unwrap().line(0).is_ok());
+        let good = Batch::new(text, records).unwrap();
+        assert_eq!(good.check(), Ok(()));
+        assert!(good.line(0).is_ok());
     }
 }

@@ -10,7 +10,7 @@
 //!   client with a hot entry in a window raises one alarm. The comparison is
 //!   pairwise over the whole window, O(w²), as in the thesis.
 
-use crate::log::Entry;
+use crate::log::{Entry, ip_text};
 
 /// A response at least this slow (µs) is relevant.
 pub const SLOW_MICROS: u64 = 2_000_000;
@@ -52,6 +52,37 @@ pub fn correlate(window: &[Entry]) -> Vec<(u32, usize)> {
         }
     }
     out
+}
+
+/// The lines of `alarms.log`, as the graph's stages and the sequential program write
+/// them, tab-separated: `filter<TAB>line`, `correlate<TAB>client<TAB>hot entries`,
+/// `late<TAB>time<TAB>source<TAB>line`.
+pub mod alarm {
+    use super::*;
+
+    /// Appends `filter`'s alarm for a relevant entry's log line to `out`.
+    pub fn filter(out: &mut Vec<u8>, line: &[u8]) {
+        out.extend_from_slice(b"filter\t");
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+
+    /// `correlate`'s alarms for a window's entries (one per client with a burst).
+    pub fn correlate(window: &[Entry]) -> Vec<u8> {
+        let mut out = String::new();
+        for (ip, n) in super::correlate(window) {
+            out.push_str(&format!("correlate\t{}\t{n}\n", ip_text(ip)));
+        }
+        out.into_bytes()
+    }
+
+    /// The alarm for a line of `source` later than the lateness bound.
+    pub fn late(time: i64, source: usize, line: &[u8]) -> Vec<u8> {
+        let mut out = format!("late\t{time}\t{source}\t").into_bytes();
+        out.extend_from_slice(line);
+        out.push(b'\n');
+        out
+    }
 }
 
 #[cfg(test)]

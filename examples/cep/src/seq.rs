@@ -15,8 +15,7 @@ use leda_stages::window::{Merge, Refused};
 
 use crate::app::{Outcome, outcome};
 use crate::batch::{self, Line};
-use crate::log::ip_text;
-use crate::rules::{correlate, is_relevant};
+use crate::rules::{alarm, is_relevant};
 use crate::stages::{CHUNK, LATENESS};
 
 struct Sinks {
@@ -33,20 +32,17 @@ fn process(window: &[Line], sinks: &mut Sinks) -> std::io::Result<()> {
     buf.push(b'\n');
     sinks.persist.write_all(&buf)?;
     let mut entries = Vec::with_capacity(window.len());
+    let mut alarms = Vec::new();
     for l in window {
         if let Some(e) = l.entry {
             if is_relevant(&e) {
-                sinks.alarms.write_all(b"filter\t")?;
-                sinks.alarms.write_all(&l.text)?;
-                sinks.alarms.write_all(b"\n")?;
+                alarm::filter(&mut alarms, &l.text);
             }
             entries.push(e);
         }
     }
-    for (ip, n) in correlate(&entries) {
-        writeln!(sinks.alarms, "correlate\t{}\t{n}", ip_text(ip))?;
-    }
-    Ok(())
+    alarms.extend_from_slice(&alarm::correlate(&entries));
+    sinks.alarms.write_all(&alarms)
 }
 
 /// Parses a chunk of source `i` and merges its lines (late ones are written as alarms).
@@ -58,19 +54,13 @@ fn stamp_and_merge(
     sinks: &mut Sinks,
 ) -> std::io::Result<()> {
     let s = batch::stamp(chunk);
-    for line in &s.untimed {
-        tracing::warn!(line, "no access-log time: line skipped");
-    }
+    s.warn(i);
     let b = s.batch;
     for j in 0..b.len() {
         let line = b.take(j).expect("stamp's spans lie in its chunk");
         match merge.push(line.time as f64, i, line, windows) {
             Ok(()) => {}
-            Err(Refused::Late(l)) => {
-                write!(sinks.alarms, "late\t{}\t{i}\t", l.time)?;
-                sinks.alarms.write_all(&l.text)?;
-                sinks.alarms.write_all(b"\n")?;
-            }
+            Err(Refused::Late(l)) => sinks.alarms.write_all(&alarm::late(l.time, i, &l.text))?,
             Err(Refused::BadSource(_)) => unreachable!("source {i} is live"),
         }
     }

@@ -30,8 +30,7 @@ use leda_stages::io;
 use leda_stages::window::{Merge, Refused};
 
 use crate::batch::{self, Batch, Builder, Line};
-use crate::log::ip_text;
-use crate::rules::{correlate as correlated, is_relevant};
+use crate::rules::{alarm, is_relevant};
 
 /// Registered kinds.
 pub mod kind {
@@ -117,16 +116,7 @@ pub fn stamp(source: usize) -> Stage {
                 return Err("stamp: expected a chunk of log lines (bytes)".into());
             };
             let s = batch::stamp(Vec::from(chunk));
-            for line in &s.untimed {
-                tracing::warn!(source = *src, line, "no access-log time: line skipped");
-            }
-            if s.unparsed > 0 {
-                tracing::warn!(
-                    source = *src,
-                    lines = s.unparsed,
-                    "unreadable fields: kept, not filtered or correlated"
-                );
-            }
+            s.warn(*src as usize);
             send_batch(ctx, Event::from(*src), s.batch)
         },
     )
@@ -138,8 +128,8 @@ pub fn stamp(source: usize) -> Stage {
 
 /// `window` (serial): windows of `size` lines over the event-time merge of `sources`
 /// sources' batches (see the module), each sent on port 1 as a batch `(text,
-/// records)`. A line later than the bound goes to `late` as `("late", time, source,
-/// line)`.
+/// records)`. A line later than the bound goes to `late` as its alarm line
+/// ([`alarm::late`]).
 pub fn window(size: usize, sources: usize) -> Stage {
     Stage::stateful(
         "window",
@@ -166,7 +156,8 @@ pub fn window(size: usize, sources: usize) -> Stage {
                     match m.push(line.time as f64, source, line, &mut out) {
                         Ok(()) => {}
                         Err(Refused::Late(l)) => {
-                            ctx.send_or_wait("late", ("late", l.time, source as u64, l.text))?;
+                            let line = alarm::late(l.time, source, &l.text);
+                            ctx.send_or_wait("late", bytes::Bytes::from(line))?;
                         }
                         Err(Refused::BadSource(_)) => {
                             return Err(
@@ -243,9 +234,7 @@ pub fn filter() -> Stage {
         let mut alarms = Vec::new();
         for i in 0..w.len() {
             if w.entry(i).is_some_and(|e| is_relevant(&e)) {
-                alarms.extend_from_slice(b"filter\t");
-                alarms.extend_from_slice(w.line(i).map_err(|e| format!("filter: {e}"))?);
-                alarms.push(b'\n');
+                alarm::filter(&mut alarms, w.line(i).map_err(|e| format!("filter: {e}"))?);
             }
         }
         if !alarms.is_empty() {
@@ -263,10 +252,7 @@ pub fn filter() -> Stage {
 pub fn correlate() -> Stage {
     Stage::new("correlate", |ev: Event, ctx: &mut Ctx| {
         let w = batch_arg(&ev, 0, "correlate")?;
-        let mut alarms = String::new();
-        for (ip, n) in correlated(&w.entries()) {
-            alarms.push_str(&format!("correlate\t{}\t{n}\n", ip_text(ip)));
-        }
+        let alarms = alarm::correlate(&w.entries());
         if !alarms.is_empty() {
             ctx.send_or_wait(1, bytes::Bytes::from(alarms))?;
         }
@@ -276,9 +262,9 @@ pub fn correlate() -> Stage {
     .kind(kind::CORRELATE)
 }
 
-/// `alarm` (serial): appends alarms to `<out>/alarms.log`: an event of one `bytes`
-/// argument is alarm lines already formatted (as `filter` and `correlate` send them),
-/// any other event one line of its arguments, tab-separated (bytes written as text).
+/// `alarm` (serial): appends alarm lines to `<out>/alarms.log`; an event is one `bytes`
+/// argument, lines already formatted ([`alarm`](crate::rules::alarm)), as `filter`,
+/// `correlate` and `window` send them.
 pub fn alarm() -> Stage {
     Stage::stateful(
         "alarm",
@@ -290,25 +276,13 @@ pub fn alarm() -> Stage {
                 .open(dir.join("alarms.log"))?)
         },
         |f: &mut File, ev: Event, _: &mut Ctx| {
-            if let [Value::Bytes(lines)] = ev.args() {
-                f.write_all(lines)?;
-                if !lines.ends_with(b"\n") {
-                    f.write_all(b"\n")?;
-                }
-                return Ok(());
+            let [Value::Bytes(lines)] = ev.args() else {
+                return Err("alarm: expected alarm lines (one bytes argument)".into());
+            };
+            f.write_all(lines)?;
+            if !lines.ends_with(b"\n") {
+                f.write_all(b"\n")?;
             }
-            let mut line = Vec::with_capacity(256);
-            for (i, v) in ev.args().iter().enumerate() {
-                if i > 0 {
-                    line.push(b'\t');
-                }
-                match v {
-                    Value::Bytes(b) => line.extend_from_slice(b),
-                    other => line.extend_from_slice(other.to_string().as_bytes()),
-                }
-            }
-            line.push(b'\n');
-            f.write_all(&line)?;
             Ok(())
         },
     )
