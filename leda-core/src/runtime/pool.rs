@@ -127,6 +127,15 @@ thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
+/// Whether this thread is a worker with tasks of its own queued (`None`: not a
+/// worker).
+fn local_work() -> Option<bool> {
+    LOCAL.with_borrow(|l| {
+        l.as_ref()
+            .map(|l| !l.deque.is_empty() || !l.yielded.is_empty())
+    })
+}
+
 /// The worker pool.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
@@ -429,12 +438,7 @@ fn worker(
             shared.sleepers.fetch_sub(1, SeqCst);
             // A task scheduled meanwhile may have granted this (no longer) sleeper the
             // wake-up: pass it on, to a sleeper or the driver.
-            if !shared.injector.is_empty()
-                || LOCAL.with_borrow(|l| {
-                    l.as_ref()
-                        .is_some_and(|l| !l.deque.is_empty() || !l.yielded.is_empty())
-                })
-            {
+            if !shared.injector.is_empty() || local_work() == Some(true) {
                 shared.notify_one();
             }
             run(task);
@@ -693,12 +697,7 @@ impl Executor for Pool {
 
     fn may_spin(&self) -> bool {
         let shared = &*self.shared;
-        shared.target.load(Relaxed) > 1
-            && shared.injector.is_empty()
-            && LOCAL.with_borrow(|l| {
-                l.as_ref()
-                    .is_some_and(|l| l.deque.is_empty() && l.yielded.is_empty())
-            })
+        shared.target.load(Relaxed) > 1 && shared.injector.is_empty() && local_work() == Some(false)
     }
 
     fn schedule_yielded(&self, task: Task) {
@@ -720,11 +719,7 @@ impl Executor for Pool {
     }
 
     fn others_ready(&self) -> bool {
-        !self.shared.injector.is_empty()
-            || LOCAL.with_borrow(|l| {
-                l.as_ref()
-                    .is_some_and(|l| !l.deque.is_empty() || !l.yielded.is_empty())
-            })
+        !self.shared.injector.is_empty() || local_work() == Some(true)
     }
 
     fn begin_handoff(&self) {
