@@ -8,8 +8,9 @@
 //! `LEDA_BENCH_MAXPAR` (our runs' `Run::maxpar`; default: the stages' own, i.e. the
 //! thread count).
 
-/// Every contender runs on mimalloc, the allocator the `leda` binary ships with (glibc's
-/// malloc made our pipeline-10 30 % slower and the peers no faster: docs/performance.md).
+/// Every contender runs on mimalloc, the allocator the `leda` binary ships with (on
+/// glibc's malloc our pipeline-10 is about 30 % slower, and crossbeam's pipeline-2
+/// slower too: docs/performance.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -63,8 +63,10 @@ fn run_script(
         Some(Scenario::Two) => (threads.div_ceil(2), Some((threads / 2).max(1))),
         _ => (threads, None),
     };
+    // Scenarios 1 and 2 run across processes: daemons, and this process's identity.
+    let remote = matches!(scenario, Some(Scenario::One | Scenario::Two));
     let mut daemons = Vec::new();
-    if matches!(scenario, Some(Scenario::One | Scenario::Two)) {
+    if remote {
         for _ in files {
             daemons.push(DaemonChild::spawn("lua-daemon", 1)?);
         }
@@ -81,8 +83,7 @@ fn run_script(
         mode: Mode::Run,
         until_idle: true,
         threads: Some(mine),
-        process: matches!(scenario, Some(Scenario::One | Scenario::Two))
-            .then(|| "127.0.0.1:1".to_owned()),
+        process: remote.then(|| "127.0.0.1:1".to_owned()),
         ..ScriptOptions::default()
     })
     .context("creating the Lua state")?;
