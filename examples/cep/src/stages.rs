@@ -263,7 +263,7 @@ pub fn correlate() -> Stage {
 }
 
 /// `alarm` (serial): appends alarm lines to `<out>/alarms.log`; an event is one `bytes`
-/// argument, lines already formatted ([`alarm`](crate::rules::alarm)), as `filter`,
+/// argument, lines already formatted ([`alarm`]), as `filter`,
 /// `correlate` and `window` send them.
 pub fn alarm() -> Stage {
     Stage::stateful(
