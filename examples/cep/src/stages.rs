@@ -263,8 +263,8 @@ pub fn correlate() -> Stage {
 }
 
 /// `alarm` (serial): appends alarm lines to `<out>/alarms.log`; an event is one `bytes`
-/// argument, lines already formatted ([`alarm`]), as `filter`,
-/// `correlate` and `window` send them.
+/// argument, [lines already formatted](crate::rules::alarm), as `filter`, `correlate`
+/// and `window` send them.
 pub fn alarm() -> Stage {
     Stage::stateful(
         "alarm",
