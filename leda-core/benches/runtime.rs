@@ -574,11 +574,16 @@ fn main() {
     }
 
     if want("ring") {
+        let ring_n = env("LEDA_BENCH_RING", 1000);
         let v = compare(
             rounds,
             &mut [
-                ("ours", &mut || ours_ring(1000, 1000, threads)),
-                ("tokio", &mut || tokio_ring(1000, 1000, threads)),
+                ("ours", &mut || {
+                    ours_ring(ring_n, 1_000_000 / ring_n, threads)
+                }),
+                ("tokio", &mut || {
+                    tokio_ring(ring_n, 1_000_000 / ring_n, threads)
+                }),
             ],
         );
         bench_line("ring", "Mevents/s", "higher", &["ours", "tokio"], &v);

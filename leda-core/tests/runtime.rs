@@ -128,6 +128,76 @@ fn maxpar_bounds_concurrent_instances_and_instances_are_recycled() {
     );
 }
 
+/// Counts live instance states (a drop decrements).
+struct Live(Arc<AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+#[test]
+fn idle_instances_keep_their_state_and_are_dropped_when_the_run_ends() {
+    // A token goes 30 times around a ring of 5 serial stages: every stage is
+    // activated 30 times, and between activations its instance is idle. Each one
+    // must be the same instance (its count goes on) and none may outlive the run
+    // (an idle instance's parked activation holds the process).
+    const STAGES: usize = 5;
+    const ROUNDS: i64 = 30;
+    let live = Arc::new(AtomicUsize::new(0));
+    let inits = Arc::new(AtomicUsize::new(0));
+    let counts = Arc::new(Mutex::new(Vec::new()));
+    let ring: Vec<Stage> = (0..STAGES)
+        .map(|i| {
+            let (live, inits, counts) = (live.clone(), inits.clone(), counts.clone());
+            Stage::stateful(
+                format!("r{i}"),
+                move |_| {
+                    inits.fetch_add(1, SeqCst);
+                    live.fetch_add(1, SeqCst);
+                    Ok((0i64, Live(live.clone())))
+                },
+                move |state: &mut (i64, Live), ev: Event, ctx: &mut Ctx| {
+                    state.0 += 1;
+                    let hop: i64 = ev.get(0)?;
+                    if hop >= (ROUNDS - 1) * STAGES as i64 {
+                        // The last round: each stage's last event.
+                        counts.lock().unwrap().push(state.0);
+                    }
+                    if hop + 1 == ROUNDS * STAGES as i64 {
+                        ctx.quit(());
+                    } else {
+                        ctx.send(1, hop + 1)?;
+                    }
+                    Ok(())
+                },
+            )
+            .serial()
+        })
+        .collect();
+    let mut g = Graph::new("ring");
+    for i in 0..STAGES {
+        g.connect(&ring[i], 1, &ring[(i + 1) % STAGES]);
+    }
+    ring[0].push(0i64);
+    let r = g
+        .run(Run::default().threads(2).timeout(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    assert_eq!(inits.load(SeqCst), STAGES, "one instance per serial stage");
+    assert_eq!(
+        *counts.lock().unwrap(),
+        vec![ROUNDS; STAGES],
+        "each instance saw all its {ROUNDS} events"
+    );
+    assert_eq!(
+        live.load(SeqCst),
+        0,
+        "every instance is dropped once the run has ended"
+    );
+}
+
 #[test]
 fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() {
     let inits = Arc::new(AtomicUsize::new(0));

@@ -189,18 +189,22 @@ impl Ctx {
             };
             return Err(Box::new(Rejected { error, event }));
         }
-        self.stamp_tick = self.stamp_tick.wrapping_add(1);
-        if self.stamp_tick.is_multiple_of(STAMP_SAMPLE) {
-            event.set_stamp(Stamp {
-                connector: route.connector,
-                at: Instant::now(),
-            });
-        }
         let result = match &route.target {
-            Target::Local(dest) => match route.kind {
-                ConnectorKind::Cohort => process.cohort(*dest, event).map_err(Box::new),
-                _ => super::outbox::send(process, *dest, event),
-            },
+            Target::Local(dest) => {
+                // A sample of local sends is stamped: the connector's latency. (A
+                // stamp names a connector of this process: it never leaves it.)
+                self.stamp_tick = self.stamp_tick.wrapping_add(1);
+                if self.stamp_tick.is_multiple_of(STAMP_SAMPLE) {
+                    event.set_stamp(Stamp {
+                        connector: route.connector,
+                        at: Instant::now(),
+                    });
+                }
+                match route.kind {
+                    ConnectorKind::Cohort => process.cohort(*dest, event).map_err(Box::new),
+                    _ => super::outbox::send(process, *dest, event),
+                }
+            }
             Target::Remote(sink) => {
                 if process.stopping.load(Relaxed) {
                     Err(Box::new((SendError::Stopped, event)))

@@ -728,8 +728,12 @@ impl Supervisor {
         if let Some((pool, _)) = &real {
             pool.shutdown();
         }
+        let stats = snapshot(&process);
+        // Idle instances go now (their handlers' destructors run), not with the last
+        // handle to the process: their parked tasks hold it.
+        process.drop_idle();
         let reason = reason?;
-        let mut stats = snapshot(&process);
+        let mut stats = stats;
         stats.process.threads = threads;
         stats.rates_from(&prev_snapshot);
         if let Some(out) = stats_out.as_mut() {

@@ -16,9 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Instant;
 
-use crossbeam_queue::SegQueue;
-
-use super::queue::{EventQueue, Taken};
+use super::queue::{Claim, EventQueue, Parked, Taken};
 
 use crate::connector::ConnectorKind;
 use crate::error::SendError;
@@ -70,7 +68,6 @@ pub(crate) struct StageRt {
     pub(crate) maxpar: AtomicUsize,
     /// `maxpar` follows the thread count (not set explicitly).
     pub(crate) maxpar_auto: bool,
-    idle: SegQueue<Box<dyn Handler>>,
     pub(crate) instances: AtomicUsize,
     pub(crate) waiting: AtomicUsize,
     pub(crate) counters: StageCounters,
@@ -108,7 +105,6 @@ impl StageRt {
             capacity: AtomicUsize::new(s.capacity),
             maxpar: AtomicUsize::new(maxpar),
             maxpar_auto: !s.serial && s.maxpar.is_none(),
-            idle: SegQueue::new(),
             instances: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             counters: StageCounters::new(),
@@ -134,10 +130,10 @@ impl StageRt {
         self.maxpar.load(Relaxed)
     }
 
-    /// Pushes an event if the queue has room; `Ok(true)` if an activation was claimed
+    /// Pushes an event if the queue has room; says whether an activation was claimed
     /// for it (the caller schedules it).
     #[inline]
-    fn push(&self, ev: Event) -> Result<bool, Event> {
+    fn push(&self, ev: Event) -> Result<Claim, Event> {
         let cap = self.capacity.load(Relaxed);
         self.queue.push(ev, Some(cap), self.maxpar_now())
     }
@@ -168,7 +164,7 @@ impl StageRt {
         self.queue.load()
     }
 
-    fn queue_push_batch(&self, evs: &mut Vec<Event>) -> bool {
+    fn queue_push_batch(&self, evs: &mut Vec<Event>) -> Claim {
         self.queue.push_batch(evs, self.maxpar_now())
     }
 
@@ -179,38 +175,35 @@ impl StageRt {
     }
 
     /// For a running instance: settles `started` held events, then takes the next
-    /// batch (see [`EventQueue::take`]). With `release`, an empty queue ends the
-    /// activation: `instance` goes to the idle pool and the claim is given back.
+    /// batch (see [`EventQueue::take`]).
     #[inline]
-    pub(crate) fn take(
-        &self,
-        buf: &mut VecDeque<Event>,
-        started: usize,
-        release: Option<&mut Option<Box<dyn Handler>>>,
-    ) -> Taken {
-        let t = match release {
-            Some(instance) => {
-                let mut park = || {
-                    if let Some(i) = instance.take() {
-                        self.idle.push(i);
-                    }
-                };
-                self.queue.take(
-                    buf,
-                    started,
-                    self.maxpar_now(),
-                    self.serial,
-                    Some(&mut park),
-                )
-            }
-            None => self
-                .queue
-                .take(buf, started, self.maxpar_now(), self.serial, None),
-        };
+    pub(crate) fn take(&self, buf: &mut VecDeque<Event>, started: usize) -> Taken {
+        let t = self
+            .queue
+            .take(buf, started, self.maxpar_now(), self.serial);
         if t.freed {
             self.room_made();
         }
         t
+    }
+
+    /// Takes the next batch for `task`, or parks it in the idle pool if the queue is
+    /// empty (see [`EventQueue::take_or_park`]).
+    #[inline]
+    pub(crate) fn take_or_park(&self, task: Task, started: usize, stopping: &AtomicBool) -> Parked {
+        let (parked, freed) =
+            self.queue
+                .take_or_park(task, started, self.maxpar_now(), self.serial, stopping);
+        if freed {
+            self.room_made();
+        }
+        parked
+    }
+
+    /// Takes the idle instances' tasks out (they hold the process: dropped at the end
+    /// of a run).
+    pub(crate) fn take_idle(&self) -> Vec<Task> {
+        self.queue.take_idle()
     }
 
     /// Settles `started` held events (their handling began).
@@ -297,21 +290,18 @@ impl StageRt {
 
     /// Claims one more active instance if fewer than `maxpar` are active.
     #[inline]
-    pub(crate) fn try_claim(&self) -> bool {
+    pub(crate) fn try_claim(&self) -> Claim {
         self.queue.claim(self.maxpar_now(), false)
     }
 
     /// Claims one more active instance if events are queued and fewer than `maxpar`
     /// instances are active.
-    pub(crate) fn claim_for_work(&self) -> bool {
+    pub(crate) fn claim_for_work(&self) -> Claim {
         self.queue.claim(self.maxpar_now(), true)
     }
 
-    /// An idle instance, or a new one built by `init`.
+    /// A new instance built by `init` (idle ones are parked with their activations).
     pub(crate) fn instance(&self) -> Result<Box<dyn Handler>, BoxError> {
-        if let Some(i) = self.idle.pop() {
-            return Ok(i);
-        }
         // A panicking `init` (or factory) is an instance-creation failure like an
         // error, reported as a handler's would be; it must not unwind the worker.
         let created = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -328,7 +318,7 @@ impl StageRt {
 
     /// Instances in the idle pool.
     pub(crate) fn idle_len(&self) -> usize {
-        self.idle.len()
+        self.queue.idle_len()
     }
 
     /// Notes that an instance failed with `error`: a fail-stop stage stops (the first
@@ -406,17 +396,42 @@ impl Process {
 
     /// Schedules a new activation of `stage` if it has work and room for one.
     pub(crate) fn activate(self: &Arc<Self>, stage: usize) {
-        if self.stages[stage].claim_for_work() {
-            self.schedule_claimed(stage);
+        let claim = self.stages[stage].claim_for_work();
+        self.schedule_claimed(stage, claim);
+    }
+
+    /// Schedules the activation of `stage` that `claim` made, if it made one.
+    #[inline]
+    pub(crate) fn schedule_claimed(self: &Arc<Self>, stage: usize, claim: Claim) {
+        if let Some(task) = self.task(stage, claim, None, false) {
+            self.exec.schedule(task);
         }
     }
 
-    /// Schedules an activation of `stage` whose claim was made.
+    /// The activation `claim` made: an idle instance's, or a new one.
     #[inline]
-    pub(crate) fn schedule_claimed(self: &Arc<Self>, stage: usize) {
+    fn task(
+        self: &Arc<Self>,
+        stage: usize,
+        claim: Claim,
+        first: Option<Event>,
+        cohort: bool,
+    ) -> Option<Task> {
+        let task = match claim {
+            Claim::No => return None,
+            Claim::Idle(t) => t.reuse(first, cohort),
+            Claim::New => Task::new(self.clone(), stage, first, cohort),
+        };
         self.activations.fetch_add(1, SeqCst);
-        self.exec
-            .schedule(Task::new(self.clone(), stage, None, false));
+        Some(task)
+    }
+
+    /// Drops every stage's idle instances: called once the run has stopped (their
+    /// tasks hold the process, which would otherwise never be freed).
+    pub(crate) fn drop_idle(&self) {
+        for st in self.stages.iter() {
+            drop(st.take_idle());
+        }
     }
 
     /// Enqueues `ev` on a local stage.
@@ -431,10 +446,8 @@ impl Process {
         }
         let st = &self.stages[stage];
         match st.push(ev) {
-            Ok(claimed) => {
-                if claimed {
-                    self.schedule_claimed(stage);
-                }
+            Ok(claim) => {
+                self.schedule_claimed(stage, claim);
                 Ok(())
             }
             Err(ev) => Err((st.refuse(), ev)),
@@ -449,9 +462,8 @@ impl Process {
             return;
         }
         let st = &self.stages[stage];
-        if st.queue_push_batch(evs) {
-            self.schedule_claimed(stage);
-        }
+        let claim = st.queue_push_batch(evs);
+        self.schedule_claimed(stage, claim);
     }
 
     /// Direct hand-off: runs an instance of `stage` on this thread, now.
@@ -465,7 +477,12 @@ impl Process {
         if self.stopping.load(Relaxed) {
             return Err((SendError::Stopped, ev));
         }
-        if depth >= MAX_COHORT_DEPTH || !st.try_claim() {
+        let claim = if depth < MAX_COHORT_DEPTH {
+            st.try_claim()
+        } else {
+            Claim::No
+        };
+        if !claim.is_claimed() {
             return Err((
                 SendError::CohortUnavailable {
                     stage: st.name.to_string(),
@@ -473,9 +490,11 @@ impl Process {
                 ev,
             ));
         }
-        self.activations.fetch_add(1, SeqCst);
+        let task = self
+            .task(stage, claim, Some(ev), true)
+            .expect("an activation was claimed");
         COHORT_DEPTH.set(depth + 1);
-        Task::new(self.clone(), stage, Some(ev), true).run();
+        task.run();
         COHORT_DEPTH.set(depth);
         Ok(())
     }

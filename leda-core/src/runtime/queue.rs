@@ -13,17 +13,24 @@
 //! needs a new activation" and "the queue is empty, this instance may go idle" are
 //! made under one lock: an event is never left in a queue with no instance on its way.
 //!
+//! Idle instances are parked here too, each with its activation (a [`Task`]), under
+//! the same lock: the claim that needs an instance pops one in the same critical
+//! section, and an instance that finds the queue empty parks itself in the one that
+//! ends its activation ([`EventQueue::take_or_park`]). A token passed around a ring
+//! of stages thus costs each stage two locks, and no allocation.
+//!
 //! Events taken by an instance but whose handling has not started yet are *held*: they
 //! still count against the stage's capacity. An instance that starts waiting gives its
 //! held events back to the front of the queue, so order is kept and other instances
 //! of a parallel stage can take them.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_utils::CachePadded;
 
+use super::Task;
 use crate::event::Event;
 
 /// Most events in a batch built from single pushes, and the most a parallel stage's
@@ -52,6 +59,8 @@ pub(crate) struct State {
     held: usize,
     /// Active instances (Ready, Running or Waiting).
     active: usize,
+    /// Idle instances, parked with their activations.
+    idle: Vec<Task>,
 }
 
 impl State {
@@ -97,11 +106,40 @@ pub(crate) struct Taken {
     /// The next event to handle (more may have gone to the instance's buffer).
     pub(crate) event: Option<Event>,
     /// Work remains and another activation was claimed: schedule it.
-    pub(crate) another: bool,
+    pub(crate) another: Claim,
     /// Room was made in the queue (wake producers waiting for space): held events
     /// were settled, or an event left the queue (the one returned; the rest of the
     /// batch stays held and still counts).
     pub(crate) freed: bool,
+}
+
+/// The outcome of a claim on an activation.
+#[must_use = "a claimed activation must be scheduled"]
+pub(crate) enum Claim {
+    /// `maxpar` instances are active already (or no work was queued).
+    No,
+    /// Claimed, with an idle instance's parked activation to reuse.
+    Idle(Task),
+    /// Claimed; no instance is idle: a new activation builds one.
+    New,
+}
+
+impl Claim {
+    /// `true` unless nothing was claimed.
+    pub(crate) fn is_claimed(&self) -> bool {
+        !matches!(self, Claim::No)
+    }
+}
+
+/// What [`EventQueue::take_or_park`] did with the task.
+pub(crate) enum Parked {
+    /// The queue was empty: the task went to the idle pool, its claim given back.
+    Idle,
+    /// The queue was empty: the claim was given back, and the task (no instance, or
+    /// the run is ending) is to be dropped, outside the lock.
+    Drop(Task),
+    /// Events had arrived: the task keeps its claim and goes on with them.
+    Took(Task, Taken),
 }
 
 impl EventQueue {
@@ -113,6 +151,7 @@ impl EventQueue {
                 spare: Vec::new(),
                 held: 0,
                 active: 0,
+                idle: Vec::new(),
             })),
             queued: CachePadded::new(AtomicUsize::new(0)),
             held: AtomicUsize::new(0),
@@ -128,21 +167,29 @@ impl EventQueue {
     }
 
     #[inline]
-    fn claim_locked(&self, s: &mut State, maxpar: usize) -> bool {
+    fn claim_locked(&self, s: &mut State, maxpar: usize) -> Claim {
         if s.active < maxpar {
             s.active += 1;
             self.active.store(s.active, Release);
-            true
+            match s.idle.pop() {
+                Some(t) => Claim::Idle(t),
+                None => Claim::New,
+            }
         } else {
-            false
+            Claim::No
         }
     }
 
     /// Pushes `ev` unless the queue holds `cap` events already (`None`: no bound).
-    /// On success, returns `true` if an activation was claimed for it (fewer than
+    /// On success, says whether an activation was claimed for it (fewer than
     /// `maxpar` were active): the caller schedules it.
     #[inline]
-    pub(crate) fn push(&self, ev: Event, cap: Option<usize>, maxpar: usize) -> Result<bool, Event> {
+    pub(crate) fn push(
+        &self,
+        ev: Event,
+        cap: Option<usize>,
+        maxpar: usize,
+    ) -> Result<Claim, Event> {
         let mut s = self.lock();
         if let Some(cap) = cap
             && s.len + s.held >= cap
@@ -156,10 +203,10 @@ impl EventQueue {
 
     /// Claims an activation if fewer than `maxpar` are active (and, if `need_work`,
     /// only when events are queued).
-    pub(crate) fn claim(&self, maxpar: usize, need_work: bool) -> bool {
+    pub(crate) fn claim(&self, maxpar: usize, need_work: bool) -> Claim {
         let mut s = self.lock();
         if need_work && s.len == 0 {
-            return false;
+            return Claim::No;
         }
         self.claim_locked(&mut s, maxpar)
     }
@@ -167,36 +214,82 @@ impl EventQueue {
     /// For a running instance: first marks `started` held events as no longer held,
     /// then takes the next batch into `buf` (a parallel stage's instance takes only
     /// its share, leaving the rest to the other instances) and returns the first event
-    /// of `buf`. (`buf` is normally empty: its buffer and the batch's then trade places.) If the queue is empty and `release` is set, the
-    /// instance's claim is given back, after `on_release` ran under the lock (it parks
-    /// the instance in the idle pool, so a new activation finds it).
+    /// of `buf`. (`buf` is normally empty: its buffer and the batch's then trade
+    /// places.) An empty queue leaves the instance's claim in place.
     pub(crate) fn take(
         &self,
         buf: &mut Batch,
         started: usize,
         maxpar: usize,
         serial: bool,
-        release: Option<&mut dyn FnMut()>,
     ) -> Taken {
         let mut s = self.lock();
+        let settled = self.settle_locked(&mut s, started);
+        self.take_locked(&mut s, buf, settled, maxpar, serial)
+    }
+
+    /// [`EventQueue::take`] for `task`'s instance, which parks if the queue is empty:
+    /// its claim is given back and the task goes to the idle pool (unless it has no
+    /// instance or `stopping` is set: it is handed back, to be dropped). One lock for
+    /// the last look and the release, so the next activation finds the instance.
+    /// Also says whether held events were settled (room was made).
+    pub(crate) fn take_or_park(
+        &self,
+        mut task: Task,
+        started: usize,
+        maxpar: usize,
+        serial: bool,
+        stopping: &AtomicBool,
+    ) -> (Parked, bool) {
+        let mut s = self.lock();
+        let settled = self.settle_locked(&mut s, started);
+        if s.len > 0 {
+            let t = self.take_locked(&mut s, task.buf(), settled, maxpar, serial);
+            let freed = t.freed;
+            return (Parked::Took(task, t), freed);
+        }
+        s.active -= 1;
+        self.active.store(s.active, Release);
+        if s.batches.capacity() > SHRINK_ABOVE {
+            s.batches.shrink_to(TAKE);
+        }
+        // `stopping` is read under the lock: `take_idle` takes it after `stopping` is
+        // set, so a task parked here is either taken by it or sees `stopping`.
+        let parked = if task.has_instance() && !stopping.load(SeqCst) {
+            // The idle instance keeps no buffer: this queue's spare list does.
+            let buf = std::mem::take(task.buf());
+            s.recycle(buf);
+            s.idle.push(task);
+            Parked::Idle
+        } else {
+            Parked::Drop(task)
+        };
+        (parked, settled)
+    }
+
+    /// Settles `started` held events; `true` if any were.
+    #[inline]
+    fn settle_locked(&self, s: &mut State, started: usize) -> bool {
         s.held -= started.min(s.held);
         self.held.store(s.held, Release);
-        // Room is made when a held event starts, and when the next event leaves the
-        // queue for the instance (below): either way, senders waiting for room must
-        // be woken.
-        let settled = started > 0;
+        started > 0
+    }
+
+    /// The rest of [`EventQueue::take`], under the lock (`settled`: held events were
+    /// settled, room was made).
+    #[inline]
+    fn take_locked(
+        &self,
+        s: &mut State,
+        buf: &mut Batch,
+        settled: bool,
+        maxpar: usize,
+        serial: bool,
+    ) -> Taken {
         if s.len == 0 {
-            if let Some(on_release) = release {
-                on_release();
-                s.active -= 1;
-                self.active.store(s.active, Release);
-                if s.batches.capacity() > SHRINK_ABOVE {
-                    s.batches.shrink_to(TAKE);
-                }
-            }
             return Taken {
                 event: None,
-                another: false,
+                another: Claim::No,
                 freed: settled,
             };
         }
@@ -226,7 +319,11 @@ impl EventQueue {
         s.held += n - 1;
         self.held.store(s.held, Release);
         self.queued.store(s.len, Release);
-        let another = s.len > 0 && self.claim_locked(&mut s, maxpar);
+        let another = if s.len > 0 {
+            self.claim_locked(s, maxpar)
+        } else {
+            Claim::No
+        };
         Taken {
             // The popped event no longer counts against the capacity: a slot was
             // made even if nothing held was settled.
@@ -264,9 +361,9 @@ impl EventQueue {
     }
 
     /// Queues all of `evs` (a producer's batch; the producer checked the capacity
-    /// when it accepted them), leaving `evs` empty. Returns `true` if an activation
-    /// was claimed.
-    pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> bool {
+    /// when it accepted them), leaving `evs` empty. Says whether an activation was
+    /// claimed.
+    pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> Claim {
         let mut s = self.lock();
         let n = evs.len();
         match s.batches.back_mut() {
@@ -306,6 +403,16 @@ impl EventQueue {
         self.queued.store(s.len, Release);
     }
 
+    /// Idle instances.
+    pub(crate) fn idle_len(&self) -> usize {
+        self.lock().idle.len()
+    }
+
+    /// Takes the idle instances' tasks out (to drop them once the run has stopped).
+    pub(crate) fn take_idle(&self) -> Vec<Task> {
+        std::mem::take(&mut self.lock().idle)
+    }
+
     /// Events queued or held (what counts against the capacity).
     pub(crate) fn len(&self) -> usize {
         let s = self.lock();
@@ -339,7 +446,7 @@ mod tests {
         let mut buf = VecDeque::new();
         let mut started = 0;
         loop {
-            let t = q.take(&mut buf, started, maxpar, serial, None);
+            let t = q.take(&mut buf, started, maxpar, serial);
             let Some(ev) = t.event else { break };
             out.push(ev.get::<i64>(0).unwrap());
             started = 0;
@@ -361,7 +468,7 @@ mod tests {
 
         // Take one batch: its events are held and still count.
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true, None);
+        let t = q.take(&mut buf, 0, 1, true);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
         assert_eq!(buf.len(), TAKE - 1);
         assert_eq!(q.len(), 99, "held events count against the capacity");
@@ -388,7 +495,7 @@ mod tests {
         assert!(q.push(Event::from(1i64), Some(1), 2).is_ok());
         assert!(q.push(Event::from(2i64), Some(1), 2).is_err());
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 2, false, None);
+        let t = q.take(&mut buf, 0, 2, false);
         assert!(t.event.is_some() && buf.is_empty());
         assert!(t.freed, "popping the only event made room");
         assert_eq!(q.len(), 0);
@@ -396,16 +503,16 @@ mod tests {
         for i in 0..4i64 {
             assert!(q.push(Event::from(i), Some(4), 1).is_ok());
         }
-        let t = q.take(&mut buf, 0, 1, true, None);
+        let t = q.take(&mut buf, 0, 1, true);
         assert!(t.freed && buf.len() == 3 && q.len() == 3);
         buf.clear();
-        let t = q.take(&mut buf, 3, 1, true, None);
+        let t = q.take(&mut buf, 3, 1, true);
         assert!(
             t.event.is_none() && t.freed,
             "settling held events made room"
         );
         // Nothing popped, nothing settled: no room was made.
-        let t = q.take(&mut buf, 0, 1, true, None);
+        let t = q.take(&mut buf, 0, 1, true);
         assert!(t.event.is_none() && !t.freed);
     }
 
@@ -416,19 +523,19 @@ mod tests {
         // start a new batch; a small batch joins the last one.
         let mut big: Vec<Event> = (0..100i64).map(Event::from).collect();
         assert!(
-            q.push_batch(&mut big, 1),
+            q.push_batch(&mut big, 1).is_claimed(),
             "the first push claims an activation"
         );
         assert!(big.is_empty());
         for i in 100..105i64 {
-            assert_eq!(q.push(Event::from(i), None, 1).ok(), Some(false));
+            assert!(!q.push(Event::from(i), None, 1).unwrap().is_claimed());
         }
         let mut small: Vec<Event> = (105..108i64).map(Event::from).collect();
-        q.push_batch(&mut small, 1);
+        assert!(!q.push_batch(&mut small, 1).is_claimed());
         assert_eq!(q.len(), 108);
         // A serial instance takes the whole producer batch at once (held: 99).
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true, None);
+        let t = q.take(&mut buf, 0, 1, true);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
         assert_eq!(buf.len(), 99);
         assert_eq!(q.len(), 107, "held events still count");
@@ -451,30 +558,27 @@ mod tests {
         let q = EventQueue::new();
         let mut claims = 0;
         for i in 0..40i64 {
-            if q.push(Event::from(i), None, 4).unwrap() {
+            if q.push(Event::from(i), None, 4).unwrap().is_claimed() {
                 claims += 1;
             }
         }
         assert_eq!(claims, 4);
         assert_eq!(q.active(), 4);
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 4, false, None);
+        let t = q.take(&mut buf, 0, 4, false);
         assert!(t.event.is_some());
         assert_eq!(
             buf.len() + 1,
             10,
             "a quarter of the queue for one of 4 instances"
         );
-        assert!(!t.another, "maxpar reached: no further claim");
-        // Release with work left is refused: the instance keeps its claim.
-        let mut released = false;
-        let t = q.take(&mut buf, 9, 4, false, Some(&mut || released = true));
-        assert!(t.event.is_some() && !released);
-        // Drain, then release.
+        assert!(!t.another.is_claimed(), "maxpar reached: no further claim");
+        // Drained: an empty take keeps the claim (only `take_or_park` gives it back).
+        buf.clear();
         let mut out = Vec::new();
         take_all(&q, &mut out, 4, false);
-        let t = q.take(&mut buf, 0, 4, false, Some(&mut || released = true));
-        assert!(t.event.is_none() && released);
-        assert_eq!(q.active(), 3);
+        let t = q.take(&mut buf, 0, 4, false);
+        assert!(t.event.is_none() && !t.another.is_claimed());
+        assert_eq!(q.active(), 4);
     }
 }

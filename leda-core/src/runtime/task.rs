@@ -35,6 +35,7 @@ use super::ctx::Ctx;
 use super::executor::BoxFuture;
 use super::outbox;
 use super::process::Process;
+use super::queue::Parked;
 
 /// Handled-event counts are published to the stage's statistics at least this often
 /// (and at the end of every run of a task), so slow handlers show steady rates.
@@ -99,6 +100,24 @@ impl Task {
         }))
     }
 
+    /// A parked idle activation, set up for a new activation (see [`Task::new`]).
+    pub(crate) fn reuse(self, first: Option<Event>, cohort: bool) -> Task {
+        let mut a = self.0;
+        debug_assert!(a.pending.is_none() && a.cell.is_none() && a.buf.is_empty());
+        debug_assert!(a.first.is_none() && a.started == 0 && a.unflushed == 0);
+        a.first = first;
+        a.cohort = cohort;
+        a.nested = cohort;
+        a.short = false;
+        a.nice = false;
+        Task(a)
+    }
+
+    /// `true` if the task holds an instance (it can go to the idle pool).
+    pub(crate) fn has_instance(&self) -> bool {
+        self.0.instance.is_some()
+    }
+
     /// Runs the task until its stage's queue is empty, its batch is used up, or its
     /// handler waits.
     pub fn run(self) {
@@ -107,16 +126,49 @@ impl Task {
         if process.stopping.load(Relaxed) {
             return;
         }
-        let st = &process.stages[a.ctx.stage];
+        let stage = a.ctx.stage;
+        let st = &process.stages[stage];
         let batching = outbox::enter(&process);
-        let outcome = a.drain(&process);
+        let outcome = loop {
+            match a.drain(&process) {
+                Outcome::Idle => {}
+                other => break other,
+            }
+            // The queue looked empty (the hand-off begun by the last batch's output is
+            // still open): publish the counts, then park, unless events came.
+            a.publish_counts(&process);
+            let nested = a.nested;
+            let started = std::mem::take(&mut a.started);
+            match st.take_or_park(Task(a), started, &process.stopping) {
+                Parked::Took(t, taken) => {
+                    a = t.0;
+                    process.schedule_claimed(stage, taken.another);
+                    a.first = taken.event;
+                    a.short = a.buf.len() + 1 < super::queue::TAKE;
+                    a.end_handoff(&process, true);
+                }
+                parked => {
+                    if !nested {
+                        process.exec.end_handoff(false);
+                    }
+                    // The output was flushed before the last look: nothing is left.
+                    drop(batching);
+                    if let Parked::Drop(t) = parked {
+                        // Not idle (no instance, or the run is ending): dropped here,
+                        // outside the queue's lock.
+                        drop(t);
+                    }
+                    return;
+                }
+            }
+        };
         // What is left goes on as the task ends: this worker runs it next.
         a.begin_handoff(&process);
         drop(batching);
         a.end_handoff(&process, false);
         a.flush(&process);
         match outcome {
-            Outcome::Released => {}
+            Outcome::Idle => unreachable!("an idle task parks above"),
             Outcome::Yield => process.exec.schedule_yielded(Task(a)),
             Outcome::Wait => {
                 st.waiting.fetch_add(1, Relaxed);
@@ -124,10 +176,17 @@ impl Task {
             }
         }
     }
+
+    /// The task's batch buffer.
+    pub(crate) fn buf(&mut self) -> &mut VecDeque<Event> {
+        &mut self.0.buf
+    }
 }
 
 enum Outcome {
-    Released,
+    /// The queue looked empty after the output was flushed (the hand-off is open):
+    /// the task parks in the idle pool unless events came.
+    Idle,
     Yield,
     Wait,
 }
@@ -175,11 +234,12 @@ impl Activation {
                 // be run by this worker if the task ends here.
                 self.begin_handoff(process);
                 outbox::flush(process);
-                let next = self.next_batch(process);
-                self.end_handoff(process, next.is_some());
-                match next {
-                    Some(ev) => ev,
-                    None => return Outcome::Released,
+                match self.next_batch(process) {
+                    Some(ev) => {
+                        self.end_handoff(process, true);
+                        ev
+                    }
+                    None => return Outcome::Idle,
                 }
             };
             self.handle(process, ev, keep_copy);
@@ -201,13 +261,14 @@ impl Activation {
         }
     }
 
-    /// Takes the next batch from the stage's queue; `None` once the queue is empty and
-    /// the activation released its claim (the instance is idle).
+    /// Takes the next batch from the stage's queue; `None` once the queue looks empty
+    /// (the activation still holds its claim: [`super::process::StageRt::take_or_park`]
+    /// looks once more and gives it back).
     fn next_batch(&mut self, process: &Arc<Process>) -> Option<Event> {
         let st = &process.stages[self.ctx.stage];
         // Spin briefly for more work rather than release, when this worker has
         // nothing else to do (re-activation costs more than a short spin).
-        let mut may_spin = process.exec.may_spin();
+        let may_spin = process.exec.may_spin();
         if may_spin && self.short && st.queued() > 0 {
             // Nothing else to run, the last batch was short and a producer is feeding
             // the queue: give it a moment to fill a batch, instead of taking its
@@ -215,26 +276,21 @@ impl Activation {
             fill_wait(st);
         }
         loop {
-            let started = std::mem::take(&mut self.started);
-            let t = if may_spin {
-                st.take(&mut self.buf, started, None)
-            } else {
-                st.take(&mut self.buf, started, Some(&mut self.instance))
-            };
-            if t.another {
-                // More work than this instance: wake another, up to maxpar.
-                process.schedule_claimed(self.ctx.stage);
+            if !may_spin && !st.has_work() {
+                // Nothing to take (a lock-free peek): `take_or_park` looks under the
+                // lock, and parks, in one go.
+                return None;
             }
+            let t = st.take(&mut self.buf, std::mem::take(&mut self.started));
+            // More work than this instance: wake another, up to maxpar.
+            process.schedule_claimed(self.ctx.stage, t.another);
             if let Some(ev) = t.event {
                 self.short = self.buf.len() + 1 < super::queue::TAKE;
                 return Some(ev);
             }
-            if !may_spin {
+            // Empty: spin for more if allowed.
+            if !may_spin || !spin_for_work(st) {
                 return None;
-            }
-            may_spin = false;
-            if spin_for_work(st) {
-                may_spin = true;
             }
         }
     }
@@ -403,6 +459,11 @@ impl Activation {
 
     fn flush(&mut self, process: &Process) {
         process.stages[self.ctx.stage].settle(std::mem::take(&mut self.started));
+        self.publish_counts(process);
+    }
+
+    /// Publishes the counts of events sent and handled.
+    fn publish_counts(&mut self, process: &Process) {
         self.ctx.flush_counts(process);
         if self.unflushed > 0 {
             process.stages[self.ctx.stage]
