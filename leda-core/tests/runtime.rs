@@ -288,12 +288,14 @@ fn a_fail_stop_stage_stops_at_its_first_failure() {
     assert!(node.is_fail_stop() && node.is_serial());
     let errors = Arc::new(Mutex::new(Vec::new()));
     let e2 = errors.clone();
+    // Serial: the reports are checked in the order they were sent.
     let errs = Stage::new("errors", move |ev: Event, _| {
         e2.lock()
             .unwrap()
             .push((ev.get::<String>(1)?, ev.get::<i64>(2)?));
         Ok(())
-    });
+    })
+    .serial();
     for i in 1..=6 {
         node.push(i);
     }

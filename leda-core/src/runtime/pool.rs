@@ -18,9 +18,10 @@
 //! (the output of its last batch, or the sends of a future that then waits) would wake
 //! an idle worker for it, only for that worker to race this one, which is about to run
 //! it anyway, and to pull the events' cache lines to the other core. During such a
-//! hand-off ([`Executor::begin_handoff`]) the first task queued on an empty deque wakes
-//! nobody; if the task goes on running after all, the wake-up is made then
-//! ([`Executor::end_handoff`]).
+//! hand-off ([`Executor::begin_handoff`]) the first task queued goes to the worker's
+//! *slot*, which no other worker sees, and wakes nobody: the worker runs it next. If
+//! the task goes on running after all, the slot's task moves to the deque and the
+//! wake-up is made then ([`Executor::end_handoff`]).
 //!
 //! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
 //! machine a yielding thread waits for other processes' time slices), then sleep until
@@ -84,6 +85,8 @@ struct Shared {
     spinning: AtomicUsize,
     tokens: Mutex<usize>,
     wakeup: Condvar,
+    /// Workers running tasks (counted from the first task found to the first look
+    /// that finds none).
     busy: AtomicUsize,
     shutdown: AtomicBool,
     io: tokio::runtime::Handle,
@@ -119,8 +122,10 @@ struct Local {
     driving: Cell<bool>,
     /// A hand-off is under way ([`Executor::begin_handoff`]).
     handoff: Cell<bool>,
-    /// A wake-up was deferred during the hand-off.
+    /// A wake-up was deferred during the hand-off: its task is in `slot`.
     owed: Cell<bool>,
+    /// The task a hand-off queued: this worker runs it next (not stolen).
+    slot: Cell<Option<Task>>,
 }
 
 thread_local! {
@@ -132,8 +137,18 @@ thread_local! {
 fn local_work() -> Option<bool> {
     LOCAL.with_borrow(|l| {
         l.as_ref()
-            .map(|l| !l.deque.is_empty() || !l.yielded.is_empty())
+            .map(|l| l.has_slot() || !l.deque.is_empty() || !l.yielded.is_empty())
     })
+}
+
+impl Local {
+    /// `true` if a hand-off's task waits in the slot.
+    fn has_slot(&self) -> bool {
+        let t = self.slot.take();
+        let some = t.is_some();
+        self.slot.set(t);
+        some
+    }
 }
 
 /// The worker pool.
@@ -239,14 +254,27 @@ impl Shared {
     }
 
     fn find_task(&self, local: &Local, me: usize, tick: u32) -> Option<Task> {
-        if tick.is_multiple_of(INJECTOR_EVERY)
-            && let Some(t) = self.injector.steal().success()
-        {
+        let turn = if tick.is_multiple_of(INJECTOR_EVERY) {
+            self.injector.steal().success()
+        } else {
+            None
+        };
+        let turn = turn.or_else(|| {
+            if tick.is_multiple_of(INJECTOR_EVERY / 2) {
+                local.yielded.pop()
+            } else {
+                None
+            }
+        });
+        if let Some(t) = turn {
+            // A hand-off's task waits behind this one: where it may be stolen.
+            if let Some(h) = local.slot.take() {
+                local.deque.push(h);
+            }
             return Some(t);
         }
-        if tick.is_multiple_of(INJECTOR_EVERY / 2)
-            && let Some(t) = local.yielded.pop()
-        {
+        // A hand-off's task next: nobody else can run it.
+        if let Some(t) = local.slot.take() {
             return Some(t);
         }
         if let Some(t) = local.deque.pop() {
@@ -337,13 +365,20 @@ fn worker(
         driving: Cell::new(false),
         handoff: Cell::new(false),
         owed: Cell::new(false),
+        slot: Cell::new(None),
     }));
     let mut tick = 0u32;
     // Tasks run since this worker last looked at the reactor, and when it polled it.
     let mut ran = 0u32;
     let mut polled = Instant::now();
+    // Counted in `shared.busy` (running tasks, from the first found to the first look
+    // that finds none: two shared writes per busy spell, not per task).
+    let busy = Cell::new(false);
     let mut run = |task: Task| {
-        run_task(&shared, task);
+        if !busy.replace(true) {
+            shared.busy.fetch_add(1, Relaxed);
+        }
+        run_task(task);
         ran += 1;
         if ran >= DRIVE_EVERY {
             ran = 0;
@@ -367,6 +402,9 @@ fn worker(
         }
         // Idle: keep looking (stealing included) a few microseconds before sleeping: a
         // sleeping worker costs a futex wake-up per scheduled task.
+        if busy.replace(false) {
+            shared.busy.fetch_sub(1, Relaxed);
+        }
         if !spinning {
             spinning = true;
             shared.spinning.fetch_add(1, SeqCst);
@@ -475,8 +513,14 @@ fn worker(
     if spinning {
         shared.spinning.fetch_sub(1, SeqCst);
     }
+    if busy.get() {
+        shared.busy.fetch_sub(1, Relaxed);
+    }
     // Leaving: hand the local tasks to the others.
     if let Some(l) = LOCAL.take() {
+        if let Some(t) = l.slot.take() {
+            shared.injector.push(t);
+        }
         while let Some(t) = l.deque.pop().or_else(|| l.yielded.pop()) {
             shared.injector.push(t);
         }
@@ -581,15 +625,15 @@ fn next_task(shared: &Shared, me: usize, tick: u32) -> Option<Task> {
     LOCAL.with_borrow(|l| l.as_ref().and_then(|l| shared.find_task(l, me, tick)))
 }
 
-fn run_task(shared: &Shared, task: Task) {
+fn run_task(task: Task) {
     LOCAL.with_borrow(|l| {
         if let Some(l) = l {
-            l.started.fetch_add(1, Relaxed);
+            // Only this worker writes its count: no read-modify-write needed.
+            l.started
+                .store(l.started.load(Relaxed).wrapping_add(1), Relaxed);
         }
     });
-    shared.busy.fetch_add(1, Relaxed);
     task.run();
-    shared.busy.fetch_sub(1, Relaxed);
 }
 
 impl Executor for Pool {
@@ -604,12 +648,19 @@ impl Executor for Pool {
                 // During a hand-off, the first task this worker queues is the one it runs
                 // next: waking another worker for it would only bounce it (and its
                 // events' cache lines) between cores.
-                let deferred = l.handoff.get() && l.deque.is_empty();
-                l.deque.push(task);
-                if deferred {
+                let rest = if l.handoff.get() && !l.owed.get() {
                     l.owed.set(true);
+                    l.slot.replace(Some(task))
+                } else {
+                    Some(task)
+                };
+                match rest {
+                    None => Ok(true),
+                    Some(t) => {
+                        l.deque.push(t);
+                        Ok(false)
+                    }
                 }
-                Ok(deferred)
             }
             Some(l) => Err((task, std::ptr::eq(l.pool, shared))),
             None => Err((task, false)),
@@ -734,7 +785,15 @@ impl Executor for Pool {
         let owed = LOCAL.with_borrow(|l| {
             l.as_ref().is_some_and(|l| {
                 l.handoff.set(false);
-                l.owed.replace(false)
+                let owed = l.owed.replace(false);
+                if owed
+                    && continuing
+                    && let Some(t) = l.slot.take()
+                {
+                    // This task goes on: its hand-off's task may be stolen after all.
+                    l.deque.push(t);
+                }
+                owed
             })
         });
         if owed && continuing {
