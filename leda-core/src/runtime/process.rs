@@ -27,6 +27,7 @@ use crate::stats::{ConnectorCounters, StageCounters};
 
 use super::Task;
 use super::executor::{Executor, RemoteSink};
+use super::task::First;
 
 /// Where a port leads.
 pub(crate) enum Target {
@@ -408,7 +409,8 @@ impl Process {
         }
     }
 
-    /// The activation `claim` made: an idle instance's, or a new one.
+    /// The activation `claim` made: an idle instance's, or a new one. Its first event
+    /// is the one the claim handed over, else `first` (a cohort hand-off's).
     #[inline]
     fn task(
         self: &Arc<Self>,
@@ -417,10 +419,14 @@ impl Process {
         first: Option<Event>,
         cohort: bool,
     ) -> Option<Task> {
+        let first = |direct: Option<Event>| match direct {
+            Some(ev) => First::Held(ev),
+            None => first.map_or(First::None, First::Given),
+        };
         let task = match claim {
             Claim::No => return None,
-            Claim::Idle(t) => t.reuse(first, cohort),
-            Claim::New => Task::new(self.clone(), stage, first, cohort),
+            Claim::Idle(t, direct) => t.reuse(first(direct), cohort),
+            Claim::New(direct) => Task::new(self.clone(), stage, first(direct), cohort),
         };
         self.activations.fetch_add(1, SeqCst);
         Some(task)

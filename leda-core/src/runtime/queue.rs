@@ -114,14 +114,18 @@ pub(crate) struct Taken {
 }
 
 /// The outcome of a claim on an activation.
+///
+/// A single event pushed on an empty queue whose push claimed an activation is handed
+/// to that activation directly (`Some`): it skips the queue's batches and the
+/// activation's first take. It counts as held until its handling starts.
 #[must_use = "a claimed activation must be scheduled"]
 pub(crate) enum Claim {
     /// `maxpar` instances are active already (or no work was queued).
     No,
     /// Claimed, with an idle instance's parked activation to reuse.
-    Idle(Task),
+    Idle(Task, Option<Event>),
     /// Claimed; no instance is idle: a new activation builds one.
-    New,
+    New(Option<Event>),
 }
 
 impl Claim {
@@ -172,8 +176,8 @@ impl EventQueue {
             s.active += 1;
             self.active.store(s.active, Release);
             match s.idle.pop() {
-                Some(t) => Claim::Idle(t),
-                None => Claim::New,
+                Some(t) => Claim::Idle(t, None),
+                None => Claim::New(None),
             }
         } else {
             Claim::No
@@ -196,9 +200,25 @@ impl EventQueue {
         {
             return Err(ev);
         }
+        if s.len == 0 && s.active < maxpar {
+            return Ok(self.claim_direct(&mut s, maxpar, ev));
+        }
         s.push_one(ev);
         self.queued.store(s.len, Release);
         Ok(self.claim_locked(&mut s, maxpar))
+    }
+
+    /// Claims an activation for `ev`, which goes to it directly (the queue is empty
+    /// and fewer than `maxpar` instances are active), held until it starts.
+    #[inline]
+    fn claim_direct(&self, s: &mut State, maxpar: usize, ev: Event) -> Claim {
+        s.held += 1;
+        self.held.store(s.held, Release);
+        match self.claim_locked(s, maxpar) {
+            Claim::Idle(t, None) => Claim::Idle(t, Some(ev)),
+            Claim::New(None) => Claim::New(Some(ev)),
+            _ => unreachable!("fewer than maxpar are active: the claim is made"),
+        }
     }
 
     /// Claims an activation if fewer than `maxpar` are active (and, if `need_work`,
@@ -366,6 +386,13 @@ impl EventQueue {
     pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> Claim {
         let mut s = self.lock();
         let n = evs.len();
+        if n == 1
+            && s.len == 0
+            && s.active < maxpar
+            && let Some(ev) = evs.pop()
+        {
+            return self.claim_direct(&mut s, maxpar, ev);
+        }
         match s.batches.back_mut() {
             // A few events are copied: into the last batch if it has room, else into
             // one of this queue's own buffers (it stays warm here, and the producer
@@ -460,6 +487,8 @@ mod tests {
     #[test]
     fn batches_keep_order_and_capacity_counts_held_events() {
         let q = EventQueue::new();
+        // An instance is active: pushes go to the queue.
+        assert!(q.claim(1, false).is_claimed());
         for i in 0..100i64 {
             assert!(q.push(Event::from(i), Some(100), 1).is_ok());
         }
@@ -492,6 +521,9 @@ mod tests {
         // must still report the freed slot (producers parked on the full queue wait
         // for exactly that).
         let q = EventQueue::new();
+        for _ in 0..2 {
+            assert!(q.claim(2, false).is_claimed());
+        }
         assert!(q.push(Event::from(1i64), Some(1), 2).is_ok());
         assert!(q.push(Event::from(2i64), Some(1), 2).is_err());
         let mut buf = VecDeque::new();
@@ -556,22 +588,27 @@ mod tests {
     #[test]
     fn parallel_takes_leave_a_share_and_claims_respect_maxpar() {
         let q = EventQueue::new();
-        let mut claims = 0;
+        let mut direct = Vec::new();
         for i in 0..40i64 {
-            if q.push(Event::from(i), None, 4).unwrap().is_claimed() {
-                claims += 1;
+            match q.push(Event::from(i), None, 4).unwrap() {
+                Claim::New(Some(ev)) => direct.push(ev.get::<i64>(0).unwrap()),
+                Claim::No => {}
+                _ => panic!("an empty queue with no idle instance: a new one, with the event"),
             }
         }
-        assert_eq!(claims, 4);
+        // Each of the first four claimed an instance and went to it directly (held).
+        assert_eq!(direct, [0, 1, 2, 3]);
         assert_eq!(q.active(), 4);
+        assert_eq!((q.queued(), q.len()), (36, 40));
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 4, false);
-        assert!(t.event.is_some());
+        let t = q.take(&mut buf, 1, 4, false);
+        assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 4);
         assert_eq!(
             buf.len() + 1,
-            10,
+            9,
             "a quarter of the queue for one of 4 instances"
         );
+        assert_eq!(q.len(), 40 - 2, "a direct event settled, one popped");
         assert!(!t.another.is_claimed(), "maxpar reached: no further claim");
         // Drained: an empty take keeps the claim (only `take_or_park` gives it back).
         buf.clear();
@@ -580,5 +617,29 @@ mod tests {
         let t = q.take(&mut buf, 0, 4, false);
         assert!(t.event.is_none() && !t.another.is_claimed());
         assert_eq!(q.active(), 4);
+    }
+
+    #[test]
+    fn a_lone_event_goes_to_its_activation_and_counts_until_it_starts() {
+        let q = EventQueue::new();
+        let Ok(Claim::New(Some(ev))) = q.push(Event::from(7i64), Some(1), 1) else {
+            panic!("an empty queue, no active instance: the event goes with the claim");
+        };
+        assert_eq!(ev.get::<i64>(0).unwrap(), 7);
+        assert_eq!((q.queued(), q.len()), (0, 1), "held until it starts");
+        assert!(q.push(Event::from(8i64), Some(1), 1).is_err(), "it counts");
+        // Its handling started: settled with the next take, which finds the queue empty.
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 1, 1, true);
+        assert!(t.event.is_none() && t.freed);
+        assert_eq!(q.len(), 0);
+        // Behind an active instance, events queue (order is kept).
+        assert!(matches!(
+            q.push(Event::from(9i64), Some(1), 1),
+            Ok(Claim::No)
+        ));
+        let mut batch = vec![Event::from(10i64)];
+        assert!(matches!(q.push_batch(&mut batch, 1), Claim::No));
+        assert_eq!(q.queued(), 2);
     }
 }

@@ -47,6 +47,27 @@ pub const BATCH: u32 = 256;
 /// A unit of work for an executor: an activation of one stage.
 pub struct Task(Box<Activation>);
 
+/// The event an activation starts with, if any.
+pub(crate) enum First {
+    None,
+    /// Handed over by the claim ([`super::queue::Claim`]): it counts as held in the
+    /// stage's queue until its handling starts.
+    Held(Event),
+    /// A cohort hand-off's event (never queued).
+    Given(Event),
+}
+
+impl First {
+    /// The event, and whether it is held.
+    fn split(self) -> (Option<Event>, bool) {
+        match self {
+            First::None => (None, false),
+            First::Held(ev) => (Some(ev), true),
+            First::Given(ev) => (Some(ev), false),
+        }
+    }
+}
+
 struct Pending {
     fut: BoxFuture<HandlerResult>,
     copy: Option<Event>,
@@ -58,6 +79,8 @@ struct Activation {
     ctx: Ctx,
     pending: Option<Pending>,
     first: Option<Event>,
+    /// `first` counts as held in the stage's queue (settled once it starts).
+    first_held: bool,
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
     /// Runs inside another task's handler (a cohort hand-off): that task goes on after
@@ -78,17 +101,14 @@ struct Activation {
 }
 
 impl Task {
-    pub(crate) fn new(
-        process: Arc<Process>,
-        stage: usize,
-        first: Option<Event>,
-        cohort: bool,
-    ) -> Task {
+    pub(crate) fn new(process: Arc<Process>, stage: usize, first: First, cohort: bool) -> Task {
+        let (first, first_held) = first.split();
         Task(Box::new(Activation {
             instance: None,
             ctx: Ctx::new(process, stage),
             pending: None,
             first,
+            first_held,
             cohort,
             nested: cohort,
             unflushed: 0,
@@ -101,11 +121,11 @@ impl Task {
     }
 
     /// A parked idle activation, set up for a new activation (see [`Task::new`]).
-    pub(crate) fn reuse(self, first: Option<Event>, cohort: bool) -> Task {
+    pub(crate) fn reuse(self, first: First, cohort: bool) -> Task {
         let mut a = self.0;
         debug_assert!(a.pending.is_none() && a.cell.is_none() && a.buf.is_empty());
         debug_assert!(a.first.is_none() && a.started == 0 && a.unflushed == 0);
-        a.first = first;
+        (a.first, a.first_held) = first.split();
         a.cohort = cohort;
         a.nested = cohort;
         a.short = false;
@@ -220,6 +240,10 @@ impl Activation {
         let mut budget = BATCH;
         loop {
             let ev = if let Some(ev) = self.first.take() {
+                if std::mem::take(&mut self.first_held) {
+                    // Settled with the batch's events (it counted as held).
+                    self.started += 1;
+                }
                 ev
             } else if let Some(ev) = self.buf.pop_front() {
                 self.started += 1;
