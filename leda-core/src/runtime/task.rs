@@ -47,25 +47,14 @@ pub const BATCH: u32 = 256;
 /// A unit of work for an executor: an activation of one stage.
 pub struct Task(Box<Activation>);
 
-/// The event an activation starts with, if any.
+/// The event an activation handles before it takes from its queue, if any.
 pub(crate) enum First {
     None,
     /// Handed over by the claim ([`super::queue::Claim`]): it counts as held in the
     /// stage's queue until its handling starts.
     Held(Event),
-    /// A cohort hand-off's event (never queued).
+    /// A cohort hand-off's event (never queued), or one a take popped (not held).
     Given(Event),
-}
-
-impl First {
-    /// The event, and whether it is held.
-    fn split(self) -> (Option<Event>, bool) {
-        match self {
-            First::None => (None, false),
-            First::Held(ev) => (Some(ev), true),
-            First::Given(ev) => (Some(ev), false),
-        }
-    }
 }
 
 struct Pending {
@@ -78,9 +67,7 @@ struct Activation {
     instance: Option<Box<dyn Handler>>,
     ctx: Ctx,
     pending: Option<Pending>,
-    first: Option<Event>,
-    /// `first` counts as held in the stage's queue (settled once it starts).
-    first_held: bool,
+    first: First,
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
     /// Runs inside another task's handler (a cohort hand-off): that task goes on after
@@ -102,13 +89,11 @@ struct Activation {
 
 impl Task {
     pub(crate) fn new(process: Arc<Process>, stage: usize, first: First, cohort: bool) -> Task {
-        let (first, first_held) = first.split();
         Task(Box::new(Activation {
             instance: None,
             ctx: Ctx::new(process, stage),
             pending: None,
             first,
-            first_held,
             cohort,
             nested: cohort,
             unflushed: 0,
@@ -124,8 +109,8 @@ impl Task {
     pub(crate) fn reuse(self, first: First, cohort: bool) -> Task {
         let mut a = self.0;
         debug_assert!(a.pending.is_none() && a.cell.is_none() && a.buf.is_empty());
-        debug_assert!(a.first.is_none() && a.started == 0 && a.unflushed == 0);
-        (a.first, a.first_held) = first.split();
+        debug_assert!(matches!(a.first, First::None) && a.started == 0 && a.unflushed == 0);
+        a.first = first;
         a.cohort = cohort;
         a.nested = cohort;
         a.short = false;
@@ -163,7 +148,7 @@ impl Task {
                 Parked::Took(t, taken) => {
                     a = t.0;
                     process.schedule_claimed(stage, taken.another);
-                    a.first = taken.event;
+                    a.first = taken.event.map_or(First::None, First::Given);
                     a.short = a.buf.len() + 1 < super::queue::TAKE;
                     a.end_handoff(&process, true);
                 }
@@ -239,11 +224,12 @@ impl Activation {
             || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let mut budget = BATCH;
         loop {
-            let ev = if let Some(ev) = self.first.take() {
-                if std::mem::take(&mut self.first_held) {
-                    // Settled with the batch's events (it counted as held).
-                    self.started += 1;
-                }
+            let first = std::mem::replace(&mut self.first, First::None);
+            let ev = if let First::Given(ev) = first {
+                ev
+            } else if let First::Held(ev) = first {
+                // Settled with the batch's events (it counted as held).
+                self.started += 1;
                 ev
             } else if let Some(ev) = self.buf.pop_front() {
                 self.started += 1;
