@@ -198,6 +198,37 @@ fn idle_instances_keep_their_state_and_are_dropped_when_the_run_ends() {
     );
 }
 
+/// A lone event pushed on an empty queue goes straight to a new activation; it must
+/// stop counting against the capacity as it starts, as an event an instance takes
+/// from its queue does: a capacity-1 parallel stage that passes a countdown to itself
+/// must never find its own queue full.
+#[test]
+fn a_capacity_one_stage_can_send_to_itself() {
+    let refused = Arc::new(Mutex::new(Vec::<String>::new()));
+    let r2 = refused.clone();
+    let s = Stage::new("loop", move |ev: Event, ctx: &mut Ctx| {
+        let n: i64 = ev.get(0)?;
+        if n == 0 {
+            ctx.quit("done");
+        } else if let Err(e) = ctx.send(1, n - 1) {
+            r2.lock().unwrap().push(format!("at {n}: {e}"));
+            ctx.quit("refused");
+        }
+        Ok(())
+    })
+    .capacity(1)
+    .maxpar(2)
+    .autostart(200i64);
+    let mut g = Graph::new("g");
+    g.connect(&s, 1, &s);
+    let r = g
+        .run(Run::default().threads(2).timeout(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    assert_eq!(*refused.lock().unwrap(), Vec::<String>::new());
+    assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "done");
+}
+
 #[test]
 fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() {
     let inits = Arc::new(AtomicUsize::new(0));

@@ -27,7 +27,6 @@ use crate::stats::{ConnectorCounters, StageCounters};
 
 use super::Task;
 use super::executor::{Executor, RemoteSink};
-use super::task::First;
 
 /// Where a port leads.
 pub(crate) enum Target {
@@ -419,14 +418,10 @@ impl Process {
         first: Option<Event>,
         cohort: bool,
     ) -> Option<Task> {
-        let first = |direct: Option<Event>| match direct {
-            Some(ev) => First::Held(ev),
-            None => first.map_or(First::None, First::Given),
-        };
         let task = match claim {
             Claim::No => return None,
-            Claim::Idle(t, direct) => t.reuse(first(direct), cohort),
-            Claim::New(direct) => Task::new(self.clone(), stage, first(direct), cohort),
+            Claim::Idle(t, direct) => t.reuse(direct.or(first), cohort),
+            Claim::New(direct) => Task::new(self.clone(), stage, direct.or(first), cohort),
         };
         self.activations.fetch_add(1, SeqCst);
         Some(task)

@@ -118,7 +118,9 @@ pub(crate) struct Taken {
 ///
 /// A single event pushed on an empty queue whose push claimed an activation is handed
 /// to that activation directly (`Some`): it skips the queue's batches and the
-/// activation's first take. It counts as held until its handling starts.
+/// activation's first take. Like an event a take pops for its instance, the queue no
+/// longer counts it (counted until its handler returned, it made a capacity-1 stage
+/// that sends to itself refuse its own send).
 #[must_use = "a claimed activation must be scheduled"]
 pub(crate) enum Claim {
     /// `maxpar` instances are active already (or no work was queued).
@@ -210,11 +212,9 @@ impl EventQueue {
     }
 
     /// Claims an activation for `ev`, which goes to it directly (the queue is empty
-    /// and fewer than `maxpar` instances are active), held until it starts.
+    /// and fewer than `maxpar` instances are active).
     #[inline]
     fn claim_direct(&self, s: &mut State, maxpar: usize, ev: Event) -> Claim {
-        s.held += 1;
-        self.held.store(s.held, Release);
         match self.claim_locked(s, maxpar) {
             Claim::Idle(t, None) => Claim::Idle(t, Some(ev)),
             Claim::New(None) => Claim::New(Some(ev)),
@@ -597,19 +597,19 @@ mod tests {
                 _ => panic!("an empty queue with no idle instance: a new one, with the event"),
             }
         }
-        // Each of the first four claimed an instance and went to it directly (held).
+        // Each of the first four claimed an instance and went to it directly.
         assert_eq!(direct, [0, 1, 2, 3]);
         assert_eq!(q.active(), 4);
-        assert_eq!((q.queued(), q.len()), (36, 40));
+        assert_eq!((q.queued(), q.len()), (36, 36));
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 1, 4, false);
+        let t = q.take(&mut buf, 0, 4, false);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 4);
         assert_eq!(
             buf.len() + 1,
             9,
             "a quarter of the queue for one of 4 instances"
         );
-        assert_eq!(q.len(), 40 - 2, "a direct event settled, one popped");
+        assert_eq!(q.len(), 36 - 1, "one popped, the rest of the share held");
         assert!(!t.another.is_claimed(), "maxpar reached: no further claim");
         // Drained: an empty take keeps the claim (only `take_or_park` gives it back).
         buf.clear();
@@ -621,26 +621,25 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_event_goes_to_its_activation_and_counts_until_it_starts() {
+    fn a_lone_event_goes_to_its_activation_and_later_ones_queue_behind_it() {
         let q = EventQueue::new();
         let Ok(Claim::New(Some(ev))) = q.push(Event::from(7i64), Some(1), 1) else {
             panic!("an empty queue, no active instance: the event goes with the claim");
         };
         assert_eq!(ev.get::<i64>(0).unwrap(), 7);
-        assert_eq!((q.queued(), q.len()), (0, 1), "held until it starts");
-        assert!(q.push(Event::from(8i64), Some(1), 1).is_err(), "it counts");
-        // Its handling started: settled with the next take, which finds the queue empty.
-        let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 1, 1, true);
-        assert!(t.event.is_none() && t.freed);
-        assert_eq!(q.len(), 0);
-        // Behind an active instance, events queue (order is kept).
+        // Like an event a take pops, it no longer counts: the queue has room for one.
+        assert_eq!((q.queued(), q.len()), (0, 0));
+        // Behind the active instance, events queue (order is kept) up to the capacity.
         assert!(matches!(
-            q.push(Event::from(9i64), Some(1), 1),
+            q.push(Event::from(8i64), Some(2), 1),
             Ok(Claim::No)
         ));
-        let mut batch = vec![Event::from(10i64)];
+        let mut batch = vec![Event::from(9i64)];
         assert!(matches!(q.push_batch(&mut batch, 1), Claim::No));
         assert_eq!(q.queued(), 2);
+        assert!(q.push(Event::from(10i64), Some(2), 1).is_err(), "full");
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 1, true);
+        assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 8);
     }
 }

@@ -47,16 +47,6 @@ pub const BATCH: u32 = 256;
 /// A unit of work for an executor: an activation of one stage.
 pub struct Task(Box<Activation>);
 
-/// The event an activation handles before it takes from its queue, if any.
-pub(crate) enum First {
-    None,
-    /// Handed over by the claim ([`super::queue::Claim`]): it counts as held in the
-    /// stage's queue until its handling starts.
-    Held(Event),
-    /// A cohort hand-off's event (never queued), or one a take popped (not held).
-    Given(Event),
-}
-
 struct Pending {
     fut: BoxFuture<HandlerResult>,
     copy: Option<Event>,
@@ -67,7 +57,10 @@ struct Activation {
     instance: Option<Box<dyn Handler>>,
     ctx: Ctx,
     pending: Option<Pending>,
-    first: First,
+    /// The event to handle before taking from the queue: the claim's (a lone event
+    /// pushed on an empty queue), a cohort hand-off's, or one a take popped. The queue
+    /// no longer counts it.
+    first: Option<Event>,
     /// A cohort hand-off handles its one event and then behaves like a normal task.
     cohort: bool,
     /// Runs inside another task's handler (a cohort hand-off): that task goes on after
@@ -88,7 +81,12 @@ struct Activation {
 }
 
 impl Task {
-    pub(crate) fn new(process: Arc<Process>, stage: usize, first: First, cohort: bool) -> Task {
+    pub(crate) fn new(
+        process: Arc<Process>,
+        stage: usize,
+        first: Option<Event>,
+        cohort: bool,
+    ) -> Task {
         Task(Box::new(Activation {
             instance: None,
             ctx: Ctx::new(process, stage),
@@ -106,10 +104,10 @@ impl Task {
     }
 
     /// A parked idle activation, set up for a new activation (see [`Task::new`]).
-    pub(crate) fn reuse(self, first: First, cohort: bool) -> Task {
+    pub(crate) fn reuse(self, first: Option<Event>, cohort: bool) -> Task {
         let mut a = self.0;
         debug_assert!(a.pending.is_none() && a.cell.is_none() && a.buf.is_empty());
-        debug_assert!(matches!(a.first, First::None) && a.started == 0 && a.unflushed == 0);
+        debug_assert!(a.first.is_none() && a.started == 0 && a.unflushed == 0);
         a.first = first;
         a.cohort = cohort;
         a.nested = cohort;
@@ -148,7 +146,7 @@ impl Task {
                 Parked::Took(t, taken) => {
                     a = t.0;
                     process.schedule_claimed(stage, taken.another);
-                    a.first = taken.event.map_or(First::None, First::Given);
+                    a.first = taken.event;
                     a.short = a.buf.len() + 1 < super::queue::TAKE;
                     a.end_handoff(&process, true);
                 }
@@ -224,12 +222,7 @@ impl Activation {
             || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let mut budget = BATCH;
         loop {
-            let first = std::mem::replace(&mut self.first, First::None);
-            let ev = if let First::Given(ev) = first {
-                ev
-            } else if let First::Held(ev) = first {
-                // Settled with the batch's events (it counted as held).
-                self.started += 1;
+            let ev = if let Some(ev) = self.first.take() {
                 ev
             } else if let Some(ev) = self.buf.pop_front() {
                 self.started += 1;
