@@ -229,6 +229,39 @@ fn a_capacity_one_stage_can_send_to_itself() {
     assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "done");
 }
 
+/// A serial stage that sends to itself forever must still let another ready stage run
+/// on a one-thread pool: when its budget runs out its next event is still in its own
+/// outbox, and the queue looked empty.
+#[test]
+fn a_stage_sending_to_itself_lets_other_stages_run() {
+    let loops = Arc::new(AtomicUsize::new(0));
+    let l2 = loops.clone();
+    let looper = Stage::new("loop", move |ev: Event, ctx: &mut Ctx| {
+        l2.fetch_add(1, SeqCst);
+        ctx.send(1, ev)?;
+        Ok(())
+    })
+    .serial()
+    .autostart(0i64);
+    let quitter = Stage::new("quitter", |_, ctx: &mut Ctx| {
+        ctx.quit("ran");
+        Ok(())
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.connect(&looper, 1, &looper);
+    g.add(&quitter);
+    let r = g
+        .run(Run::default().threads(1).timeout(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(
+        r.reason,
+        EndReason::Quit,
+        "the other stage never ran ({} loop events)",
+        loops.load(SeqCst)
+    );
+}
+
 #[test]
 fn handler_errors_and_panics_kill_only_that_instance_and_reach_the_error_port() {
     let inits = Arc::new(AtomicUsize::new(0));

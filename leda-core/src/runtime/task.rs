@@ -221,6 +221,10 @@ impl Activation {
         let keep_copy = st.error_route.get().is_some_and(Option::is_some)
             || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
         let mut budget = BATCH;
+        // The budget ran out while no work was visible: the next events may be in this
+        // task's own outbox (a stage sending to itself), so look again once it is
+        // flushed.
+        let mut yield_due = false;
         loop {
             let ev = if let Some(ev) = self.first.take() {
                 ev
@@ -237,6 +241,10 @@ impl Activation {
                 // be run by this worker if the task ends here.
                 self.begin_handoff(process);
                 outbox::flush(process);
+                if std::mem::take(&mut yield_due) && st.has_work() {
+                    self.end_handoff(process, false);
+                    return Outcome::Yield;
+                }
                 match self.next_batch(process) {
                     Some(ev) => {
                         self.end_handoff(process, true);
@@ -255,11 +263,13 @@ impl Activation {
             }
             budget -= 1;
             if self.cohort || budget == 0 {
+                let spent = budget == 0;
                 self.cohort = false;
                 budget = BATCH;
                 if !self.buf.is_empty() || st.has_work() {
                     return Outcome::Yield;
                 }
+                yield_due = spent;
             }
         }
     }
