@@ -35,7 +35,7 @@ use super::ctx::Ctx;
 use super::executor::BoxFuture;
 use super::outbox;
 use super::process::Process;
-use super::queue::Parked;
+use super::queue::{Parked, Taken};
 
 /// Handled-event counts are published to the stage's statistics at least this often
 /// (and at the end of every run of a task), so slow handlers show steady rates.
@@ -129,8 +129,7 @@ impl Task {
         if process.stopping.load(Relaxed) {
             return;
         }
-        let stage = a.ctx.stage;
-        let st = &process.stages[stage];
+        let st = &process.stages[a.ctx.stage];
         let batching = outbox::enter(&process);
         let outcome = loop {
             match a.drain(&process) {
@@ -145,9 +144,7 @@ impl Task {
             match st.take_or_park(Task(a), started, &process.stopping) {
                 Parked::Took(t, taken) => {
                     a = t.0;
-                    process.schedule_claimed(stage, taken.another);
-                    a.first = taken.event;
-                    a.short = a.buf.len() + 1 < super::queue::TAKE;
+                    a.first = a.took(&process, taken);
                     a.end_handoff(&process, true);
                 }
                 parked => {
@@ -295,10 +292,7 @@ impl Activation {
                 return None;
             }
             let t = st.take(&mut self.buf, std::mem::take(&mut self.started));
-            // More work than this instance: wake another, up to maxpar.
-            process.schedule_claimed(self.ctx.stage, t.another);
-            if let Some(ev) = t.event {
-                self.short = self.buf.len() + 1 < super::queue::TAKE;
+            if let Some(ev) = self.took(process, t) {
                 return Some(ev);
             }
             // Empty: spin for more if allowed.
@@ -306,6 +300,15 @@ impl Activation {
                 return None;
             }
         }
+    }
+
+    /// What a take gave this activation: schedules the other activation it claimed (more
+    /// work than this instance, up to maxpar) and returns the next event to handle.
+    fn took(&mut self, process: &Arc<Process>, t: Taken) -> Option<Event> {
+        process.schedule_claimed(self.ctx.stage, t.another);
+        let ev = t.event?;
+        self.short = self.buf.len() + 1 < super::queue::TAKE;
+        Some(ev)
     }
 
     fn handle(&mut self, process: &Arc<Process>, mut ev: Event, keep_copy: bool) {
