@@ -25,7 +25,8 @@
 //!
 //! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
 //! machine a yielding thread waits for other processes' time slices), then sleep until
-//! a task is scheduled. A scheduled task wakes a sleeping worker unless an idle worker
+//! a task is scheduled. A worker whose last spins all found nothing (work arrives at
+//! longer intervals) spins only briefly until one finds work again. A scheduled task wakes a sleeping worker unless an idle worker
 //! is already spinning (that one will find it); a woken worker counts as spinning until
 //! it finds work or sleeps again, so a burst of tasks wakes one worker, not all.
 //!
@@ -57,12 +58,25 @@ use super::executor::{BoxFuture, Executor};
 /// How long an idle worker keeps looking for work (spinning) before it sleeps.
 const IDLE_SPIN: Duration = Duration::from_micros(20);
 
+/// After this many consecutive idle spins that found nothing, a worker spins only
+/// [`IDLE_PROBE`] until one finds work again: when work comes at intervals longer than
+/// a spin (a paced stream, a request now and then) every spin is CPU taken from the
+/// threads that will produce it, and on a small machine that delays them.
+const IDLE_WASTED: u32 = 8;
+
+/// The short spin of a worker whose spins have been finding nothing.
+const IDLE_PROBE: Duration = Duration::from_micros(2);
+
 /// Every this many picks, a worker takes from the injector before its own deque.
 const INJECTOR_EVERY: u32 = 8;
 
 /// How long a sleeping worker waits before it looks again on its own (a safety net:
 /// wake-ups are not lost, but a busy worker's deque is stolen from only by looking).
 const SLEEP_MAX: Duration = Duration::from_millis(50);
+
+/// How long an idle worker sleeps when another worker holds the reactor without
+/// sleeping in it for longer than a spin (preempted): it then looks again.
+const REACTOR_NAP: Duration = Duration::from_micros(100);
 
 /// Every this many tasks, a worker polls the reactor (without blocking) if no worker
 /// drives it and it has not polled it for [`DRIVE_GAP`]. Under full load a socket's
@@ -390,12 +404,17 @@ fn worker(
     };
     // Counted in `shared.spinning` (idle, looking for work).
     let mut spinning = false;
+    // The last spin ended with another worker holding the reactor.
+    let mut held = false;
+    // Consecutive idle spins that found nothing (see `IDLE_WASTED`).
+    let mut wasted = 0u32;
     'work: loop {
         if shared.should_exit() {
             break;
         }
         tick = tick.wrapping_add(1);
         if let Some(task) = next_task(&shared, me, tick) {
+            held = false;
             stop_spinning(&shared, &mut spinning);
             run(task);
             continue;
@@ -410,14 +429,21 @@ fn worker(
             shared.spinning.fetch_add(1, SeqCst);
         }
         let idle_since = Instant::now();
+        let spin = if wasted < IDLE_WASTED {
+            IDLE_SPIN
+        } else {
+            IDLE_PROBE
+        };
         let mut looks = 0u32;
-        while !looks.is_multiple_of(8) || idle_since.elapsed() < IDLE_SPIN {
+        while !looks.is_multiple_of(8) || idle_since.elapsed() < spin {
             looks += 1;
             for _ in 0..(1u32 << (looks.min(6))) {
                 std::hint::spin_loop();
             }
             tick = tick.wrapping_add(1);
             if let Some(task) = next_task(&shared, me, tick) {
+                wasted = 0;
+                held = false;
                 stop_spinning(&shared, &mut spinning);
                 run(task);
                 continue 'work;
@@ -426,16 +452,25 @@ fn worker(
                 break;
             }
         }
+        wasted = wasted.saturating_add(1);
         // A worker holds the reactor without sleeping in it (a busy worker's poll, or a
         // driver on its way out): it lets go within microseconds, and sleeping on the
-        // condition variable now would leave the reactor undriven. Look again.
+        // condition variable now would leave the reactor undriven. Look again, once:
+        // a holder that has not let go after a whole spin was preempted (on a loaded
+        // machine), and spinning on would keep it from running for a time slice. Then
+        // sleep, but only briefly.
+        let mut nap = None;
         if shared.driving.load(SeqCst)
             && !shared.driver_asleep.load(SeqCst)
             && !shared.shutdown.load(Relaxed)
             && !shared.should_exit_soon()
         {
-            continue;
+            if !std::mem::replace(&mut held, true) {
+                continue;
+            }
+            nap = Some(REACTOR_NAP);
         }
+        held = false;
         // Sleep, in the reactor if no worker is there. Either way, count as asleep
         // before the last look, so that a task scheduled after that look sees this
         // worker asleep and wakes it (no lost wake-up).
@@ -484,7 +519,7 @@ fn worker(
         }
         let woken = {
             let mut t = shared.tokens.lock().unwrap_or_else(|e| e.into_inner());
-            let deadline = Instant::now() + SLEEP_MAX;
+            let deadline = Instant::now() + nap.unwrap_or(SLEEP_MAX);
             while *t == 0 && !shared.shutdown.load(SeqCst) {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
