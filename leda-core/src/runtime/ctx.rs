@@ -209,7 +209,7 @@ impl Ctx {
                 if process.stopping.load(Relaxed) {
                     Err(Box::new((SendError::Stopped, event)))
                 } else {
-                    sink.send(event).map_err(|r| Box::new((r.error, r.event)))
+                    super::outbox::send_remote(process, sink, event)
                 }
             }
         };
@@ -366,6 +366,15 @@ impl Ctx {
     /// Yields the worker and re-queues the instance (`leda.nice`).
     pub fn nice(&self) -> impl Future<Output = ()> + Send + 'static {
         Yield(false)
+    }
+
+    /// Sends now what this call has sent so far: events to stages of this process
+    /// are otherwise held in batches until the instance's batch of events ends (or
+    /// the handler waits), and events to other processes are written by this worker
+    /// then. A handler that runs long between sends (a source pacing itself) calls
+    /// this after each burst so its events do not wait for it to return.
+    pub fn flush(&self) {
+        super::outbox::flush(&self.process);
     }
 
     /// Ends the run; `run` returns `values` (`leda.quit`).

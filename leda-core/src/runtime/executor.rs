@@ -68,6 +68,14 @@ pub trait RemoteSink: Send + Sync + 'static {
     /// Hands `event` to the transport. An error means the event was not taken, and
     /// hands it back.
     fn send(&self, event: Event) -> Result<(), Rejected>;
+    /// [`RemoteSink::send`] from a running task, which calls [`RemoteSink::flush`]
+    /// when its batch ends: the transport may hold the event until then (to write
+    /// the batch on the sending worker instead of waking a writer thread per batch).
+    /// It must not hold it indefinitely when refusing later sends for want of room.
+    /// By default, `send`.
+    fn send_held(&self, event: Event) -> Result<(), Rejected> {
+        self.send(event)
+    }
     /// Events taken but not yet acknowledged by the peer (for idle detection).
     fn in_flight(&self) -> u64 {
         0
@@ -80,6 +88,12 @@ pub trait RemoteSink: Send + Sync + 'static {
     fn room(&self) -> Option<BoxFuture<()>> {
         None
     }
+    /// Called on the sending worker when the running task that sent to this sink
+    /// ([`RemoteSink::send_held`]) finishes a batch of its input, starts a wait, ends,
+    /// or calls `Ctx::flush` (when its local sends are pushed too): a transport may
+    /// write what the task sent itself then, rather than leave it to another thread.
+    /// It must not send events or run handlers. By default nothing.
+    fn flush(&self) {}
 }
 
 /// Builds remote sinks when a run starts: one per connector whose destination runs

@@ -15,6 +15,11 @@
 //! invisible to idle detection. Outside a task's run (other threads, transports
 //! delivering through a handle) sends go straight to the queue.
 //!
+//! Events to other processes are not held here but by the transport
+//! ([`RemoteSink::send_held`]): each flush also calls [`RemoteSink::flush`] on the
+//! remote sinks the task sent to since the last one, and the transport writes the
+//! batch on this worker then.
+//!
 //! # An event's path, in one direction
 //!
 //! `Ctx::send` ([`super::ctx`]) → [`send`] here (this module owns batching and the
@@ -35,6 +40,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::error::SendError;
 use crate::event::Event;
 
+use super::executor::RemoteSink;
 use super::process::Process;
 
 /// Most events held for one destination before they are pushed.
@@ -57,6 +63,9 @@ struct Outbox {
     entries: Vec<Entry>,
     /// Emptied batches, kept for their allocation.
     spare: Vec<Vec<Event>>,
+    /// Remote sinks sent to since the last flush (each once): flushed after the
+    /// local batches.
+    remotes: Vec<Arc<dyn RemoteSink>>,
 }
 
 thread_local! {
@@ -65,8 +74,9 @@ thread_local! {
     /// lazy initialisation, no borrow flag).
     ///
     /// Invariant that makes the `&mut` taken from it unique: it is dereferenced only
-    /// by [`send`] and [`flush`], and nothing they call while holding it runs a handler
-    /// or sends (they push to queues and schedule tasks, which never runs one inline).
+    /// by [`send`], [`send_remote`] and [`flush`], and nothing they call while holding
+    /// it runs a handler or sends (they push to queues and schedule tasks, which never
+    /// runs one inline, or hand events to a transport, which must not either).
     static CURRENT: Cell<*mut Outbox> = const { Cell::new(ptr::null_mut()) };
     /// The thread's outbox between task runs, kept for its allocations.
     static IDLE: Cell<Option<Box<Outbox>>> = const { Cell::new(None) };
@@ -110,6 +120,7 @@ pub(crate) fn enter(process: &Arc<Process>) -> Batching<'_> {
             process: ptr::null(),
             entries: Vec::new(),
             spare: Vec::new(),
+            remotes: Vec::new(),
         })
     });
     o.process = Arc::as_ptr(process);
@@ -137,7 +148,7 @@ impl Drop for Batching<'_> {
     }
 }
 
-/// Pushes every held batch to its queue.
+/// Pushes every held batch to its queue, then flushes the remote sinks sent to.
 pub(crate) fn flush(process: &Arc<Process>) {
     let p = current(process);
     if p.is_null() {
@@ -153,6 +164,30 @@ pub(crate) fn flush(process: &Arc<Process>) {
             o.spare.push(e.events);
         }
     }
+    for r in o.remotes.drain(..) {
+        r.flush();
+    }
+}
+
+/// Sends `ev` to the remote `sink`: held by the transport until the next [`flush`]
+/// while a task of `process` runs here (which then flushes the sink too), else sent
+/// at once.
+#[inline]
+pub(crate) fn send_remote(
+    process: &Arc<Process>,
+    sink: &Arc<dyn RemoteSink>,
+    ev: Event,
+) -> Result<(), Bounced> {
+    let p = current(process);
+    if p.is_null() {
+        return sink.send(ev).map_err(|r| Box::new((r.error, r.event)));
+    }
+    // SAFETY: see `CURRENT`.
+    let o = unsafe { &mut *p };
+    if !o.remotes.iter().any(|r| Arc::ptr_eq(r, sink)) {
+        o.remotes.push(sink.clone());
+    }
+    sink.send_held(ev).map_err(|r| Box::new((r.error, r.event)))
 }
 
 /// A send that failed, with the event handed back. Boxed: failures are rare, and a
