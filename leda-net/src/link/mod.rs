@@ -112,6 +112,9 @@ const BYTE_WINDOW: usize = 32 * 1024 * 1024;
 /// Replies (and the credits they return) are held back while more bytes are already
 /// there to handle, up to this many events.
 const REPLY_BATCH: usize = 4096;
+/// How long acknowledgements may wait for a write of events to carry them (see
+/// `Inbound::queue_replies`); the runtime's timers round it up to a millisecond.
+const ACK_DELAY: Duration = Duration::from_micros(500);
 /// Most acknowledged events released under one hold of a link's outbox lock.
 const RELEASE_CHUNK: usize = 128;
 /// Largest outbound buffer kept between writes.
@@ -219,6 +222,8 @@ pub(crate) struct Link {
     heard_ms: AtomicU64,
     /// When something was last written to the peer (likewise).
     wrote_ms: AtomicU64,
+    /// The transport's epoch, for `heard_ms` and `wrote_ms`.
+    epoch: std::time::Instant,
     /// The peer said `Quit`: its closing the connection is the orderly end.
     goodbye: AtomicBool,
     /// Why the link was lost, if it was (first reason wins).
@@ -274,6 +279,15 @@ impl Link {
         drop(ob);
         if wake {
             self.wake.notify_one();
+        }
+    }
+
+    /// Queues a control frame without writing it: the next write carries it (see
+    /// [`Link::write_queued`]). Dropped once the link is down.
+    pub(crate) fn queue_frame(&self, f: Frame) {
+        let mut ob = lock(&self.outbox);
+        if !ob.down && !ob.close {
+            ob.push_frame(&f, &self.peer);
         }
     }
 
@@ -562,6 +576,20 @@ impl Transport {
     pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: crate::conn::Conn) -> Arc<Link> {
         let _ = stream.tcp().set_nodelay(true);
         self.liveness.apply_to(stream.tcp());
+        // Sending workers write plain TCP themselves, through a second descriptor of
+        // the same socket (non-blocking, like the first); the writer task writes what
+        // they cannot write without waiting, and everything under TLS.
+        let direct = match &stream {
+            crate::conn::Conn::Plain(s) => {
+                use std::os::fd::AsFd;
+                s.as_fd()
+                    .try_clone_to_owned()
+                    .map(|fd| Arc::new(std::net::TcpStream::from(fd)))
+                    .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
+                    .ok()
+            }
+            _ => None,
+        };
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: Mutex::new(Outbox {
@@ -584,12 +612,17 @@ impl Transport {
                 signalled: false,
                 close: false,
                 down: false,
+                writing: false,
+                spare: Some(Outgoing::new(SPLICE_MIN, FRAME_TARGET)),
+                partial: None,
+                direct,
             }),
             wake: Notify::new(),
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
             received: AtomicU64::new(0),
             heard_ms: AtomicU64::new(self.now_ms()),
             wrote_ms: AtomicU64::new(self.now_ms()),
+            epoch: self.epoch,
             goodbye: AtomicBool::new(false),
             lost: Mutex::new(None),
             dead: AtomicBool::new(false),

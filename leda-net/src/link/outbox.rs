@@ -53,6 +53,17 @@ pub(super) struct Outbox {
     pub(super) close: bool,
     /// The link is down: nothing more is taken (what was is reported failed).
     pub(super) down: bool,
+    /// Someone writes the socket now: the writer task, or a sending worker
+    /// ([`Outbox::take_direct`]); nobody else may until it is cleared.
+    pub(super) writing: bool,
+    /// The buffer to swap with `buf` when writing (`None` while someone writes).
+    pub(super) spare: Option<Outgoing>,
+    /// What a sending worker could not write without waiting, from the given byte
+    /// on: the writer task writes it before anything else.
+    pub(super) partial: Option<(Outgoing, usize)>,
+    /// The socket, for sending workers to write without waiting (plain TCP only; a
+    /// TLS stream has one writer, the task). Dropped when the link goes down.
+    pub(super) direct: Option<Arc<std::net::TcpStream>>,
 }
 
 impl Outbox {
@@ -164,5 +175,43 @@ impl Outbox {
         std::mem::swap(&mut self.buf, spare);
         self.signalled = false;
         self.close
+    }
+
+    /// For a thread that queued something on this link (a sending worker at the end
+    /// of its batch, the reader with replies): if nobody writes and something is
+    /// queued (and the link is neither closing nor down), takes the right to write
+    /// and everything queued, with the socket to write it to.
+    pub(super) fn take_direct(&mut self) -> Option<(Outgoing, Arc<std::net::TcpStream>)> {
+        if self.writing || self.buf.is_empty() || self.close || self.down || self.partial.is_some()
+        {
+            return None;
+        }
+        let sock = self.direct.clone()?;
+        let mut out = self.spare.take()?;
+        self.take(&mut out);
+        self.writing = true;
+        Some((out, sock))
+    }
+
+    /// When [`Outbox::take_direct`] gave nothing: `true` if the writer task must be
+    /// woken for what is queued (no direct writes on this link, or it is closing).
+    /// Someone who writes now looks again when done.
+    pub(super) fn needs_writer(&mut self) -> bool {
+        !self.writing && (!self.buf.is_empty() || self.close) && self.signal()
+    }
+
+    /// Ends a write: the buffer `out` (written whole: emptied for reuse here) comes
+    /// back. Returns `true` if more was queued meanwhile.
+    pub(super) fn end_write(&mut self, mut out: Outgoing) -> bool {
+        if out.bytes.capacity() > KEEP_BUFFER {
+            // A very large batch or event passed: do not keep its buffer.
+            out = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
+        } else {
+            // Kept (and swapped back in): no allocation or page fault per batch.
+            out.clear();
+        }
+        self.spare = Some(out);
+        self.writing = false;
+        !self.buf.is_empty()
     }
 }

@@ -1,7 +1,8 @@
 //! The receiving side of a link: reads and decodes frames, delivers events to the
 //! process (in order per route, waiting for room), answers with replies (credits),
 //! takes in the peer's acknowledgements and refusals, and notices a silent or lost
-//! peer. It never writes the socket (it queues frames for the writer).
+//! peer. It queues its frames on the link, and writes them itself (plain TCP) when
+//! they cannot wait for the next write of events.
 
 use super::*;
 
@@ -56,6 +57,12 @@ pub(super) struct Inbound {
     /// Whose `pending_inbound` counts `pending_total`: given back on drop, also when
     /// the reader is aborted (idle detection must not wait for events that are gone).
     pub(super) owner: Arc<Transport>,
+    /// Replies queued on the link but not written: events they acknowledge, the
+    /// smallest credit window of their routes, and when they are written at the
+    /// latest (unless a write of events carries them first).
+    pub(super) deferred: u64,
+    pub(super) deferred_window: u64,
+    pub(super) ack_due: Option<tokio::time::Instant>,
 }
 
 impl Drop for Inbound {
@@ -67,6 +74,37 @@ impl Drop for Inbound {
 }
 
 impl Inbound {
+    /// Queues the replies held so far on the link. Plain acknowledgements wait there
+    /// (up to [`ACK_DELAY`]) for the next write of events to the peer, which carries
+    /// them (an echo's answer, the next request), so that a round trip costs the peer
+    /// one wake-up, not two; refusals, and acknowledgements that would leave a sender
+    /// short of credit (a quarter of its window), are written at once.
+    pub(super) fn queue_replies(&mut self, t: &Transport, link: &Link) {
+        let replies = std::mem::take(&mut self.replies);
+        let mut urgent = false;
+        for r in &replies {
+            urgent |= r.refused.is_some();
+            let window = t.routes.get(r.route as usize).map_or(1, |x| x.window);
+            self.deferred += u64::from(r.count);
+            self.deferred_window = self.deferred_window.min(window.into());
+        }
+        urgent |= self.deferred * 4 >= self.deferred_window;
+        link.queue_frame(Frame::Replies(replies));
+        if urgent {
+            self.write_replies(t, link);
+        } else if self.ack_due.is_none() {
+            self.ack_due = Some(tokio::time::Instant::now() + ACK_DELAY);
+        }
+    }
+
+    /// Writes what is queued on the link now, deferred replies included.
+    pub(super) fn write_replies(&mut self, t: &Transport, link: &Link) {
+        self.deferred = 0;
+        self.deferred_window = u64::MAX;
+        self.ack_due = None;
+        link.write_queued(&t.room);
+    }
+
     pub(super) fn pending_len(&self) -> usize {
         self.pending_total
     }
@@ -227,6 +265,9 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         batch: Vec::new(),
         arena: crate::wire::Arena::default(),
         owner: t.clone(),
+        deferred: 0,
+        deferred_window: u64::MAX,
+        ack_due: None,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -330,20 +371,27 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         }
         inb.publish_accepted(&t);
         if !inb.replies.is_empty() {
-            link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
-            // Let the writer send them now: on a busy connection the next read is
-            // ready at once, and the writer may share this thread.
-            tokio::task::yield_now().await;
+            inb.queue_replies(&t, &link);
+            if inb.ack_due.is_none() {
+                // Let the writer send them now (under TLS): on a busy connection the
+                // next read is ready at once, and the writer may share this thread.
+                tokio::task::yield_now().await;
+            }
         }
         // (A silent peer: the liveness watch declares it lost, and the writer then
         // ends this task.)
-        let read = if inb.pending_len() > 0 {
-            tokio::select! {
-                r = rd.read_buf(&mut buf) => Some(r),
-                _ = tokio::time::sleep(RETRY) => None,
+        let retry = inb.pending_len() > 0;
+        let ack_due = inb.ack_due;
+        let read = tokio::select! {
+            biased;
+            r = rd.read_buf(&mut buf) => Some(r),
+            _ = tokio::time::sleep(RETRY), if retry => None,
+            _ = tokio::time::sleep_until(ack_due.unwrap_or_else(tokio::time::Instant::now)),
+                if ack_due.is_some() => {
+                // No write carried the held replies: this one does.
+                inb.write_replies(&t, &link);
+                continue;
             }
-        } else {
-            Some(rd.read_buf(&mut buf).await)
         };
         match read {
             None => {
@@ -352,7 +400,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
                 }
                 inb.publish_accepted(&t);
                 if !inb.replies.is_empty() {
-                    link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+                    inb.queue_replies(&t, &link);
                 }
             }
             Some(Ok(0)) => {
@@ -372,6 +420,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
     inb.publish_accepted(&t);
     if !inb.replies.is_empty() {
         link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
+    } else if inb.ack_due.is_some() {
+        link.write_queued(&t.room);
     }
     // Let the writer finish what is queued (replies included), then close.
     link.close();

@@ -1,6 +1,8 @@
 //! The sending side seen by the core: a stage's [`RemoteSink`] for one route, taking
 //! credit and encoding events straight into a link's outbox on the sending worker.
-//! It never waits and never writes the socket.
+//! It never waits. When the sending task's batch ends ([`RemoteSink::flush`]) the
+//! worker writes what is queued on plain TCP itself, unless someone writes already;
+//! whatever it cannot write without waiting goes to the link's writer task.
 
 use super::*;
 
@@ -13,8 +15,74 @@ pub(super) struct Sink {
     pub(super) next: AtomicUsize,
 }
 
+/// Bytes a link's outbox may hold for sends that wait for their task's batch to end
+/// ([`RemoteSink::send_held`]) before the writer task is woken for them anyway (a
+/// long handler's sends leave in chunks of this size).
+const HOLD_MAX: usize = 64 * 1024;
+
 impl RemoteSink for Sink {
     fn send(&self, event: Event) -> Result<(), Rejected> {
+        self.push(event, false)
+    }
+
+    fn send_held(&self, event: Event) -> Result<(), Rejected> {
+        self.push(event, true)
+    }
+
+    fn flush(&self) {
+        for link in &self.peers {
+            link.write_queued(&self.room);
+        }
+    }
+
+    fn room(&self) -> Option<leda_core::runtime::executor::BoxFuture<()>> {
+        let (room, peers, stats) = (self.room.clone(), self.peers.clone(), self.stats.clone());
+        let route = self.route as usize;
+        Some(Box::pin(async move {
+            // Registered before the check: room made after it wakes this wait.
+            let notified = room.notified();
+            for l in &peers {
+                let mut ob = lock(&l.outbox);
+                if ob.down {
+                    continue;
+                }
+                if let Some(acked) = l.acked.get(route) {
+                    ob.absorb(route, acked, &stats);
+                }
+                if ob.has_room(route) {
+                    return;
+                }
+            }
+            if peers.iter().all(|l| l.is_dead()) {
+                return; // the retry fails at once, with the reason
+            }
+            notified.await;
+        }))
+    }
+
+    fn in_flight(&self) -> u64 {
+        let route = self.route as usize;
+        let mut released = Vec::new();
+        let mut n = 0;
+        for l in &self.peers {
+            let mut ob = lock(&l.outbox);
+            if let Some(acked) = l.acked.get(route) {
+                ob.absorb(route, acked, &self.stats);
+            }
+            // Asked when the process may be idle: nothing acknowledged is kept.
+            ob.pop_stale(usize::MAX, &mut released);
+            n += ob.routes.get(route).map_or(0, |r| r.in_flight);
+            drop(ob);
+            released.clear();
+        }
+        n
+    }
+}
+
+impl Sink {
+    /// Takes `event` for the peer (see [`RemoteSink::send`]); `held`: the sending task
+    /// flushes at its batch end (see [`RemoteSink::send_held`]).
+    fn push(&self, event: Event, held: bool) -> Result<(), Rejected> {
         let n = self.peers.len();
         let start = if n == 1 {
             0
@@ -67,13 +135,20 @@ impl RemoteSink for Sink {
             rs.sent += 1;
             rs.unacked
                 .push_back((event, u32::try_from(size).unwrap_or(u32::MAX)));
-            let wake = ob.signal();
+            // A held send wakes nobody (its task's batch end writes it), unless the
+            // held bytes grew large.
+            let wake = (!held || ob.buf.len() >= HOLD_MAX) && ob.signal();
             drop(ob);
             drop(released);
             if wake {
                 link.wake.notify_one();
             }
             return Ok(());
+        }
+        if held {
+            // What this task held may be what stands between it and room (credit
+            // returns only for events written): written now.
+            self.flush();
         }
         let error = if all_dead {
             SendError::Unreachable {
@@ -86,48 +161,5 @@ impl RemoteSink for Sink {
             }
         };
         Err(Rejected { error, event })
-    }
-
-    fn room(&self) -> Option<leda_core::runtime::executor::BoxFuture<()>> {
-        let (room, peers, stats) = (self.room.clone(), self.peers.clone(), self.stats.clone());
-        let route = self.route as usize;
-        Some(Box::pin(async move {
-            // Registered before the check: room made after it wakes this wait.
-            let notified = room.notified();
-            for l in &peers {
-                let mut ob = lock(&l.outbox);
-                if ob.down {
-                    continue;
-                }
-                if let Some(acked) = l.acked.get(route) {
-                    ob.absorb(route, acked, &stats);
-                }
-                if ob.has_room(route) {
-                    return;
-                }
-            }
-            if peers.iter().all(|l| l.is_dead()) {
-                return; // the retry fails at once, with the reason
-            }
-            notified.await;
-        }))
-    }
-
-    fn in_flight(&self) -> u64 {
-        let route = self.route as usize;
-        let mut released = Vec::new();
-        let mut n = 0;
-        for l in &self.peers {
-            let mut ob = lock(&l.outbox);
-            if let Some(acked) = l.acked.get(route) {
-                ob.absorb(route, acked, &self.stats);
-            }
-            // Asked when the process may be idle: nothing acknowledged is kept.
-            ob.pop_stale(usize::MAX, &mut released);
-            n += ob.routes.get(route).map_or(0, |r| r.in_flight);
-            drop(ob);
-            released.clear();
-        }
-        n
     }
 }

@@ -1,48 +1,164 @@
 //! The writer task of a link: writes what the outbox accumulated (vectored for
-//! spliced binaries, heartbeats included), and when the link ends reports everything
-//! still unacknowledged. The only task that writes the socket.
+//! spliced binaries, heartbeats included) when no sending worker did, and when the
+//! link ends reports everything still unacknowledged. On plain TCP a sending worker
+//! writes the socket itself at the end of its batch ([`write_now`], never waiting),
+//! so the writer mostly writes under load, under TLS, and what a worker left.
 
 use super::*;
 
-/// Writes `out`: one plain write without spliced binaries, vectored writes with them.
+/// Slices per vectored write (well under `IOV_MAX`).
+const IOV: usize = 1024;
+
+/// Where byte `from` of the stream `segs` is: (segment, offset in it).
+fn seek(segs: &[&[u8]], mut from: usize) -> (usize, usize) {
+    let mut i = 0;
+    while i < segs.len() && from >= segs[i].len() {
+        from -= segs[i].len();
+        i += 1;
+    }
+    (i, from)
+}
+
+/// Moves (segment, offset) `n` bytes on.
+fn advance(segs: &[&[u8]], (mut i, mut skip): (usize, usize), mut n: usize) -> (usize, usize) {
+    while n > 0 && i < segs.len() {
+        let left = segs[i].len() - skip;
+        if n >= left {
+            n -= left;
+            i += 1;
+            skip = 0;
+        } else {
+            skip += n;
+            n = 0;
+        }
+    }
+    (i, skip)
+}
+
+/// The slices from (segment, offset) on, at most [`IOV`].
+fn slices<'a>(segs: &[&'a [u8]], (i, skip): (usize, usize), iov: &mut Vec<std::io::IoSlice<'a>>) {
+    iov.clear();
+    iov.push(std::io::IoSlice::new(&segs[i][skip..]));
+    iov.extend(
+        segs[i + 1..]
+            .iter()
+            .take(IOV - 1)
+            .map(|s| std::io::IoSlice::new(s)),
+    );
+}
+
+/// Writes `out` from byte `from` on: one plain write without spliced binaries,
+/// vectored writes with them.
 pub(super) async fn write_out(
     wr: &mut crate::conn::WriteHalf,
     out: &Outgoing,
+    from: usize,
 ) -> std::io::Result<()> {
     if out.splices.is_empty() {
-        return wr.write_all(&out.bytes).await;
+        return wr.write_all(&out.bytes[from..]).await;
     }
-    /// Slices per vectored write (well under `IOV_MAX`).
-    const IOV: usize = 1024;
     let segs = out.segments();
-    let (mut i, mut skip) = (0, 0);
-    let mut iov: Vec<std::io::IoSlice<'_>> = Vec::with_capacity(IOV);
-    while i < segs.len() {
-        iov.clear();
-        iov.push(std::io::IoSlice::new(&segs[i][skip..]));
-        iov.extend(
-            segs[i + 1..]
-                .iter()
-                .take(IOV - 1)
-                .map(|s| std::io::IoSlice::new(s)),
-        );
-        let mut n = wr.write_vectored(&iov).await?;
+    let mut at = seek(&segs, from);
+    let mut iov = Vec::with_capacity(IOV.min(segs.len()));
+    while at.0 < segs.len() {
+        slices(&segs, at, &mut iov);
+        let n = wr.write_vectored(&iov).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while n > 0 && i < segs.len() {
-            let left = segs[i].len() - skip;
-            if n >= left {
-                n -= left;
-                i += 1;
-                skip = 0;
-            } else {
-                skip += n;
-                n = 0;
-            }
-        }
+        at = advance(&segs, at, n);
     }
     Ok(())
+}
+
+/// Writes `out` to `sock` without waiting: the number of bytes written (all of them,
+/// or as many as the socket took before it would block).
+pub(super) fn write_now(sock: &std::net::TcpStream, out: &Outgoing) -> std::io::Result<usize> {
+    use std::io::Write;
+    let segs = out.segments();
+    let (mut at, mut written) = ((0, 0), 0);
+    let mut iov = Vec::with_capacity(IOV.min(segs.len()));
+    while at.0 < segs.len() {
+        slices(&segs, at, &mut iov);
+        let n = match (&*sock).write_vectored(&iov) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        written += n;
+        at = advance(&segs, at, n);
+    }
+    Ok(written)
+}
+
+/// Rounds of [`Link::write_queued`] before what is left goes to the writer task.
+const DIRECT_ROUNDS: usize = 4;
+
+impl Link {
+    /// Sends what is queued: the calling thread writes it if nobody else writes and
+    /// the socket takes it without waiting (plain TCP); what it cannot write, and
+    /// everything under TLS, goes to the writer task. `room` wakes senders waiting
+    /// for room (a large backlog was taken).
+    pub(super) fn write_queued(&self, room: &Notify) {
+        for _ in 0..DIRECT_ROUNDS {
+            let (out, sock) = {
+                let mut ob = lock(&self.outbox);
+                match ob.take_direct() {
+                    Some(taken) => taken,
+                    None => {
+                        let wake = ob.needs_writer();
+                        drop(ob);
+                        if wake {
+                            self.wake.notify_one();
+                        }
+                        return;
+                    }
+                }
+            };
+            if out.bytes.len() >= MAX_BACKLOG {
+                room.notify_waiters();
+            }
+            let written = write_now(&sock, &out);
+            drop(sock);
+            let n = match written {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(peer = %self.peer, error = %e, "link write failed");
+                    // The writer task ends the link and reports what it held.
+                    self.lose(format!("writing to it failed ({e})"));
+                    lock(&self.outbox).writing = false;
+                    return;
+                }
+            };
+            if n > 0 {
+                let now = self.epoch.elapsed().as_millis() as u64;
+                self.wrote_ms.store(now, Relaxed);
+            }
+            let mut ob = lock(&self.outbox);
+            if n < out.len() {
+                // The rest waits for room in the socket: the writer's job (woken
+                // whether or not it was told before: it may have looked while this
+                // thread wrote).
+                ob.writing = false;
+                ob.partial = Some((out, n));
+                ob.signalled = true;
+                drop(ob);
+                self.wake.notify_one();
+                return;
+            }
+            if !ob.end_write(out) {
+                return;
+            }
+        }
+        let mut ob = lock(&self.outbox);
+        if !ob.writing && !ob.buf.is_empty() {
+            ob.signalled = true;
+            drop(ob);
+            self.wake.notify_one();
+        }
+    }
 }
 
 pub(super) async fn write_loop(
@@ -51,29 +167,53 @@ pub(super) async fn write_loop(
     mut wr: crate::conn::WriteHalf,
     mut reader: JoinHandle<()>,
 ) {
-    // Swapped with the outbox's buffer: one is filled by senders while the other is
-    // written.
-    let mut bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
     let mut clean = false;
+    // After a sending worker's partial write, the rest of the queue follows at once.
+    let mut again = false;
     loop {
-        tokio::select! {
-            biased;
-            _ = link.dead_notify.notified() => break,
-            _ = link.wake.notified() => {}
+        if !std::mem::take(&mut again) {
+            tokio::select! {
+                biased;
+                _ = link.dead_notify.notified() => break,
+                _ = link.wake.notified() => {}
+            }
         }
-        let close = lock(&link.outbox).take(&mut bytes);
-        if bytes.bytes.len() >= MAX_BACKLOG {
+        // The buffer is swapped with the outbox's: one is filled by senders while the
+        // other is written.
+        let (out, from, close) = {
+            let mut ob = lock(&link.outbox);
+            if ob.writing {
+                // A sending worker writes: it wakes this task if it leaves anything.
+                continue;
+            }
+            ob.writing = true;
+            match ob.partial.take() {
+                Some((out, from)) => {
+                    again = true;
+                    (out, from, false)
+                }
+                None => {
+                    let mut out = ob
+                        .spare
+                        .take()
+                        .unwrap_or_else(|| Outgoing::new(SPLICE_MIN, FRAME_TARGET));
+                    let close = ob.take(&mut out);
+                    (out, 0, close)
+                }
+            }
+        };
+        if out.bytes.len() >= MAX_BACKLOG {
             // Senders refused for the backlog may go on.
             t.room.notify_waiters();
         }
-        if !bytes.is_empty() {
+        if !out.is_empty() {
             // A lost peer (silent: frozen, cut off) may never read what is written to
             // it: the write ends with the link.
             let written = tokio::select! {
                 biased;
                 _ = link.dead_notify.notified() => break,
                 // (TLS holds records back until flushed; plain TCP's flush is free.)
-                r = async { write_out(&mut wr, &bytes).await?; wr.flush().await } => r,
+                r = async { write_out(&mut wr, &out, from).await?; wr.flush().await } => r,
             };
             if let Err(e) = written {
                 tracing::warn!(peer = %link.peer, error = %e, "link write failed");
@@ -82,14 +222,10 @@ pub(super) async fn write_loop(
             }
             // For the liveness watch: a link that writes needs no heartbeat.
             link.wrote_ms.store(t.now_ms(), Relaxed);
-            if bytes.bytes.capacity() > KEEP_BUFFER {
-                // A very large batch or event passed: do not keep its buffer.
-                bytes = Outgoing::new(SPLICE_MIN, FRAME_TARGET);
-            } else {
-                // Kept (and swapped back in): no allocation or page fault per batch.
-                bytes.clear();
-            }
         }
+        // More queued meanwhile (by senders that hold their sends until their batch
+        // ends, and found this task writing): written at once.
+        again |= lock(&link.outbox).end_write(out);
         if close {
             clean = true;
             break;
@@ -115,6 +251,8 @@ pub(super) async fn write_loop(
         ob.down = true;
         ob.open = None;
         ob.buf = Outgoing::default();
+        ob.partial = None;
+        ob.direct = None;
         // (Events acknowledged before the end were delivered: not lost.)
         ob.absorb_all(&link.acked, &t.stats);
         ob.unacked_bytes = 0;
