@@ -195,13 +195,19 @@ impl Outbox {
 
     /// When [`Outbox::take_direct`] gave nothing: `true` if the writer task must be
     /// woken for what is queued (no direct writes on this link, or it is closing).
-    /// Someone who writes now looks again when done.
-    pub(super) fn needs_writer(&mut self) -> bool {
-        !self.writing && (!self.buf.is_empty() || self.close) && self.signal()
+    /// Someone who writes now looks again when done. `wrote`: the caller has just
+    /// written (its wake-up is owed whether or not the writer was told before: the
+    /// writer may have looked, and backed off, while it wrote).
+    pub(super) fn needs_writer(&mut self, wrote: bool) -> bool {
+        if self.writing || (self.buf.is_empty() && !self.close && self.partial.is_none()) {
+            return false;
+        }
+        let first = self.signal();
+        first || wrote
     }
 
     /// Ends a write: the buffer `out` (written whole: emptied for reuse here) comes
-    /// back. Returns `true` if more was queued meanwhile.
+    /// back. Returns `true` if more was queued meanwhile (or the link is to close).
     pub(super) fn end_write(&mut self, mut out: Outgoing) -> bool {
         if out.bytes.capacity() > KEEP_BUFFER {
             // A very large batch or event passed: do not keep its buffer.
@@ -212,6 +218,6 @@ impl Outbox {
         }
         self.spare = Some(out);
         self.writing = false;
-        !self.buf.is_empty()
+        !self.buf.is_empty() || self.close
     }
 }

@@ -62,6 +62,9 @@ pub(super) struct Inbound {
     /// latest (unless a write of events carries them first).
     pub(super) deferred: u64,
     pub(super) deferred_window: u64,
+    /// Bytes of `events` frames read since replies were last written (the sender's
+    /// byte window, like its credit, must not wait for them).
+    pub(super) deferred_bytes: usize,
     pub(super) ack_due: Option<tokio::time::Instant>,
 }
 
@@ -78,7 +81,7 @@ impl Inbound {
     /// (up to [`ACK_DELAY`]) for the next write of events to the peer, which carries
     /// them (an echo's answer, the next request), so that a round trip costs the peer
     /// one wake-up, not two; refusals, and acknowledgements that would leave a sender
-    /// short of credit (a quarter of its window), are written at once.
+    /// short of credit or of byte window (a quarter of either), are written at once.
     pub(super) fn queue_replies(&mut self, t: &Transport, link: &Link) {
         let replies = std::mem::take(&mut self.replies);
         let mut urgent = false;
@@ -89,6 +92,7 @@ impl Inbound {
             self.deferred_window = self.deferred_window.min(window.into());
         }
         urgent |= self.deferred * 4 >= self.deferred_window;
+        urgent |= self.deferred_bytes * 4 >= BYTE_WINDOW;
         link.queue_frame(Frame::Replies(replies));
         if urgent {
             self.write_replies(t, link);
@@ -101,6 +105,7 @@ impl Inbound {
     pub(super) fn write_replies(&mut self, t: &Transport, link: &Link) {
         self.deferred = 0;
         self.deferred_window = u64::MAX;
+        self.deferred_bytes = 0;
         self.ack_due = None;
         link.write_queued(&t.room);
     }
@@ -267,6 +272,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         owner: t.clone(),
         deferred: 0,
         deferred_window: u64::MAX,
+        deferred_bytes: 0,
         ack_due: None,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
@@ -300,6 +306,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
             }
             let raw = buf.split_to(total).freeze();
             let ok = if raw[4] == frame::kind::EVENTS {
+                inb.deferred_bytes += total;
                 // Nearly all the traffic: decoded into reused buffers (a frame is
                 // decoded whole before any of it is delivered).
                 let body = raw.slice(5..);

@@ -102,13 +102,21 @@ impl Link {
     /// everything under TLS, goes to the writer task. `room` wakes senders waiting
     /// for room (a large backlog was taken).
     pub(super) fn write_queued(&self, room: &Notify) {
-        for _ in 0..DIRECT_ROUNDS {
+        let mut rounds = 0;
+        loop {
+            let wrote = rounds > 0;
             let (out, sock) = {
                 let mut ob = lock(&self.outbox);
-                match ob.take_direct() {
+                // After a few rounds, what keeps coming goes to the writer task.
+                let taken = if rounds == DIRECT_ROUNDS {
+                    None
+                } else {
+                    ob.take_direct()
+                };
+                match taken {
                     Some(taken) => taken,
                     None => {
-                        let wake = ob.needs_writer();
+                        let wake = ob.needs_writer(wrote);
                         drop(ob);
                         if wake {
                             self.wake.notify_one();
@@ -117,6 +125,7 @@ impl Link {
                     }
                 }
             };
+            rounds += 1;
             if out.bytes.len() >= MAX_BACKLOG {
                 room.notify_waiters();
             }
@@ -138,9 +147,7 @@ impl Link {
             }
             let mut ob = lock(&self.outbox);
             if n < out.len() {
-                // The rest waits for room in the socket: the writer's job (woken
-                // whether or not it was told before: it may have looked while this
-                // thread wrote).
+                // The rest waits for room in the socket: the writer's job.
                 ob.writing = false;
                 ob.partial = Some((out, n));
                 ob.signalled = true;
@@ -151,12 +158,6 @@ impl Link {
             if !ob.end_write(out) {
                 return;
             }
-        }
-        let mut ob = lock(&self.outbox);
-        if !ob.writing && !ob.buf.is_empty() {
-            ob.signalled = true;
-            drop(ob);
-            self.wake.notify_one();
         }
     }
 }
@@ -184,6 +185,8 @@ pub(super) async fn write_loop(
             let mut ob = lock(&link.outbox);
             if ob.writing {
                 // A sending worker writes: it wakes this task if it leaves anything.
+                // This wake-up is spent: the next one must come (see `Outbox::signal`).
+                ob.signalled = false;
                 continue;
             }
             ob.writing = true;
