@@ -14,11 +14,17 @@
 //! also bounds its unacknowledged *bytes* (`BYTE_WINDOW`), so a
 //! receiver that falls behind on large events holds tens of megabytes, not a window of
 //! them. Binaries of `SPLICE_MIN` bytes or more are not copied: the buffer keeps a
-//! reference and the writer sends them from the event's memory with vectored writes.
-//! The first event after a write wakes the link's writer task (one wake-up per batch,
-//! not per event); the writer swaps the buffer for an empty one and writes everything
-//! that accumulated, so batches grow with the load. No event crosses a channel: the
-//! only hand-off between the sending worker and the socket is that wake-up.
+//! reference and they are sent from the event's memory with vectored writes.
+//!
+//! **Who writes.** An event sent from a running task is held until the task's batch
+//! ends ([`RemoteSink::send_held`], [`RemoteSink::flush`]; `HOLD_MAX` bytes at most):
+//! then the sending worker swaps the buffer for an empty one and writes it itself
+//! without waiting (plain TCP, through a second descriptor of the socket), unless
+//! someone writes already (the `writing` flag, under the outbox lock; whoever writes
+//! looks again when done). What the socket does not take at once goes to the link's
+//! writer task, as does everything under TLS and sends from outside a task (the first
+//! event after a write wakes it: one wake-up per batch). So on the common path no
+//! thread hand-off separates a handler's send from the socket.
 //!
 //! # Receiving
 //!
@@ -29,8 +35,11 @@
 //! wait in a per-route pending queue (bounded by the credit window) and are retried,
 //! in order; other routes are not held up. Outcomes go back in
 //! [`Reply`] frames, in processing order, coalesced: while more bytes are already
-//! waiting on the connection they are handled first (up to `REPLY_BATCH` events), and
-//! the replies leave as soon as it has nothing more for now. An acknowledgement is only
+//! waiting on the connection they are handled first (up to `REPLY_BATCH` events).
+//! Plain acknowledgements then wait up to `ACK_DELAY` on the link for a write of
+//! events to carry them (an echo's answer: one wake-up of the peer per round trip, not
+//! two); refusals, and acknowledgements worth a quarter of a credit or byte window, are
+//! written at once. An acknowledgement is only
 //! counted by the sender's reader (an atomic per route): the sending worker takes the
 //! count in under the outbox lock it holds anyway (credits, byte window, `delivered`)
 //! and drops two acknowledged copies per send; the reader drops a chunk when the lock
@@ -88,6 +97,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_micros(200);
 /// Read buffer growth step.
 const READ_CHUNK: usize = 256 * 1024;
+/// Frames larger than this are read into a buffer of their own, allocated once.
+const BIG_FRAME: usize = 1024 * 1024;
 /// An open `events` frame is closed once it reaches this size or holds this many
 /// events, so that the receiver can start on a batch while the next one is encoded
 /// (a frame is decoded whole before it is delivered).

@@ -65,6 +65,8 @@ pub(super) struct Inbound {
     /// Bytes of `events` frames read since replies were last written (the sender's
     /// byte window, like its credit, must not wait for them).
     pub(super) deferred_bytes: usize,
+    /// The last frame larger than `BIG_FRAME` (its buffer, for the next one).
+    pub(super) big: Option<bytes::Bytes>,
     pub(super) ack_due: Option<tokio::time::Instant>,
 }
 
@@ -273,6 +275,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         deferred: 0,
         deferred_window: u64::MAX,
         deferred_bytes: 0,
+        big: None,
         ack_due: None,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
@@ -297,14 +300,41 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
             }
             let total = 4 + len as usize;
             if buf.len() < total {
-                // Grow only as the bytes arrive, but geometrically (at most doubling
-                // what has arrived), so a large frame costs a linear number of
-                // copies and an announced length alone allocates little.
-                let want = (total - buf.len()).min(buf.len().max(READ_CHUNK));
-                buf.reserve(want);
+                if total > BIG_FRAME {
+                    if buf.capacity() < total {
+                        // A large frame gets one buffer of its own, allocated once
+                        // (its pages are touched only as its bytes arrive, so an
+                        // announced length alone costs no memory), not a doubling
+                        // series (each step a fresh allocation, its pages zeroed, and
+                        // a copy of what arrived). The last large frame's buffer is
+                        // reused when its events are gone.
+                        let mut big = inb
+                            .big
+                            .take()
+                            .and_then(|b| b.try_into_mut().ok())
+                            .filter(|b| b.capacity() >= total)
+                            .unwrap_or_else(|| BytesMut::with_capacity(total));
+                        big.clear();
+                        big.extend_from_slice(&buf);
+                        buf = big;
+                    }
+                } else {
+                    // Grow as the bytes arrive, geometrically (at most doubling what
+                    // has arrived).
+                    let want = (total - buf.len()).min(buf.len().max(READ_CHUNK));
+                    buf.reserve(want);
+                }
                 break;
             }
             let raw = buf.split_to(total).freeze();
+            if total > BIG_FRAME {
+                // What follows it goes to a buffer of its own, so that this frame's
+                // is free for reuse once its events are gone (kept up to
+                // `KEEP_BUFFER` bytes: a link idles with one such buffer at most).
+                let tail = std::mem::replace(&mut buf, BytesMut::with_capacity(READ_CHUNK));
+                buf.extend_from_slice(&tail);
+                inb.big = (total <= KEEP_BUFFER).then(|| raw.clone());
+            }
             let ok = if raw[4] == frame::kind::EVENTS {
                 inb.deferred_bytes += total;
                 // Nearly all the traffic: decoded into reused buffers (a frame is
