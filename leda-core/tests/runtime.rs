@@ -958,3 +958,39 @@ fn parked_senders_are_woken_when_small_queues_drain() {
         worker.join().unwrap();
     }
 }
+
+/// A handler that runs long between sends (a source pacing itself) makes its events
+/// leave with `Ctx::flush`, before it returns: the receiving stage handles the first
+/// one while the sender still waits for it (without the flush it would wait for ever:
+/// the event is held in the sender's batch until its call ends).
+#[test]
+fn flush_sends_what_a_long_handler_sent_so_far() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let got = seen.clone();
+    let sink = Stage::new("sink", move |_: Event, _: &mut Ctx| {
+        got.fetch_add(1, SeqCst);
+        Ok(())
+    });
+    let waited = seen.clone();
+    let source = Stage::new("source", move |_: Event, ctx: &mut Ctx| {
+        ctx.send(1, 1)?;
+        ctx.flush();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while waited.load(SeqCst) == 0 {
+            if Instant::now() > deadline {
+                return Err("the flushed event was not handled while its sender ran".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ctx.quit("handled");
+        Ok(())
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.connect(&source, 1, &sink);
+    let r = g
+        .run(Run::default().threads(2).timeout(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Quit, "{:?}", r.reason);
+    assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "handled");
+}
