@@ -26,9 +26,13 @@
 //! Idle workers spin a few microseconds (`spin_loop`, never `yield_now`: on a loaded
 //! machine a yielding thread waits for other processes' time slices), then sleep until
 //! a task is scheduled. A worker whose last spins all found nothing (work arrives at
-//! longer intervals) spins only briefly until one finds work again. A scheduled task wakes a sleeping worker unless an idle worker
-//! is already spinning (that one will find it); a woken worker counts as spinning until
-//! it finds work or sleeps again, so a burst of tasks wakes one worker, not all.
+//! longer intervals) spins only briefly until one finds work again. A scheduled task
+//! wakes a sleeping worker unless an idle worker is already spinning (that one will
+//! find it); a woken worker counts as spinning until it finds work or sleeps again, so
+//! a burst of tasks wakes one worker, not all. An idle worker that finds the reactor
+//! held by a worker not asleep in it looks once more, then naps briefly: a holder
+//! that did not let go within a spin was preempted, and spinning on would keep it off
+//! the CPU.
 //!
 //! Workers enter the reactor's context, so a handler may create tokio sockets and
 //! timers; the workers poll the futures and the reactor only wakes them. There is no
