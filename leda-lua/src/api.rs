@@ -200,6 +200,11 @@ pub fn install_instance_api(
                 .unwrap_or_else(|_| wall_time()))
         })?,
     )?;
+    let c = cell.clone();
+    leda.set(
+        "flush",
+        lua.create_function(move |_, ()| c.with("leda.flush", |ctx| ctx.flush()))?,
+    )?;
     let token = lua.create_table()?;
     let coroutine: Table = lua.globals().get("coroutine")?;
     let yield_fn: mlua::Function = coroutine.get("yield")?;

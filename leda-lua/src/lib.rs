@@ -10,7 +10,7 @@
 //! * [`source`]: how handler and `init` functions travel to instances (source text);
 //! * [`script`]: the configuring state and the `leda.*` graph API;
 //! * [`instance`]: one instance: its Lua state and the handler coroutine;
-//! * [`api`]: `leda.send/sleep/nice/quit/gettime` inside handlers;
+//! * [`api`]: `leda.send/sleep/nice/quit/gettime/flush` inside handlers;
 //! * [`capabilities`]: what handler code may do (libraries, opt-ins);
 //! * [`registry`]: Rust stages reachable with `require`;
 //! * [`remote`]: graphs across processes (leda-net): daemons, deployment;

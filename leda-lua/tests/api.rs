@@ -495,3 +495,30 @@ fn send_wait_refuses_to_wait_where_it_cannot() {
     let in_c = out[2].as_str().expect("refused inside a C function");
     assert!(in_c.contains("C function"), "{in_c}");
 }
+
+/// `leda.flush()` sends what a long handler sent so far: the receiving stage handles
+/// the first event while the sender still runs (without it the event waits for the
+/// sender's call to end, and is handled after the time the sender sends last).
+#[test]
+fn flush_lets_a_long_handler_s_events_leave() {
+    let out = run(r#"
+        local tp = require 'leda.controller.thread_pool'
+        local source = leda.stage{ handler = function()
+          leda.send(1, "first")
+          leda.flush()
+          local t0 = leda.gettime()
+          while leda.gettime() - t0 < 0.5 do end
+          leda.send(1, "done", leda.gettime())
+        end }
+        local sink = leda.stage{
+          handler = function(what, ended)
+            if what == "first" then got = leda.gettime()
+            else leda.quit(got ~= nil and got < ended) end
+          end,
+          serial = true }
+        source:push()
+        return leda.graph{ source:connect(sink) }:run{ controller = tp.get(2) }
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Bool(true)]);
+}

@@ -164,8 +164,20 @@ pub(crate) fn flush(process: &Arc<Process>) {
             o.spare.push(e.events);
         }
     }
-    for r in o.remotes.drain(..) {
+    if o.remotes.is_empty() {
+        return;
+    }
+    // Taken out first: no borrow of the outbox is alive while a transport runs.
+    let mut remotes = std::mem::take(&mut o.remotes);
+    for r in &remotes {
         r.flush();
+    }
+    remotes.clear();
+    let p = current(process);
+    // SAFETY: see `CURRENT` (the list goes back for its allocation, unless a new one
+    // was started meanwhile).
+    if !p.is_null() && unsafe { (*p).remotes.is_empty() } {
+        unsafe { (*p).remotes = remotes };
     }
 }
 

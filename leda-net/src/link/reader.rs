@@ -380,8 +380,16 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
                 break 'conn;
             }
         }
-        if buf.capacity() - buf.len() < 1024 {
+        // (A large frame's own buffer has room for exactly its bytes: not grown.)
+        if buf.capacity() - buf.len() < 1024 && !awaiting_big(&buf) {
             buf.reserve(READ_CHUNK);
+        }
+        if inb
+            .ack_due
+            .is_some_and(|due| tokio::time::Instant::now() >= due)
+        {
+            // Deferred replies are due, though bytes keep arriving.
+            inb.write_replies(&t, &link);
         }
         // Replies (credits) are coalesced: while more bytes are already there, they
         // are handled first and the replies held back, up to `REPLY_BATCH` events;
@@ -472,6 +480,14 @@ fn try_read(rd: &mut crate::conn::ReadHalf, buf: &mut BytesMut) -> std::io::Resu
     match read.poll(&mut cx) {
         std::task::Poll::Ready(r) => r,
         std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+    }
+}
+
+/// `true` if `buf` holds the start of a frame larger than `BIG_FRAME`, not all of it.
+fn awaiting_big(buf: &BytesMut) -> bool {
+    buf.len() >= 4 && {
+        let total = 4 + u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        total > BIG_FRAME && buf.len() < total
     }
 }
 
