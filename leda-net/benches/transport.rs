@@ -12,6 +12,9 @@
 //! latency round's distribution, p50 to p99.9, on stderr. The pacing sends at least one
 //! event per 100 µs tick: rates under 10,000 events/s run at 10,000.)
 //!
+//! Ours and the raw peer run on mimalloc (this binary and `leda-net-test-node`), the
+//! allocator of the `leda` CLI's daemons.
+//!
 //! Scenarios (each figure the median over alternating rounds, after a warm-up, with
 //! the rounds' minimum and maximum: `ours=`, `ours_min=`, `ours_max=`, the same for
 //! `raw` and `ours_tls`):
@@ -36,6 +39,11 @@ use common::Node;
 use leda_core::prelude::*;
 use leda_net::Launcher;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Ours and the raw peer alike run on the `leda` CLI's allocator (so do the daemons:
+/// the test node sets it too).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const ME: &str = "launcher:1";
 

@@ -29,6 +29,11 @@ use std::io::Write;
 
 use leda_net::Daemon;
 
+/// The allocator of the `leda` CLI, whose daemons this node stands for (and of the
+/// raw peer it also runs: the transport bench compares both on it).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
