@@ -428,7 +428,6 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         let retry = inb.pending_len() > 0;
         let ack_due = inb.ack_due;
         let read = tokio::select! {
-            biased;
             r = rd.read_buf(&mut buf) => Some(r),
             _ = tokio::time::sleep(RETRY), if retry => None,
             _ = tokio::time::sleep_until(ack_due.unwrap_or_else(tokio::time::Instant::now)),
