@@ -67,6 +67,8 @@ pub(super) struct Inbound {
     pub(super) deferred_bytes: usize,
     /// The last frame larger than `BIG_FRAME` (its buffer, for the next one).
     pub(super) big: Option<bytes::Bytes>,
+    /// The link's count of events sent, when replies were last handled.
+    pub(super) sent_seen: u64,
     pub(super) ack_due: Option<tokio::time::Instant>,
 }
 
@@ -276,6 +278,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         deferred_window: u64::MAX,
         deferred_bytes: 0,
         big: None,
+        sent_seen: 0,
         ack_due: None,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
@@ -639,11 +642,18 @@ pub(super) async fn handle_frame(
             // Senders waiting for credit retry now.
             t.room.notify_waiters();
             // Acknowledged events are dropped here if the sending worker is not
-            // holding the lock (a short hold; they are dropped outside it), so that a
-            // sender gone quiet does not keep them.
+            // holding the lock (a short hold; they are dropped outside it) and has sent
+            // nothing since the last replies, so that a sender gone quiet does not
+            // keep them. A sender at work drops them itself: freed on the thread that
+            // made them, their reference counts stay in its cache (16 B events +12 %
+            // in the transport bench, four alternating pairs).
             if let Ok(mut ob) = link.outbox.try_lock() {
-                ob.absorb_all(&link.acked, &t.stats);
-                ob.pop_stale(RELEASE_CHUNK, &mut inb.acked);
+                let quiet = ob.sent == inb.sent_seen;
+                inb.sent_seen = ob.sent;
+                if quiet {
+                    ob.absorb_all(&link.acked, &t.stats);
+                    ob.pop_stale(RELEASE_CHUNK, &mut inb.acked);
+                }
                 drop(ob);
                 inb.acked.clear();
             }
