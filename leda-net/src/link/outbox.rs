@@ -187,10 +187,19 @@ impl Outbox {
             return None;
         }
         let sock = self.direct.clone()?;
-        let mut out = self.spare.take()?;
-        self.take(&mut out);
+        Some((self.start_write().0, sock))
+    }
+
+    /// Takes the right to write and everything queued (swapped with the spare
+    /// buffer); also returns whether the link is to close after it.
+    pub(super) fn start_write(&mut self) -> (Outgoing, bool) {
+        let mut out = self
+            .spare
+            .take()
+            .unwrap_or_else(|| Outgoing::new(SPLICE_MIN, FRAME_TARGET));
+        let close = self.take(&mut out);
         self.writing = true;
-        Some((out, sock))
+        (out, close)
     }
 
     /// When [`Outbox::take_direct`] gave nothing: `true` if the writer task must be

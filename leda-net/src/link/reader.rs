@@ -287,11 +287,7 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
     let heard = || link.heard_ms.store(t.now_ms(), Relaxed);
     'conn: loop {
         // Handle every complete frame in the buffer.
-        loop {
-            if buf.len() < 4 {
-                break;
-            }
-            let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        while let Some(len) = announced(&buf) {
             if len == 0 || len > MAX_FRAME {
                 let e = FrameError::BadLength {
                     len: len.into(),
@@ -467,10 +463,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
     inb.publish_accepted(&t);
     if !inb.replies.is_empty() {
         link.send_frame(Frame::Replies(std::mem::take(&mut inb.replies)));
-    } else if inb.ack_due.is_some() {
-        link.write_queued(&t.room);
     }
-    // Let the writer finish what is queued (replies included), then close.
+    // Let the writer finish what is queued (deferred replies included), then close.
     link.close();
 }
 
@@ -485,12 +479,17 @@ fn try_read(rd: &mut crate::conn::ReadHalf, buf: &mut BytesMut) -> std::io::Resu
     }
 }
 
+/// The length the frame at the start of `buf` announces, once its 4 bytes are there.
+fn announced(buf: &BytesMut) -> Option<u32> {
+    Some(u32::from_le_bytes(buf.get(..4)?.try_into().ok()?))
+}
+
 /// `true` if `buf` holds the start of a frame larger than `BIG_FRAME`, not all of it.
 fn awaiting_big(buf: &BytesMut) -> bool {
-    buf.len() >= 4 && {
-        let total = 4 + u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    announced(buf).is_some_and(|len| {
+        let total = 4 + len as usize;
         total > BIG_FRAME && buf.len() < total
-    }
+    })
 }
 
 /// The peer closed the connection: the orderly end after its `Quit`, a loss otherwise.

@@ -14,18 +14,13 @@ fn route(from: &str, to: &str) -> RouteInfo {
     }
 }
 
-/// A sender (`s:1`) and a receiver (`r:1`) transport for `routes`, joined by one
-/// loopback connection, on a one-thread runtime.
-fn linked_pair(
-    routes: Vec<RouteInfo>,
-) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
+/// A one-thread runtime and the two ends of a loopback connection made on it.
+fn runtime_and_connection() -> (tokio::runtime::Runtime, TcpStream, TcpStream) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
-    let receiver = Transport::new("r:1", routes, rt.handle().clone());
     let (client, server) = rt.block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
@@ -33,6 +28,17 @@ fn linked_pair(
         let (s, _) = l.accept().await.unwrap();
         (c, s)
     });
+    (rt, client, server)
+}
+
+/// A sender (`s:1`) and a receiver (`r:1`) transport for `routes`, joined by one
+/// loopback connection, on a one-thread runtime.
+fn linked_pair(
+    routes: Vec<RouteInfo>,
+) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
+    let (rt, client, server) = runtime_and_connection();
+    let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
+    let receiver = Transport::new("r:1", routes, rt.handle().clone());
     sender.attach("r:1", crate::conn::Conn::Plain(client));
     receiver.attach("s:1", crate::conn::Conn::Plain(server));
     (rt, sender, receiver)
@@ -380,24 +386,13 @@ fn a_close_during_direct_writes_is_not_lost() {
 
 /// A receiving transport linked to a raw socket (frames written by hand).
 fn raw_pair(window: u32) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, client, server) = runtime_and_connection();
     let routes = vec![RouteInfo {
         from: "a".into(),
         to: "b".into(),
         window,
     }];
     let receiver = Transport::new("r:1", routes, rt.handle().clone());
-    let (client, server) = rt.block_on(async {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let c = TcpStream::connect(addr).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        (c, s)
-    });
     receiver.attach("s:1", crate::conn::Conn::Plain(server));
     let client = client.into_std().unwrap();
     client.set_nonblocking(false).unwrap();

@@ -189,18 +189,14 @@ pub(super) async fn write_loop(
                 ob.signalled = false;
                 continue;
             }
-            ob.writing = true;
             match ob.partial.take() {
                 Some((out, from)) => {
+                    ob.writing = true;
                     again = true;
                     (out, from, false)
                 }
                 None => {
-                    let mut out = ob
-                        .spare
-                        .take()
-                        .unwrap_or_else(|| Outgoing::new(SPLICE_MIN, FRAME_TARGET));
-                    let close = ob.take(&mut out);
+                    let (out, close) = ob.start_write();
                     (out, 0, close)
                 }
             }
