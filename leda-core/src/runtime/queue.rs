@@ -44,6 +44,13 @@ const SPARE: usize = 4;
 /// Largest buffer (in events) kept for reuse.
 const SPARE_MAX_SLOTS: usize = 4 * TAKE;
 
+/// Largest buffer (in events) kept as the one *big* spare: the buffer of a large batch
+/// pushed whole (a remote frame's events, see leda-net), returned to the next producer
+/// of such a batch. Without it each frame's buffer was freed by the worker that emptied
+/// it and the reader allocated a fresh one, on fresh pages (remote 16-byte events:
+/// a tenth of the reader thread's time went to zeroing pages).
+const BIG_SPARE_MAX_SLOTS: usize = 8192;
+
 /// Above this many batch slots, an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1 << 10;
 
@@ -56,6 +63,8 @@ pub(crate) struct State {
     len: usize,
     /// Emptied buffers, kept for their allocation.
     spare: Vec<Batch>,
+    /// One emptied buffer of a large batch ([`BIG_SPARE_MAX_SLOTS`]).
+    big: Option<Batch>,
     /// Events taken by instances whose handling has not started.
     held: usize,
     /// Active instances (Ready, Running or Waiting).
@@ -72,8 +81,13 @@ impl State {
     }
 
     fn recycle(&mut self, b: Batch) {
-        // Big buffers (a large batch of arrivals) are freed rather than kept.
-        if self.spare.len() < SPARE && (1..=SPARE_MAX_SLOTS).contains(&b.capacity()) {
+        let cap = b.capacity();
+        if cap > SPARE_MAX_SLOTS {
+            // One big buffer is kept (the largest), the others freed.
+            if cap <= BIG_SPARE_MAX_SLOTS && self.big.as_ref().is_none_or(|k| k.capacity() < cap) {
+                self.big = Some(b);
+            }
+        } else if cap > 0 && self.spare.len() < SPARE {
             self.spare.push(b);
         }
     }
@@ -156,6 +170,7 @@ impl EventQueue {
                 batches: VecDeque::new(),
                 len: 0,
                 spare: Vec::new(),
+                big: None,
                 held: 0,
                 active: 0,
                 idle: Vec::new(),
@@ -407,8 +422,16 @@ impl EventQueue {
             }
             _ => {
                 // The buffer changes hands (a vector becomes a deque in place, and an
-                // emptied deque a vector): no event moves.
-                let empty = Vec::from(s.buffer());
+                // emptied deque a vector): no event moves. A producer of large batches
+                // gets the big spare, the buffer of an earlier one.
+                let spare = match s.big.take() {
+                    Some(b) if n > SPARE_MAX_SLOTS => b,
+                    big => {
+                        s.big = big;
+                        s.buffer()
+                    }
+                };
+                let empty = Vec::from(spare);
                 s.batches
                     .push_back(Batch::from(std::mem::replace(evs, empty)));
             }
@@ -514,6 +537,42 @@ mod tests {
         take_all(&q, &mut out, 1, true);
         assert_eq!(out, (0..=100).collect::<Vec<_>>());
         assert_eq!(q.len(), 0);
+    }
+
+    #[test]
+    fn a_large_batch_s_buffer_returns_to_the_next_producer_of_one() {
+        let q = EventQueue::new();
+        assert!(q.claim(1, false).is_claimed());
+        let batch = |from: i64| (from..from + 2000).map(Event::from).collect::<Vec<_>>();
+        let mut evs = batch(0);
+        let first = evs.as_ptr();
+        assert!(!q.push_batch(&mut evs, 1).is_claimed());
+        assert!(
+            evs.is_empty() && evs.capacity() < 2000,
+            "the buffer changed hands"
+        );
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, 1, true);
+        assert!(t.event.is_some() && buf.len() == 1999);
+        buf.clear();
+        // The next batch's take swaps it in, and the emptied first buffer is kept...
+        let mut evs = batch(2000);
+        assert!(!q.push_batch(&mut evs, 1).is_claimed());
+        let t = q.take(&mut buf, 1999, 1, true);
+        assert!(t.event.is_some() && buf.len() == 1999);
+        // ... for the next producer of a large batch: no allocation, the same memory.
+        let mut evs = batch(4000);
+        assert!(!q.push_batch(&mut evs, 1).is_claimed());
+        assert!(evs.is_empty() && evs.capacity() >= 2000);
+        assert_eq!(evs.as_ptr(), first);
+        // A small batch's producer does not take it.
+        buf.clear();
+        let t = q.take(&mut buf, 1999, 1, true);
+        assert!(t.event.is_some());
+        let mut small = batch(6000);
+        small.truncate(100);
+        assert!(!q.push_batch(&mut small, 1).is_claimed());
+        assert!(small.capacity() <= SPARE_MAX_SLOTS);
     }
 
     #[test]
