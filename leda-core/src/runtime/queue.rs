@@ -44,12 +44,16 @@ const SPARE: usize = 4;
 /// Largest buffer (in events) kept for reuse.
 const SPARE_MAX_SLOTS: usize = 4 * TAKE;
 
-/// Largest buffer (in events) kept as the one *big* spare: the buffer of a large batch
+/// Largest buffer (in events) kept as a *big* spare: the buffer of a large batch
 /// pushed whole (a remote frame's events, see leda-net), returned to the next producer
-/// of such a batch. Without it each frame's buffer was freed by the worker that emptied
-/// it and the reader allocated a fresh one, on fresh pages (remote 16-byte events:
-/// a tenth of the reader thread's time went to zeroing pages).
+/// of such a batch. Without them each frame's buffer was freed by the worker that
+/// emptied it and the reader allocated a fresh one, on fresh pages (remote 16-byte
+/// events: a tenth of all the samples went to the reader zeroing pages).
 const BIG_SPARE_MAX_SLOTS: usize = 8192;
+
+/// Big spares a queue keeps: a batch being handled, one queued behind it and one
+/// being filled by the producer circulate.
+const BIG_SPARES: usize = 2;
 
 /// Above this many batch slots, an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1 << 10;
@@ -63,8 +67,8 @@ pub(crate) struct State {
     len: usize,
     /// Emptied buffers, kept for their allocation.
     spare: Vec<Batch>,
-    /// One emptied buffer of a large batch ([`BIG_SPARE_MAX_SLOTS`]).
-    big: Option<Batch>,
+    /// Emptied buffers of large batches ([`BIG_SPARE_MAX_SLOTS`], [`BIG_SPARES`]).
+    big: Vec<Batch>,
     /// Events taken by instances whose handling has not started.
     held: usize,
     /// Active instances (Ready, Running or Waiting).
@@ -83,9 +87,8 @@ impl State {
     fn recycle(&mut self, b: Batch) {
         let cap = b.capacity();
         if cap > SPARE_MAX_SLOTS {
-            // One big buffer is kept (the largest), the others freed.
-            if cap <= BIG_SPARE_MAX_SLOTS && self.big.as_ref().is_none_or(|k| k.capacity() < cap) {
-                self.big = Some(b);
+            if cap <= BIG_SPARE_MAX_SLOTS && self.big.len() < BIG_SPARES {
+                self.big.push(b);
             }
         } else if cap > 0 && self.spare.len() < SPARE {
             self.spare.push(b);
@@ -170,7 +173,7 @@ impl EventQueue {
                 batches: VecDeque::new(),
                 len: 0,
                 spare: Vec::new(),
-                big: None,
+                big: Vec::new(),
                 held: 0,
                 active: 0,
                 idle: Vec::new(),
@@ -423,11 +426,11 @@ impl EventQueue {
             _ => {
                 // The buffer changes hands (a vector becomes a deque in place, and an
                 // emptied deque a vector): no event moves. A producer of large batches
-                // gets the big spare, the buffer of an earlier one.
-                let spare = match s.big.take() {
+                // gets a big spare, the buffer of an earlier one.
+                let spare = match s.big.pop() {
                     Some(b) if n > SPARE_MAX_SLOTS => b,
                     big => {
-                        s.big = big;
+                        s.big.extend(big);
                         s.buffer()
                     }
                 };

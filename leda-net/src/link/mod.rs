@@ -69,6 +69,7 @@ use reader::read_loop;
 use sink::Sink;
 use writer::write_loop;
 
+use crossbeam_utils::CachePadded;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -220,7 +221,9 @@ impl TransportCounts {
 /// The connection to one peer process.
 pub(crate) struct Link {
     peer: String,
-    outbox: Mutex<Outbox>,
+    /// On cache lines of its own: the sending workers lock it per event, while the
+    /// reader writes the counters below per read.
+    outbox: CachePadded<Mutex<Outbox>>,
     /// Wakes the writer task.
     wake: Notify,
     /// Events acknowledged by the peer, per route, counted by the reader (taken in by
@@ -603,7 +606,7 @@ impl Transport {
         };
         let link = Arc::new(Link {
             peer: peer.into(),
-            outbox: Mutex::new(Outbox {
+            outbox: CachePadded::new(Mutex::new(Outbox {
                 buf: Outgoing::new(SPLICE_MIN, FRAME_TARGET),
                 open: None,
                 routes: self
@@ -627,7 +630,7 @@ impl Transport {
                 spare: Some(Outgoing::new(SPLICE_MIN, FRAME_TARGET)),
                 partial: None,
                 direct,
-            }),
+            })),
             wake: Notify::new(),
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
             received: AtomicU64::new(0),
