@@ -652,8 +652,19 @@ impl Transport {
             old.mark_dead();
             lock(&self.retired).push(old);
         }
+        // The reader's wake-ups for a large frame (plain TCP only: under TLS the bytes
+        // in the socket are not the frame's).
+        let low_water = reader::LowWater::new(match &stream {
+            crate::conn::Conn::Plain(s) => {
+                use std::os::fd::AsRawFd;
+                Some(s.as_raw_fd())
+            }
+            _ => None,
+        });
         let (rd, wr) = stream.split();
-        let reader = self.rt.spawn(read_loop(self.clone(), link.clone(), rd));
+        let reader = self
+            .rt
+            .spawn(read_loop(self.clone(), link.clone(), rd, low_water));
         let writer = self
             .rt
             .spawn(write_loop(self.clone(), link.clone(), wr, reader));

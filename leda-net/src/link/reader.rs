@@ -262,7 +262,12 @@ impl Inbound {
 /// Reads, decodes and handles the peer's frames, and retries events waiting for room.
 /// Reads go into one buffer with a cancel-safe `read_buf`, so the retry timer can
 /// interrupt them; frames are handled on this task (no hop to another).
-pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate::conn::ReadHalf) {
+pub(super) async fn read_loop(
+    t: Arc<Transport>,
+    link: Arc<Link>,
+    mut rd: crate::conn::ReadHalf,
+    mut low_water: LowWater,
+) {
     let mut inb = Inbound {
         pending: HashMap::new(),
         pending_total: 0,
@@ -283,6 +288,8 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // The low-water mark's patience ran out: the next read is not held back by it.
+    let mut patience_over = false;
     // For the liveness watch (`loss::watch`): when something was last read.
     let heard = || link.heard_ms.store(t.now_ms(), Relaxed);
     'conn: loop {
@@ -426,8 +433,20 @@ pub(super) async fn read_loop(t: Arc<Transport>, link: Arc<Link>, mut rd: crate:
         // ends this task.)
         let retry = inb.pending_len() > 0;
         let ack_due = inb.ack_due;
+        low_water.set(match announced(&buf) {
+            Some(len) if awaiting_big(&buf) && !std::mem::take(&mut patience_over) => {
+                (4 + len as usize - buf.len()).min(LOW_WATER_MAX)
+            }
+            _ => 1,
+        });
         let read = tokio::select! {
             r = rd.read_buf(&mut buf) => Some(r),
+            _ = tokio::time::sleep(LOW_WATER_PATIENCE), if low_water.raised() => {
+                // A slow link: the next read takes what came so far (the mark stays
+                // lowered until it did), so that the liveness watch hears the peer.
+                patience_over = true;
+                continue;
+            }
             _ = tokio::time::sleep(RETRY), if retry => None,
             _ = tokio::time::sleep_until(ack_due.unwrap_or_else(tokio::time::Instant::now)),
                 if ack_due.is_some() => {
@@ -476,6 +495,60 @@ fn try_read(rd: &mut crate::conn::ReadHalf, buf: &mut BytesMut) -> std::io::Resu
     match read.poll(&mut cx) {
         std::task::Poll::Ready(r) => r,
         std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+    }
+}
+
+/// Most bytes the reader waits for before the kernel wakes it ([`LowWater`]).
+const LOW_WATER_MAX: usize = 1024 * 1024;
+
+/// How long the reader waits with a raised [`LowWater`] mark before it reads what came
+/// anyway (a slow link: reads keep the liveness watch's `heard_ms` fresh).
+const LOW_WATER_PATIENCE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The socket's receive low-water mark (`SO_RCVLOWAT`), raised while the reader waits
+/// for the rest of a large frame: the kernel then wakes it once that much has arrived
+/// (at most [`LOW_WATER_MAX`]) instead of once per burst of segments. Never above the
+/// bytes the frame still needs, which the peer is bound to send. Plain TCP only.
+pub(super) struct LowWater {
+    fd: Option<std::os::fd::RawFd>,
+    now: usize,
+}
+
+impl LowWater {
+    pub(super) fn new(fd: Option<std::os::fd::RawFd>) -> LowWater {
+        LowWater { fd, now: 1 }
+    }
+
+    /// `true` while the mark is above one byte.
+    fn raised(&self) -> bool {
+        self.now > 1
+    }
+
+    /// Sets the mark to `n` bytes (a failure leaves the kernel's default: one byte).
+    fn set(&mut self, n: usize) {
+        let Some(fd) = self.fd else { return };
+        if n == self.now {
+            return;
+        }
+        let v = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fd` is the socket of this link, open while its reader runs (the read
+        // half owns it); the option value is a c_int, as SO_RCVLOWAT takes.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            self.now = n;
+        } else {
+            // Not supported here: stay at the default, and stop trying.
+            self.fd = None;
+            self.now = 1;
+        }
     }
 }
 

@@ -498,3 +498,72 @@ fn large_frames_split_anywhere_arrive_intact() {
     drop(client);
     rt.block_on(receiver.close(None));
 }
+
+/// A large frame that trickles in over a slow link, far slower than the liveness
+/// watch's silence: the reader, waiting with a raised low-water mark for the rest of the
+/// frame, still reads what came every `LOW_WATER_PATIENCE`, so the peer is heard and
+/// not lost, and the event arrives intact; a small frame right after it is not held
+/// back by the mark.
+#[test]
+fn a_large_frame_trickling_in_keeps_the_peer_heard() {
+    let (rt, client, server) = runtime_and_connection();
+    let routes = vec![RouteInfo {
+        from: "a".into(),
+        to: "b".into(),
+        window: 100,
+    }];
+    let receiver = Transport::build(
+        "r:1",
+        routes,
+        rt.handle().clone(),
+        Liveness::with_silence(Duration::from_millis(300)),
+        OnProcessLoss::End,
+        Topology::default(),
+    );
+    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    let mut client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    let mut replies = client.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut b = vec![0u8; 1 << 16];
+        while matches!(replies.read(&mut b), Ok(n) if n > 0) {}
+    });
+    let got: Arc<Mutex<Vec<(i64, usize)>>> = Arc::default();
+    let g2 = got.clone();
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let i: i64 = ev.get(0)?;
+        let bin = ev.arg(1).and_then(Value::as_bytes).ok_or("no binary")?;
+        assert!(
+            bin.iter().all(|&x| i64::from(x) == i % 251),
+            "event {i} damaged"
+        );
+        g2.lock().unwrap().push((i, bin.len()));
+        Ok(())
+    })
+    .serial();
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+
+    // 3 MiB in 30 KiB pieces every 10 ms: about a second, while 300 ms of silence
+    // would lose the peer (and 1 MiB, the most the mark asks for, takes 350 ms).
+    let big = frame_for(1, 3 * 1024 * 1024);
+    for piece in big.chunks(30 * 1024) {
+        client.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    client.write_all(&frame_for(2, 16)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(*got.lock().unwrap(), vec![(1, 3 * 1024 * 1024), (2, 16)]);
+    let links = receiver.links();
+    assert_eq!(links.len(), 1);
+    assert!(!links[0].is_dead(), "the slow peer was declared lost");
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+}
