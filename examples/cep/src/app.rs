@@ -224,7 +224,7 @@ impl Drop for DaemonChild {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(1));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -70,7 +70,7 @@ impl DaemonChild {
             match self.child.try_wait() {
                 Ok(Some(s)) => break s.success(),
                 Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(1));
                 }
                 _ => break false,
             }
