@@ -250,10 +250,20 @@ pub fn color() -> Stage {
         params_of,
         |p: &mut Params, ev: Event, ctx: &mut Ctx| {
             let mut msg = image_of(ev)?;
-            // No copy when the buffer is not shared (the usual case in one process).
-            let mut px: Vec<u8> = Vec::from(std::mem::take(&mut msg.pixels));
-            filters::stretch(&mut px, p.clip);
-            msg.pixels = Bytes::from(px);
+            // In place when this stage holds the only reference: in one process the
+            // decoder's buffer, across processes the received frame's (its pixels are
+            // a slice of it); a copy otherwise.
+            msg.pixels = match std::mem::take(&mut msg.pixels).try_into_mut() {
+                Ok(mut px) => {
+                    filters::stretch(&mut px, p.clip);
+                    px.freeze()
+                }
+                Err(shared) => {
+                    let mut px = shared.to_vec();
+                    filters::stretch(&mut px, p.clip);
+                    Bytes::from(px)
+                }
+            };
             ctx.send_or_wait("image", msg.into_event())?;
             Ok(())
         },

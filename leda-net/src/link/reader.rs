@@ -67,6 +67,12 @@ pub(super) struct Inbound {
     pub(super) deferred_bytes: usize,
     /// The last frame larger than `BIG_FRAME` (its buffer, for the next one).
     pub(super) big: Option<bytes::Bytes>,
+    /// Large frames so far, and how many in a row found the kept buffer still in use
+    /// (its events alive in stages). Keeping it then only stops a stage from taking
+    /// the buffer over (a binary it holds alone can be written in place): after two
+    /// such misses buffers are kept again only every `BIG_PROBE`th frame.
+    pub(super) big_frames: u64,
+    pub(super) big_misses: u32,
     /// The link's count of events sent, when replies were last handled.
     pub(super) sent_seen: u64,
     pub(super) ack_due: Option<tokio::time::Instant>,
@@ -283,6 +289,8 @@ pub(super) async fn read_loop(
         deferred_window: u64::MAX,
         deferred_bytes: 0,
         big: None,
+        big_frames: 0,
+        big_misses: 0,
         sent_seen: 0,
         ack_due: None,
     };
@@ -314,10 +322,18 @@ pub(super) async fn read_loop(
                         // series (each step a fresh allocation, its pages zeroed, and
                         // a copy of what arrived). The last large frame's buffer is
                         // reused when its events are gone.
-                        let mut big = inb
-                            .big
-                            .take()
-                            .and_then(|b| b.try_into_mut().ok())
+                        let kept = match inb.big.take().map(bytes::Bytes::try_into_mut) {
+                            Some(Ok(b)) => {
+                                inb.big_misses = 0;
+                                Some(b)
+                            }
+                            Some(Err(_)) => {
+                                inb.big_misses = inb.big_misses.saturating_add(1);
+                                None
+                            }
+                            None => None,
+                        };
+                        let mut big = kept
                             .filter(|b| b.capacity() >= total)
                             .unwrap_or_else(|| BytesMut::with_capacity(total));
                         big.clear();
@@ -336,10 +352,13 @@ pub(super) async fn read_loop(
             if total > BIG_FRAME {
                 // What follows it goes to a buffer of its own, so that this frame's
                 // is free for reuse once its events are gone (kept up to
-                // `KEEP_BUFFER` bytes: a link idles with one such buffer at most).
+                // `KEEP_BUFFER` bytes: a link idles with one such buffer at most),
+                // unless its predecessors' events outlived the next frame.
                 let tail = std::mem::replace(&mut buf, BytesMut::with_capacity(READ_CHUNK));
                 buf.extend_from_slice(&tail);
-                inb.big = (total <= KEEP_BUFFER).then(|| raw.clone());
+                inb.big_frames += 1;
+                let pays = inb.big_misses < 2 || inb.big_frames.is_multiple_of(BIG_PROBE);
+                inb.big = (total <= KEEP_BUFFER && pays).then(|| raw.clone());
             }
             let ok = if raw[4] == frame::kind::EVENTS {
                 inb.deferred_bytes += total;
@@ -497,6 +516,10 @@ fn try_read(rd: &mut crate::conn::ReadHalf, buf: &mut BytesMut) -> std::io::Resu
         std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
     }
 }
+
+/// While kept large-frame buffers keep being found in use, one in this many is kept
+/// anyway, to notice when reuse pays again (see `Inbound::big_misses`).
+const BIG_PROBE: u64 = 16;
 
 /// Most bytes the reader waits for before the kernel wakes it ([`LowWater`]).
 const LOW_WATER_MAX: usize = 1024 * 1024;

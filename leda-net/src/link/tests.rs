@@ -567,3 +567,63 @@ fn a_large_frame_trickling_in_keeps_the_peer_heard() {
     drop(client);
     rt.block_on(receiver.close(None));
 }
+
+/// Large binaries that stages keep past the next frame (a pipeline holding images): the
+/// reader stops keeping their frames' buffers for reuse after two such frames, so a
+/// stage then holds its binary alone and may write it in place (`try_into_mut`), and
+/// what it keeps stays intact while later frames arrive.
+#[test]
+fn large_binaries_kept_by_a_stage_become_its_own() {
+    let (rt, receiver, mut client) = raw_pair(100);
+    let seen: Arc<Mutex<Vec<(i64, bool)>>> = Arc::default();
+    let s2 = seen.clone();
+    let b = Stage::stateful(
+        "b",
+        |_: &Attrs| -> Result<Option<bytes::Bytes>, BoxError> { Ok(None) },
+        move |kept: &mut Option<bytes::Bytes>, mut ev: Event, _: &mut Ctx| {
+            let i: i64 = ev.get(0)?;
+            let Value::Bytes(bin) = ev.take(1) else {
+                return Err("no binary".into());
+            };
+            let fill = (i % 251) as u8;
+            let own = match bin.try_into_mut() {
+                Ok(mut m) => {
+                    m.fill(fill.wrapping_add(1)); // written in place
+                    m.freeze()
+                }
+                Err(b) => b,
+            };
+            if let Some(prev) = kept.take() {
+                let p = prev[0];
+                assert!(prev.iter().all(|&x| x == p), "a kept binary changed");
+            }
+            s2.lock().unwrap().push((i, own[0] != fill));
+            *kept = Some(own);
+            Ok(())
+        },
+    )
+    .serial();
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    const N: usize = 10;
+    for i in 1..=N as u64 {
+        client.write_all(&frame_for(i, 2 * 1024 * 1024)).unwrap();
+        // One frame at a time: the stage holds the last one when the next arrives.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().len() < i as usize && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), N);
+    // Frames 1 and 2 were kept by the reader (shared); from the third on the
+    // stage's binary is its own.
+    let own: Vec<i64> = seen.iter().filter(|(_, own)| *own).map(|(i, _)| *i).collect();
+    assert_eq!(own, (3..=N as i64).collect::<Vec<_>>());
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+}
