@@ -620,7 +620,11 @@ fn large_binaries_kept_by_a_stage_become_its_own() {
     assert_eq!(seen.len(), N);
     // Frames 1 and 2 were kept by the reader (shared); from the third on the
     // stage's binary is its own.
-    let own: Vec<i64> = seen.iter().filter(|(_, own)| *own).map(|(i, _)| *i).collect();
+    let own: Vec<i64> = seen
+        .iter()
+        .filter(|(_, own)| *own)
+        .map(|(i, _)| *i)
+        .collect();
     assert_eq!(own, (3..=N as i64).collect::<Vec<_>>());
     run.handle().quit(());
     run.wait().unwrap();
