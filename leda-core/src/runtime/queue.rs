@@ -496,6 +496,98 @@ impl EventQueue {
 mod tests {
     use super::*;
 
+    /// Producers push batches of all sizes (small, medium, big) from
+    /// several threads while one consumer takes; every event arrives once, in order per
+    /// producer, and the big spares stay bounded.
+    #[test]
+    fn concurrent_batches_of_all_sizes_keep_order() {
+        use std::sync::Arc;
+        const P: i64 = 4;
+        const PER: i64 = 300_000;
+        let q = Arc::new(EventQueue::new());
+        let mut hs = Vec::new();
+        for p in 0..P {
+            let q = q.clone();
+            hs.push(std::thread::spawn(move || {
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (p as u64 + 1);
+                let mut rnd = move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                let mut seq = 0i64;
+                let mut evs: Vec<Event> = Vec::new();
+                while seq < PER {
+                    let n = match rnd() % 4 {
+                        0 => 2 + rnd() % 14,
+                        1 => 16 + rnd() % 240,
+                        2 => 257 + rnd() % 3000,
+                        _ => 5000 + rnd() % 4000,
+                    } as i64;
+                    let n = n.min(PER - seq).max(1);
+                    if n == 1 {
+                        break;
+                    }
+                    assert!(evs.is_empty(), "the buffer handed back held events");
+                    evs.extend((seq..seq + n).map(|i| Event::from((p, i))));
+                    seq += n;
+                    let _ = q.push_batch(&mut evs, usize::MAX);
+                    {
+                        let s = q.lock();
+                        assert!(s.big.len() <= BIG_SPARES);
+                        assert!(s.big.iter().all(|b| b.is_empty()));
+                    }
+                    if rnd() % 8 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                seq
+            }));
+        }
+        let mut next = vec![0i64; P as usize];
+        let mut buf = VecDeque::new();
+        let mut started = 0;
+        let mut total = 0i64;
+        let mut sent: Option<i64> = None;
+        let seen = |ev: Event, next: &mut Vec<i64>| {
+            let p: i64 = ev.get(0).unwrap();
+            let i: i64 = ev.get(1).unwrap();
+            assert_eq!(
+                i, next[p as usize],
+                "producer {p}: out of order / lost / duplicated"
+            );
+            next[p as usize] += 1;
+        };
+        loop {
+            let t = q.take(&mut buf, started, usize::MAX, true);
+            started = 0;
+            match t.event {
+                Some(ev) => {
+                    seen(ev, &mut next);
+                    total += 1;
+                    while let Some(ev) = buf.pop_front() {
+                        seen(ev, &mut next);
+                        total += 1;
+                        started += 1;
+                    }
+                }
+                None => {
+                    if hs.iter().all(|h| h.is_finished()) {
+                        if sent.is_none() {
+                            sent = Some(0);
+                            continue; // one more look after all finished
+                        }
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let want: i64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(total, want);
+    }
+
     fn take_all(q: &EventQueue, out: &mut Vec<i64>, maxpar: usize, serial: bool) {
         let mut buf = VecDeque::new();
         let mut started = 0;

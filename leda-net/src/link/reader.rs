@@ -298,6 +298,9 @@ pub(super) async fn read_loop(
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     // The low-water mark's patience ran out: the next read is not held back by it.
     let mut patience_over = false;
+    // When a read last took bytes: the patience runs from it, not from the select's
+    // (re)start, which the retry and ack timers repeat every millisecond or so.
+    let mut read_at = tokio::time::Instant::now();
     // For the liveness watch (`loss::watch`): when something was last read.
     let heard = || link.heard_ms.store(t.now_ms(), Relaxed);
     'conn: loop {
@@ -428,6 +431,7 @@ pub(super) async fn read_loop(
                 }
                 Ok(_) => {
                     heard();
+                    read_at = tokio::time::Instant::now();
                     continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -460,7 +464,7 @@ pub(super) async fn read_loop(
         });
         let read = tokio::select! {
             r = rd.read_buf(&mut buf) => Some(r),
-            _ = tokio::time::sleep(LOW_WATER_PATIENCE), if low_water.raised() => {
+            _ = tokio::time::sleep_until(read_at + LOW_WATER_PATIENCE), if low_water.raised() => {
                 // A slow link: the next read takes what came so far (the mark stays
                 // lowered until it did), so that the liveness watch hears the peer.
                 patience_over = true;
@@ -488,7 +492,10 @@ pub(super) async fn read_loop(
                 closed(&link, &buf);
                 break;
             }
-            Some(Ok(_)) => heard(),
+            Some(Ok(_)) => {
+                heard();
+                read_at = tokio::time::Instant::now();
+            }
             Some(Err(e)) => {
                 // `lose` reports the loss (once, with the cause): no second line here.
                 tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");

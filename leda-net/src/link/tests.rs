@@ -631,3 +631,257 @@ fn large_binaries_kept_by_a_stage_become_its_own() {
     drop(client);
     rt.block_on(receiver.close(None));
 }
+
+// ------------------------------------------------- large frames under the low-water mark
+
+/// Like `a_large_frame_trickling_in_keeps_the_peer_heard`, but the destination is
+/// full, so the reader has events pending (the RETRY timer re-arms the select every
+/// ~1 ms, and with it the 20 ms patience timer, which then never fires).
+#[test]
+fn trickle_with_pending_events_keeps_the_peer_heard() {
+    let (rt, client, server) = runtime_and_connection();
+    let routes = vec![RouteInfo {
+        from: "a".into(),
+        to: "b".into(),
+        window: 100,
+    }];
+    let receiver = Transport::build(
+        "r:1",
+        routes,
+        rt.handle().clone(),
+        Liveness::with_silence(Duration::from_millis(300)),
+        OnProcessLoss::End,
+        Topology::default(),
+    );
+    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    let mut client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    let mut replies = client.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut b = vec![0u8; 1 << 16];
+        while matches!(replies.read(&mut b), Ok(n) if n > 0) {}
+    });
+    let release = Arc::new(AtomicBool::new(false));
+    let got = Arc::new(AtomicU64::new(0));
+    let (r2, g2) = (release.clone(), got.clone());
+    let b = Stage::new("b", move |_ev: Event, _: &mut Ctx| {
+        while !r2.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        g2.fetch_add(1, Relaxed);
+        Ok(())
+    })
+    .serial()
+    .capacity(1);
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    // Several small events: the stage blocks on the first, the rest wait (pending).
+    let evs: Vec<Event> = (0..5i64)
+        .map(|i| Event::from((i, Value::Bytes(bytes::Bytes::from(vec![0u8; 8])))))
+        .collect();
+    client
+        .write_all(&frame::encode(&Frame::Events(vec![(0, evs)])).unwrap())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let big = frame_for(1, 3 * 1024 * 1024);
+    for piece in big.chunks(30 * 1024) {
+        if client.write_all(piece).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dead = receiver.links()[0].is_dead();
+    let why = lock(&receiver.links()[0].lost).clone();
+    release.store(true, Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while got.load(Relaxed) < 6 && std::time::Instant::now() < deadline && !dead {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+    assert!(
+        !dead,
+        "the slow peer was declared lost while the receiver had pending events: {why:?}"
+    );
+}
+
+/// Big and tiny frames alternating, written in odd-sized pieces with random pauses
+/// (some longer than LOW_WATER_PATIENCE, some just around it): all events intact and
+/// in order, within a deadline (a hang shows as a timeout).
+fn alternate(seed: u64, n: u64, slow_stage: bool) {
+    let (rt, client, server) = runtime_and_connection();
+    let receiver = Transport::new(
+        "r:1",
+        vec![RouteInfo {
+            from: "a".into(),
+            to: "b".into(),
+            window: 100_000,
+        }],
+        rt.handle().clone(),
+    );
+    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    let mut client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    let mut r = client.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut b = vec![0u8; 1 << 16];
+        while matches!(r.read(&mut b), Ok(n) if n > 0) {}
+    });
+    let bad = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    let (b2, n2) = (bad.clone(), next.clone());
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let want = n2.fetch_add(1, Relaxed);
+        let i: u64 = ev.get(0)?;
+        let ok = ev
+            .arg(1)
+            .and_then(Value::as_bytes)
+            .is_some_and(|b| b.iter().all(|&x| u64::from(x) == i % 251));
+        if i != want || !ok {
+            eprintln!("bad event: want {want} got {i} ok {ok}");
+            b2.fetch_add(1, Relaxed);
+        }
+        if slow_stage && i.is_multiple_of(7) {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        Ok(())
+    })
+    .serial()
+    .capacity(if slow_stage { 2 } else { 10_000 });
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    let mut x: u64 = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let writer = std::thread::spawn(move || {
+        for i in 0..n {
+            let size = if i % 2 == 0 || i == n - 1 {
+                match rnd() % 4 {
+                    0 => BIG_FRAME + 1 + (rnd() % 64) as usize,
+                    1 => BIG_FRAME + (rnd() % 3_000_000) as usize,
+                    2 => 2 * BIG_FRAME - 7,
+                    _ => 5 * BIG_FRAME + (rnd() % 1000) as usize,
+                }
+            } else {
+                (rnd() % 64) as usize
+            };
+            let f = frame_for(i, size);
+            let mut at = 0;
+            while at < f.len() {
+                let k = match rnd() % 6 {
+                    0 => 1,
+                    1 => (rnd() % 7) as usize + 1,
+                    2 => (rnd() % 70_000) as usize + 1,
+                    3 => (rnd() % 1_500_000) as usize + 1,
+                    _ => (rnd() % 300_000) as usize + 1,
+                }
+                .min(f.len() - at);
+                client.write_all(&f[at..at + k]).unwrap();
+                at += k;
+                match rnd() % 10 {
+                    0 => std::thread::sleep(Duration::from_millis(19 + rnd() % 4)),
+                    1 => std::thread::sleep(Duration::from_millis(rnd() % 50)),
+                    2 => std::thread::sleep(Duration::from_micros(rnd() % 500)),
+                    _ => {}
+                }
+            }
+        }
+        client
+    });
+    let deadline = std::time::Instant::now()
+        + Duration::from_secs(
+            std::env::var("REVIEW_DEADLINE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(120),
+        );
+    while next.load(Relaxed) < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let client = writer.join().unwrap();
+    let done = next.load(Relaxed);
+    let dead = receiver.links()[0].is_dead();
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+    assert_eq!(done, n, "seed {seed}: stuck (link dead: {dead})");
+    assert_eq!(bad.load(Relaxed), 0, "seed {seed}");
+    assert!(!dead);
+}
+
+#[test]
+fn alternating_big_and_tiny_frames() {
+    let seeds: u64 = 3;
+    let base: u64 = 0;
+    for s in base..base + seeds {
+        alternate(0x9e37_79b9_7f4a_7c15 ^ (s * 0x1234_5678_9abc), 40, false);
+    }
+}
+
+#[test]
+fn alternating_with_a_slow_stage() {
+    let seeds: u64 = 2;
+    let base: u64 = 0;
+    for s in base..base + seeds {
+        alternate(0x51ed_2701_aa55_0f0f ^ (s * 0x0009_8765_4321), 30, true);
+    }
+}
+
+/// A peer that dies inside a large frame (close, or reset): the link is lost within
+/// moments, not at the silence bound, and the reader ends.
+fn dies_mid_frame(reset: bool, cut: usize) {
+    let (rt, receiver, mut client) = raw_pair(100);
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    client.write_all(&frame_for(0, 2 * BIG_FRAME)).unwrap();
+    let f = frame_for(1, 4 * BIG_FRAME);
+    client.write_all(&f[..cut]).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let t0 = std::time::Instant::now();
+    if reset {
+        // RST once the last descriptor closes (the reply drainer holds a clone: its
+        // read ends on the read shutdown).
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        client.shutdown(std::net::Shutdown::Read).unwrap();
+    } else {
+        client.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    drop(client);
+    let link = receiver.links()[0].clone();
+    while !link.is_dead() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took = t0.elapsed();
+    run.handle().quit(());
+    run.wait().unwrap();
+    rt.block_on(receiver.close(None));
+    assert!(link.is_dead(), "reset {reset} cut {cut}: link not lost");
+    assert!(
+        took < Duration::from_millis(1000),
+        "reset {reset} cut {cut}: lost after {took:?}"
+    );
+}
+
+#[test]
+fn peer_dies_mid_frame() {
+    for cut in [5, 4096, 700_000, BIG_FRAME + 3, 4 * BIG_FRAME - 1] {
+        dies_mid_frame(false, cut);
+        dies_mid_frame(true, cut);
+    }
+}
