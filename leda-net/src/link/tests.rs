@@ -386,13 +386,28 @@ fn a_close_during_direct_writes_is_not_lost() {
 
 /// A receiving transport linked to a raw socket (frames written by hand).
 fn raw_pair(window: u32) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
+    raw_pair_with(window, Liveness::default())
+}
+
+/// [`raw_pair`] with the receiver's liveness settings.
+fn raw_pair_with(
+    window: u32,
+    liveness: Liveness,
+) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
     let (rt, client, server) = runtime_and_connection();
     let routes = vec![RouteInfo {
         from: "a".into(),
         to: "b".into(),
         window,
     }];
-    let receiver = Transport::new("r:1", routes, rt.handle().clone());
+    let receiver = Transport::build(
+        "r:1",
+        routes,
+        rt.handle().clone(),
+        liveness,
+        OnProcessLoss::End,
+        Topology::default(),
+    );
     receiver.attach("s:1", crate::conn::Conn::Plain(server));
     let client = client.into_std().unwrap();
     client.set_nonblocking(false).unwrap();
@@ -403,6 +418,16 @@ fn raw_pair(window: u32) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::
         while matches!(r.read(&mut b), Ok(n) if n > 0) {}
     });
     (rt, receiver, client)
+}
+
+/// A deterministic pseudo-random sequence (xorshift64) from `seed` (not zero).
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
 }
 
 /// An `events` frame of event `(i, binary of size bytes i mod 251)`.
@@ -451,13 +476,7 @@ fn large_frames_split_anywhere_arrive_intact() {
     receiver.set_handle(run.handle());
 
     // Deterministic pseudo-random sizes / split points.
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rnd = xorshift(0x9e3779b97f4a7c15);
     let mut stream = Vec::new();
     const N: u64 = 60;
     for i in 0..N {
@@ -480,7 +499,7 @@ fn large_frames_split_anywhere_arrive_intact() {
         .min(stream.len() - at);
         client.write_all(&stream[at..at + n]).unwrap();
         at += n;
-        if rnd() % 3 == 0 {
+        if rnd().is_multiple_of(3) {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -506,28 +525,8 @@ fn large_frames_split_anywhere_arrive_intact() {
 /// back by the mark.
 #[test]
 fn a_large_frame_trickling_in_keeps_the_peer_heard() {
-    let (rt, client, server) = runtime_and_connection();
-    let routes = vec![RouteInfo {
-        from: "a".into(),
-        to: "b".into(),
-        window: 100,
-    }];
-    let receiver = Transport::build(
-        "r:1",
-        routes,
-        rt.handle().clone(),
-        Liveness::with_silence(Duration::from_millis(300)),
-        OnProcessLoss::End,
-        Topology::default(),
-    );
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
-    let mut client = client.into_std().unwrap();
-    client.set_nonblocking(false).unwrap();
-    let mut replies = client.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut b = vec![0u8; 1 << 16];
-        while matches!(replies.read(&mut b), Ok(n) if n > 0) {}
-    });
+    let (rt, receiver, mut client) =
+        raw_pair_with(100, Liveness::with_silence(Duration::from_millis(300)));
     let got: Arc<Mutex<Vec<(i64, usize)>>> = Arc::default();
     let g2 = got.clone();
     let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
@@ -639,28 +638,8 @@ fn large_binaries_kept_by_a_stage_become_its_own() {
 /// ~1 ms, and with it the 20 ms patience timer, which then never fires).
 #[test]
 fn trickle_with_pending_events_keeps_the_peer_heard() {
-    let (rt, client, server) = runtime_and_connection();
-    let routes = vec![RouteInfo {
-        from: "a".into(),
-        to: "b".into(),
-        window: 100,
-    }];
-    let receiver = Transport::build(
-        "r:1",
-        routes,
-        rt.handle().clone(),
-        Liveness::with_silence(Duration::from_millis(300)),
-        OnProcessLoss::End,
-        Topology::default(),
-    );
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
-    let mut client = client.into_std().unwrap();
-    client.set_nonblocking(false).unwrap();
-    let mut replies = client.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut b = vec![0u8; 1 << 16];
-        while matches!(replies.read(&mut b), Ok(n) if n > 0) {}
-    });
+    let (rt, receiver, mut client) =
+        raw_pair_with(100, Liveness::with_silence(Duration::from_millis(300)));
     let release = Arc::new(AtomicBool::new(false));
     let got = Arc::new(AtomicU64::new(0));
     let (r2, g2) = (release.clone(), got.clone());
@@ -713,24 +692,7 @@ fn trickle_with_pending_events_keeps_the_peer_heard() {
 /// (some longer than LOW_WATER_PATIENCE, some just around it): all events intact and
 /// in order, within a deadline (a hang shows as a timeout).
 fn alternate(seed: u64, n: u64, slow_stage: bool) {
-    let (rt, client, server) = runtime_and_connection();
-    let receiver = Transport::new(
-        "r:1",
-        vec![RouteInfo {
-            from: "a".into(),
-            to: "b".into(),
-            window: 100_000,
-        }],
-        rt.handle().clone(),
-    );
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
-    let mut client = client.into_std().unwrap();
-    client.set_nonblocking(false).unwrap();
-    let mut r = client.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut b = vec![0u8; 1 << 16];
-        while matches!(r.read(&mut b), Ok(n) if n > 0) {}
-    });
+    let (rt, receiver, mut client) = raw_pair(100_000);
     let bad = Arc::new(AtomicU64::new(0));
     let next = Arc::new(AtomicU64::new(0));
     let (b2, n2) = (bad.clone(), next.clone());
@@ -756,13 +718,7 @@ fn alternate(seed: u64, n: u64, slow_stage: bool) {
     g.add(&b);
     let run = g.start(Run::default().threads(1)).unwrap();
     receiver.set_handle(run.handle());
-    let mut x: u64 = seed | 1;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rnd = xorshift(seed | 1);
     let writer = std::thread::spawn(move || {
         for i in 0..n {
             let size = if i % 2 == 0 || i == n - 1 {
@@ -798,13 +754,7 @@ fn alternate(seed: u64, n: u64, slow_stage: bool) {
         }
         client
     });
-    let deadline = std::time::Instant::now()
-        + Duration::from_secs(
-            std::env::var("REVIEW_DEADLINE")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(120),
-        );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while next.load(Relaxed) < n && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -822,18 +772,14 @@ fn alternate(seed: u64, n: u64, slow_stage: bool) {
 
 #[test]
 fn alternating_big_and_tiny_frames() {
-    let seeds: u64 = 3;
-    let base: u64 = 0;
-    for s in base..base + seeds {
+    for s in 0..3u64 {
         alternate(0x9e37_79b9_7f4a_7c15 ^ (s * 0x1234_5678_9abc), 40, false);
     }
 }
 
 #[test]
 fn alternating_with_a_slow_stage() {
-    let seeds: u64 = 2;
-    let base: u64 = 0;
-    for s in base..base + seeds {
+    for s in 0..2u64 {
         alternate(0x51ed_2701_aa55_0f0f ^ (s * 0x0009_8765_4321), 30, true);
     }
 }
