@@ -593,17 +593,21 @@ impl Transport {
         // Sending workers write plain TCP themselves, through a second descriptor of
         // the same socket (non-blocking, like the first); the writer task writes what
         // they cannot write without waiting, and everything under TLS.
-        let direct = match &stream {
-            crate::conn::Conn::Plain(s) => {
-                use std::os::fd::AsFd;
-                s.as_fd()
-                    .try_clone_to_owned()
-                    .map(|fd| Arc::new(std::net::TcpStream::from(fd)))
-                    .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
-                    .ok()
-            }
-            _ => None,
-        };
+        let plain = (!stream.is_tls()).then(|| stream.tcp());
+        let direct = plain.and_then(|s| {
+            use std::os::fd::AsFd;
+            s.as_fd()
+                .try_clone_to_owned()
+                .map(|fd| Arc::new(std::net::TcpStream::from(fd)))
+                .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
+                .ok()
+        });
+        // The reader's wake-ups for a large frame (plain TCP only: under TLS the bytes
+        // in the socket are not the frame's).
+        let low_water = reader::LowWater::new(plain.map(|s| {
+            use std::os::fd::AsRawFd;
+            s.as_raw_fd()
+        }));
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: CachePadded::new(Mutex::new(Outbox {
@@ -652,15 +656,6 @@ impl Transport {
             old.mark_dead();
             lock(&self.retired).push(old);
         }
-        // The reader's wake-ups for a large frame (plain TCP only: under TLS the bytes
-        // in the socket are not the frame's).
-        let low_water = reader::LowWater::new(match &stream {
-            crate::conn::Conn::Plain(s) => {
-                use std::os::fd::AsRawFd;
-                Some(s.as_raw_fd())
-            }
-            _ => None,
-        });
         let (rd, wr) = stream.split();
         let reader = self
             .rt

@@ -456,10 +456,8 @@ pub(super) async fn read_loop(
         // ends this task.)
         let retry = inb.pending_len() > 0;
         let ack_due = inb.ack_due;
-        low_water.set(match announced(&buf) {
-            Some(len) if awaiting_big(&buf) && !std::mem::take(&mut patience_over) => {
-                (4 + len as usize - buf.len()).min(LOW_WATER_MAX)
-            }
+        low_water.set(match big_rest(&buf) {
+            Some(rest) if !std::mem::take(&mut patience_over) => rest.min(LOW_WATER_MAX),
             _ => 1,
         });
         let read = tokio::select! {
@@ -589,10 +587,13 @@ fn announced(buf: &BytesMut) -> Option<u32> {
 
 /// `true` if `buf` holds the start of a frame larger than `BIG_FRAME`, not all of it.
 fn awaiting_big(buf: &BytesMut) -> bool {
-    announced(buf).is_some_and(|len| {
-        let total = 4 + len as usize;
-        total > BIG_FRAME && buf.len() < total
-    })
+    big_rest(buf).is_some()
+}
+
+/// The bytes still missing of the frame larger than `BIG_FRAME` that `buf` starts.
+fn big_rest(buf: &BytesMut) -> Option<usize> {
+    let total = 4 + announced(buf)? as usize;
+    (total > BIG_FRAME && buf.len() < total).then(|| total - buf.len())
 }
 
 /// The peer closed the connection: the orderly end after its `Quit`, a loss otherwise.
