@@ -831,3 +831,34 @@ fn peer_dies_mid_frame() {
         dies_mid_frame(true, cut);
     }
 }
+
+/// A peer frozen inside a large frame (as under SIGSTOP: the connection stays open,
+/// nothing more comes) while the reader waits with a raised low-water mark: it is
+/// declared lost once the liveness watch's silence has passed, not held forever.
+#[test]
+fn a_peer_frozen_mid_frame_is_lost_after_the_silence() {
+    let silence = Duration::from_millis(300);
+    let (rt, receiver, mut client) = raw_pair_with(100, Liveness::with_silence(silence));
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let mut g = Graph::new("r");
+    g.add(&b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    let f = frame_for(1, 4 * BIG_FRAME);
+    client.write_all(&f[..BIG_FRAME + 3]).unwrap();
+    let t0 = std::time::Instant::now();
+    let link = receiver.links()[0].clone();
+    while !link.is_dead() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = t0.elapsed();
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+    assert!(link.is_dead(), "a frozen peer was never declared lost");
+    assert!(
+        took >= silence / 2 && took < silence * 5,
+        "lost after {took:?} (silence {silence:?})"
+    );
+}
