@@ -785,7 +785,7 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 instances: st.instances.load(Relaxed),
                 active: st.active(),
                 idle: st.idle_len(),
-                waiting: st.waiting.load(Relaxed),
+                waiting: st.waiting(),
                 maxpar: st.maxpar.load(Relaxed),
                 created: c.created.load(Relaxed),
                 events_in: c.received.load(Relaxed),

@@ -4,8 +4,9 @@
 //! # Scheduling protocol
 //!
 //! Each stage counts its *active* instances (Ready, Running or Waiting). A send pushes
-//! the event and, if fewer than `maxpar` instances are active, claims one more and
-//! schedules it; an active instance takes batches of events from the queue and, when
+//! the event and, if no instance is active, claims one and schedules it; a further one,
+//! up to `maxpar`, only for enough queued work to be worth a second worker (see
+//! [`SPLIT_NS`]). An active instance takes batches of events from the queue and, when
 //! it finds it empty, releases itself. The push, the claim, the take and the release
 //! happen under the queue's lock ([`super::queue`]), so an event is never left in a
 //! queue with no instance on its way (no lost wake-up).
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Instant;
 
-use super::queue::{Claim, EventQueue, Parked, Taken};
+use super::queue::{Claim, EventQueue, Par, Parked, Taken};
 
 use crate::connector::ConnectorKind;
 use crate::error::SendError;
@@ -69,12 +70,22 @@ pub(crate) struct StageRt {
     /// `maxpar` follows the thread count (not set explicitly).
     pub(crate) maxpar_auto: bool,
     pub(crate) instances: AtomicUsize,
-    pub(crate) waiting: AtomicUsize,
     pub(crate) counters: StageCounters,
+    /// A moving average of the sampled handler calls, in nanoseconds (`0`: none
+    /// sampled yet), for [`StageRt::par`].
+    call_ns: AtomicU64,
     routes: OnceLock<Box<[Route]>>,
     pub(crate) error_route: OnceLock<Option<usize>>,
     space: SpaceWaiters,
 }
+
+/// The queued work (events × the stage's average call) worth a further instance of a
+/// stage beside an active one. Less is handled sooner by the active instance than by
+/// a second worker that must be woken (tens of microseconds on a loaded or virtual
+/// machine) and must pull the events' cache lines over: splitting ten echo events of
+/// a remote round trip between two instances cost 40 µs of its 100 µs (transport
+/// bench, latency at 100,000 events/s).
+pub(crate) const SPLIT_NS: u64 = 50_000;
 
 /// Static description of a stage for building the runtime.
 pub(crate) struct StageSetup {
@@ -106,8 +117,8 @@ impl StageRt {
             maxpar: AtomicUsize::new(maxpar),
             maxpar_auto: !s.serial && s.maxpar.is_none(),
             instances: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
             counters: StageCounters::new(),
+            call_ns: AtomicU64::new(0),
             routes: OnceLock::new(),
             error_route: OnceLock::new(),
             space: SpaceWaiters::default(),
@@ -130,12 +141,33 @@ impl StageRt {
         self.maxpar.load(Relaxed)
     }
 
+    /// `maxpar`, and how many queued events make a further instance worth it: work
+    /// for [`SPLIT_NS`] at the stage's average call (every event until a call was
+    /// timed).
+    #[inline]
+    fn par(&self) -> Par {
+        let ns = self.call_ns.load(Relaxed);
+        Par {
+            max: self.maxpar_now(),
+            split: SPLIT_NS.checked_div(ns).map_or(1, |k| k.max(1) as usize),
+        }
+    }
+
+    /// Folds a timed handler call (or poll) into the stage's average call.
+    pub(crate) fn time_call(&self, ns: u64) {
+        let ns = ns.max(1);
+        let old = self.call_ns.load(Relaxed);
+        // A lost update between two instances only delays the average a little.
+        let new = if old == 0 { ns } else { old - old / 8 + ns / 8 };
+        self.call_ns.store(new.max(1), Relaxed);
+    }
+
     /// Pushes an event if the queue has room; says whether an activation was claimed
     /// for it (the caller schedules it).
     #[inline]
     fn push(&self, ev: Event) -> Result<Claim, Event> {
         let cap = self.capacity.load(Relaxed);
-        self.queue.push(ev, Some(cap), self.maxpar_now())
+        self.queue.push(ev, Some(cap), self.par())
     }
 
     /// Room left for a producer that holds `held` accepted events not pushed yet, from
@@ -165,7 +197,7 @@ impl StageRt {
     }
 
     fn queue_push_batch(&self, evs: &mut Vec<Event>) -> Claim {
-        self.queue.push_batch(evs, self.maxpar_now())
+        self.queue.push_batch(evs, self.par())
     }
 
     /// Pushes an initial event, ignoring the capacity.
@@ -178,9 +210,7 @@ impl StageRt {
     /// batch (see [`EventQueue::take`]).
     #[inline]
     pub(crate) fn take(&self, buf: &mut VecDeque<Event>, started: usize) -> Taken {
-        let t = self
-            .queue
-            .take(buf, started, self.maxpar_now(), self.serial);
+        let t = self.queue.take(buf, started, self.par(), self.serial);
         if t.freed {
             self.room_made();
         }
@@ -193,7 +223,7 @@ impl StageRt {
     pub(crate) fn take_or_park(&self, task: Task, started: usize, stopping: &AtomicBool) -> Parked {
         let (parked, freed) =
             self.queue
-                .take_or_park(task, started, self.maxpar_now(), self.serial, stopping);
+                .take_or_park(task, started, self.par(), self.serial, stopping);
         if freed {
             self.room_made();
         }
@@ -214,12 +244,25 @@ impl StageRt {
         }
     }
 
-    /// Gives unhandled buffered events back to the queue's front.
-    pub(crate) fn give_back(&self, buf: &mut VecDeque<Event>, started: usize) {
-        self.queue.give_back(buf, started);
+    /// An instance starts waiting: gives its unhandled buffered events back to the
+    /// queue's front, and claims an activation for the queue's events if none runs
+    /// (see [`EventQueue::start_wait`]).
+    pub(crate) fn start_wait(&self, buf: &mut VecDeque<Event>, started: usize) -> Claim {
+        let claim = self.queue.start_wait(buf, started, self.par());
         if started > 0 {
             self.room_made();
         }
+        claim
+    }
+
+    /// A waiting instance was woken.
+    pub(crate) fn end_wait(&self) {
+        self.queue.end_wait();
+    }
+
+    /// Active instances waiting (a lock-free peek).
+    pub(crate) fn waiting(&self) -> usize {
+        self.queue.waiting()
     }
 
     /// Room was made: wakes the producers waiting for it once a quarter of the queue

@@ -61,6 +61,34 @@ const SHRINK_ABOVE: usize = 1 << 10;
 /// A batch of events, in order.
 pub(crate) type Batch = VecDeque<Event>;
 
+/// How many instances of a stage may be active, and when more than one is worth it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Par {
+    /// At most this many instances are active (`maxpar`).
+    pub(crate) max: usize,
+    /// A further instance beside active ones is claimed only while at least this many
+    /// events are queued: for less, waking a second worker and moving the events'
+    /// cache lines to it costs more than the first instance takes to handle them.
+    /// (`1`: whenever events are queued.)
+    pub(crate) split: usize,
+}
+
+impl Par {
+    /// Up to `max` instances, a further one whenever events are queued.
+    #[cfg(test)]
+    pub(crate) fn eager(max: usize) -> Par {
+        Par { max, split: 1 }
+    }
+
+    /// `true` if an instance should be claimed beside `active` ones, `running` of
+    /// which are not waiting, for `queued` events (an instance that waits may not be
+    /// back for a long time: the events get one of their own).
+    #[inline]
+    fn wants(self, active: usize, running: usize, queued: usize) -> bool {
+        active < self.max && (running == 0 || queued >= self.split)
+    }
+}
+
 pub(crate) struct State {
     batches: VecDeque<Batch>,
     /// Events in `batches`.
@@ -117,6 +145,10 @@ pub(crate) struct EventQueue {
     /// Copy of `held` (written under the lock).
     held: AtomicUsize,
     active: AtomicUsize,
+    /// Active instances waiting (for a future their handler returned): counted up
+    /// under the lock, when the instance gives its held events back, so that a push
+    /// after it sees that no instance is on its way; counted down when woken.
+    waiting: AtomicUsize,
 }
 
 /// What a running instance got from [`EventQueue::take`].
@@ -181,6 +213,7 @@ impl EventQueue {
             queued: CachePadded::new(AtomicUsize::new(0)),
             held: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -209,24 +242,35 @@ impl EventQueue {
     /// On success, says whether an activation was claimed for it (fewer than
     /// `maxpar` were active): the caller schedules it.
     #[inline]
-    pub(crate) fn push(
-        &self,
-        ev: Event,
-        cap: Option<usize>,
-        maxpar: usize,
-    ) -> Result<Claim, Event> {
+    pub(crate) fn push(&self, ev: Event, cap: Option<usize>, par: Par) -> Result<Claim, Event> {
         let mut s = self.lock();
         if let Some(cap) = cap
             && s.len + s.held >= cap
         {
             return Err(ev);
         }
-        if s.len == 0 && s.active < maxpar {
-            return Ok(self.claim_direct(&mut s, maxpar, ev));
+        if s.len == 0 && par.wants(s.active, self.running(&s), 1) {
+            return Ok(self.claim_direct(&mut s, par.max, ev));
         }
         s.push_one(ev);
         self.queued.store(s.len, Release);
-        Ok(self.claim_locked(&mut s, maxpar))
+        Ok(self.claim_wanted(&mut s, par))
+    }
+
+    /// Active instances not waiting (under the lock).
+    #[inline]
+    fn running(&self, s: &State) -> usize {
+        s.active - self.waiting.load(Acquire).min(s.active)
+    }
+
+    /// Claims an activation if `par` wants one more for the queued events.
+    #[inline]
+    fn claim_wanted(&self, s: &mut State, par: Par) -> Claim {
+        if par.wants(s.active, self.running(s), s.len) {
+            self.claim_locked(s, par.max)
+        } else {
+            Claim::No
+        }
     }
 
     /// Claims an activation for `ev`, which goes to it directly (the queue is empty
@@ -255,16 +299,10 @@ impl EventQueue {
     /// its share, leaving the rest to the other instances) and returns the first event
     /// of `buf`. (`buf` is normally empty: its buffer and the batch's then trade
     /// places.) An empty queue leaves the instance's claim in place.
-    pub(crate) fn take(
-        &self,
-        buf: &mut Batch,
-        started: usize,
-        maxpar: usize,
-        serial: bool,
-    ) -> Taken {
+    pub(crate) fn take(&self, buf: &mut Batch, started: usize, par: Par, serial: bool) -> Taken {
         let mut s = self.lock();
         let settled = self.settle_locked(&mut s, started);
-        self.take_locked(&mut s, buf, settled, maxpar, serial)
+        self.take_locked(&mut s, buf, settled, par, serial)
     }
 
     /// [`EventQueue::take`] for `task`'s instance, which parks if the queue is empty:
@@ -276,14 +314,14 @@ impl EventQueue {
         &self,
         mut task: Task,
         started: usize,
-        maxpar: usize,
+        par: Par,
         serial: bool,
         stopping: &AtomicBool,
     ) -> (Parked, bool) {
         let mut s = self.lock();
         let settled = self.settle_locked(&mut s, started);
         if s.len > 0 {
-            let t = self.take_locked(&mut s, task.buf(), settled, maxpar, serial);
+            let t = self.take_locked(&mut s, task.buf(), settled, par, serial);
             let freed = t.freed;
             return (Parked::Took(task, t), freed);
         }
@@ -322,7 +360,7 @@ impl EventQueue {
         s: &mut State,
         buf: &mut Batch,
         settled: bool,
-        maxpar: usize,
+        par: Par,
         serial: bool,
     ) -> Taken {
         if s.len == 0 {
@@ -332,12 +370,12 @@ impl EventQueue {
                 freed: settled,
             };
         }
-        // A serial stage takes the next batch; a parallel one leaves a share for the
-        // other instances.
-        let share = if serial {
+        // A serial stage takes the next batch; so does a parallel one with too few
+        // events queued to share them, else it leaves a share for the other instances.
+        let share = if serial || s.len < par.split {
             usize::MAX
         } else {
-            (s.len / maxpar.max(1)).clamp(1, TAKE)
+            (s.len / par.max.max(1)).clamp(1, TAKE)
         };
         let front = s.batches.front_mut().expect("len > 0: a batch is queued");
         let before = buf.len();
@@ -359,7 +397,7 @@ impl EventQueue {
         self.held.store(s.held, Release);
         self.queued.store(s.len, Release);
         let another = if s.len > 0 {
-            self.claim_locked(s, maxpar)
+            self.claim_wanted(s, par)
         } else {
             Claim::No
         };
@@ -381,12 +419,11 @@ impl EventQueue {
         }
     }
 
-    /// Gives the events of `buf` back to the front of the queue (order kept), after
-    /// marking `started` held events as no longer held.
-    pub(crate) fn give_back(&self, buf: &mut Batch, started: usize) {
-        if started == 0 && buf.is_empty() {
-            return;
-        }
+    /// An instance starts waiting: gives the events of `buf` back to the front of the
+    /// queue (order kept), after marking `started` held events as no longer held, and
+    /// claims an activation for the queued events if no other instance is running
+    /// (see [`Par`]; handling them may be what this one waits for).
+    pub(crate) fn start_wait(&self, buf: &mut Batch, started: usize, par: Par) -> Claim {
         let mut s = self.lock();
         s.held -= (started + buf.len()).min(s.held);
         self.held.store(s.held, Release);
@@ -397,20 +434,36 @@ impl EventQueue {
             s.batches.push_front(b);
         }
         self.queued.store(s.len, Release);
+        self.waiting.fetch_add(1, Release);
+        if s.len > 0 {
+            self.claim_wanted(&mut s, par)
+        } else {
+            Claim::No
+        }
+    }
+
+    /// A waiting instance was woken (it runs again).
+    pub(crate) fn end_wait(&self) {
+        self.waiting.fetch_sub(1, Release);
+    }
+
+    /// Active instances waiting (a lock-free peek).
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Acquire)
     }
 
     /// Queues all of `evs` (a producer's batch; the producer checked the capacity
     /// when it accepted them), leaving `evs` empty. Says whether an activation was
     /// claimed.
-    pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, maxpar: usize) -> Claim {
+    pub(crate) fn push_batch(&self, evs: &mut Vec<Event>, par: Par) -> Claim {
         let mut s = self.lock();
         let n = evs.len();
         if n == 1
             && s.len == 0
-            && s.active < maxpar
+            && par.wants(s.active, self.running(&s), 1)
             && let Some(ev) = evs.pop()
         {
-            return self.claim_direct(&mut s, maxpar, ev);
+            return self.claim_direct(&mut s, par.max, ev);
         }
         match s.batches.back_mut() {
             // A few events are copied: into the last batch if it has room, else into
@@ -441,7 +494,7 @@ impl EventQueue {
         }
         s.len += n;
         self.queued.store(s.len, Release);
-        self.claim_locked(&mut s, maxpar)
+        self.claim_wanted(&mut s, par)
     }
 
     /// Events queued or held, from the lock-free copies (may be slightly stale).
@@ -532,7 +585,7 @@ mod tests {
                     assert!(evs.is_empty(), "the buffer handed back held events");
                     evs.extend((seq..seq + n).map(|i| Event::from((p, i))));
                     seq += n;
-                    let _ = q.push_batch(&mut evs, usize::MAX);
+                    let _ = q.push_batch(&mut evs, Par::eager(usize::MAX));
                     {
                         let s = q.lock();
                         assert!(s.big.len() <= BIG_SPARES);
@@ -560,7 +613,7 @@ mod tests {
             next[p as usize] += 1;
         };
         loop {
-            let t = q.take(&mut buf, started, usize::MAX, true);
+            let t = q.take(&mut buf, started, Par::eager(usize::MAX), true);
             started = 0;
             match t.event {
                 Some(ev) => {
@@ -592,7 +645,7 @@ mod tests {
         let mut buf = VecDeque::new();
         let mut started = 0;
         loop {
-            let t = q.take(&mut buf, started, maxpar, serial);
+            let t = q.take(&mut buf, started, Par::eager(maxpar), serial);
             let Some(ev) = t.event else { break };
             out.push(ev.get::<i64>(0).unwrap());
             started = 0;
@@ -609,29 +662,83 @@ mod tests {
         // An instance is active: pushes go to the queue.
         assert!(q.claim(1, false).is_claimed());
         for i in 0..100i64 {
-            assert!(q.push(Event::from(i), Some(100), 1).is_ok());
+            assert!(q.push(Event::from(i), Some(100), Par::eager(1)).is_ok());
         }
-        let full = q.push(Event::from(100i64), Some(100), 1);
+        let full = q.push(Event::from(100i64), Some(100), Par::eager(1));
         assert!(full.is_err(), "the 101st event must be refused");
 
         // Take one batch: its events are held and still count.
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
         assert_eq!(buf.len(), TAKE - 1);
         assert_eq!(q.len(), 99, "held events count against the capacity");
-        assert!(q.push(Event::from(100i64), Some(100), 1).is_ok());
-        assert!(q.push(Event::from(101i64), Some(100), 1).is_err());
+        assert!(
+            q.push(Event::from(100i64), Some(100), Par::eager(1))
+                .is_ok()
+        );
+        assert!(
+            q.push(Event::from(101i64), Some(100), Par::eager(1))
+                .is_err()
+        );
 
         // Handle two, give the rest back: they return to the front, in order.
         buf.pop_front();
         buf.pop_front();
-        q.give_back(&mut buf, 2);
+        assert!(
+            !q.start_wait(&mut buf, 2, Par::eager(1)).is_claimed(),
+            "maxpar 1"
+        );
         assert_eq!(q.len(), 100 - 3 + 1);
         let mut out = vec![0, 1, 2];
         take_all(&q, &mut out, 1, true);
         assert_eq!(out, (0..=100).collect::<Vec<_>>());
         assert_eq!(q.len(), 0);
+    }
+
+    /// A second instance only for enough queued work while one runs, at once when the
+    /// one that runs starts waiting, and for pushes while it waits.
+    #[test]
+    fn a_further_instance_only_for_enough_work_or_when_the_active_one_waits() {
+        let q = EventQueue::new();
+        let par = Par { max: 2, split: 100 };
+        // The first push claims an instance (and hands it the event).
+        assert!(matches!(
+            q.push(Event::from(0i64), None, par),
+            Ok(Claim::New(Some(_)))
+        ));
+        // While it runs, pushes queue behind it; the hundredth queued claims another.
+        for i in 1..=100 {
+            let claim = q.push(Event::from(i), None, par).unwrap();
+            assert_eq!(claim.is_claimed(), i == 100, "push {i}");
+        }
+        assert_eq!(q.active(), 2);
+        // Taking with fewer queued than the split: the whole front batch, no claim.
+        let q = EventQueue::new();
+        assert!(q.claim(2, false).is_claimed());
+        for i in 0..10 {
+            assert!(!q.push(Event::from(i), None, par).unwrap().is_claimed());
+        }
+        let mut buf = VecDeque::new();
+        let t = q.take(&mut buf, 0, par, false);
+        assert!(!t.another.is_claimed());
+        assert_eq!(buf.len(), 9, "all ten taken (one returned)");
+        // The instance waits: its held events go back, and one is claimed for them.
+        assert!(q.start_wait(&mut buf, 0, par).is_claimed());
+        assert_eq!((q.active(), q.waiting()), (2, 1));
+        // A push while one waits and one is claimed: nothing more (maxpar).
+        assert!(!q.push(Event::from(10i64), None, par).unwrap().is_claimed());
+        // With nothing queued, a wait claims nothing; a push then claims one.
+        let q = EventQueue::new();
+        assert!(q.claim(2, false).is_claimed());
+        assert!(!q.start_wait(&mut VecDeque::new(), 0, par).is_claimed());
+        assert!(q.push(Event::from(0i64), None, par).unwrap().is_claimed());
+        // Once woken, it runs again: a push claims nothing below the split.
+        let q = EventQueue::new();
+        assert!(q.claim(2, false).is_claimed());
+        assert!(!q.start_wait(&mut VecDeque::new(), 0, par).is_claimed());
+        q.end_wait();
+        assert!(!q.push(Event::from(0i64), None, par).unwrap().is_claimed());
     }
 
     #[test]
@@ -641,32 +748,32 @@ mod tests {
         let batch = |from: i64| (from..from + 2000).map(Event::from).collect::<Vec<_>>();
         let mut evs = batch(0);
         let first = evs.as_ptr();
-        assert!(!q.push_batch(&mut evs, 1).is_claimed());
+        assert!(!q.push_batch(&mut evs, Par::eager(1)).is_claimed());
         assert!(
             evs.is_empty() && evs.capacity() < 2000,
             "the buffer changed hands"
         );
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert!(t.event.is_some() && buf.len() == 1999);
         buf.clear();
         // The next batch's take swaps it in, and the emptied first buffer is kept...
         let mut evs = batch(2000);
-        assert!(!q.push_batch(&mut evs, 1).is_claimed());
-        let t = q.take(&mut buf, 1999, 1, true);
+        assert!(!q.push_batch(&mut evs, Par::eager(1)).is_claimed());
+        let t = q.take(&mut buf, 1999, Par::eager(1), true);
         assert!(t.event.is_some() && buf.len() == 1999);
         // ... for the next producer of a large batch: no allocation, the same memory.
         let mut evs = batch(4000);
-        assert!(!q.push_batch(&mut evs, 1).is_claimed());
+        assert!(!q.push_batch(&mut evs, Par::eager(1)).is_claimed());
         assert!(evs.is_empty() && evs.capacity() >= 2000);
         assert_eq!(evs.as_ptr(), first);
         // A small batch's producer does not take it.
         buf.clear();
-        let t = q.take(&mut buf, 1999, 1, true);
+        let t = q.take(&mut buf, 1999, Par::eager(1), true);
         assert!(t.event.is_some());
         let mut small = batch(6000);
         small.truncate(100);
-        assert!(!q.push_batch(&mut small, 1).is_claimed());
+        assert!(!q.push_batch(&mut small, Par::eager(1)).is_claimed());
         assert!(small.capacity() <= SPARE_MAX_SLOTS);
     }
 
@@ -679,27 +786,27 @@ mod tests {
         for _ in 0..2 {
             assert!(q.claim(2, false).is_claimed());
         }
-        assert!(q.push(Event::from(1i64), Some(1), 2).is_ok());
-        assert!(q.push(Event::from(2i64), Some(1), 2).is_err());
+        assert!(q.push(Event::from(1i64), Some(1), Par::eager(2)).is_ok());
+        assert!(q.push(Event::from(2i64), Some(1), Par::eager(2)).is_err());
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 2, false);
+        let t = q.take(&mut buf, 0, Par::eager(2), false);
         assert!(t.event.is_some() && buf.is_empty());
         assert!(t.freed, "popping the only event made room");
         assert_eq!(q.len(), 0);
         // A batch: the popped event frees a slot, the rest stay held until settled.
         for i in 0..4i64 {
-            assert!(q.push(Event::from(i), Some(4), 1).is_ok());
+            assert!(q.push(Event::from(i), Some(4), Par::eager(1)).is_ok());
         }
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert!(t.freed && buf.len() == 3 && q.len() == 3);
         buf.clear();
-        let t = q.take(&mut buf, 3, 1, true);
+        let t = q.take(&mut buf, 3, Par::eager(1), true);
         assert!(
             t.event.is_none() && t.freed,
             "settling held events made room"
         );
         // Nothing popped, nothing settled: no room was made.
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert!(t.event.is_none() && !t.freed);
     }
 
@@ -710,19 +817,23 @@ mod tests {
         // start a new batch; a small batch joins the last one.
         let mut big: Vec<Event> = (0..100i64).map(Event::from).collect();
         assert!(
-            q.push_batch(&mut big, 1).is_claimed(),
+            q.push_batch(&mut big, Par::eager(1)).is_claimed(),
             "the first push claims an activation"
         );
         assert!(big.is_empty());
         for i in 100..105i64 {
-            assert!(!q.push(Event::from(i), None, 1).unwrap().is_claimed());
+            assert!(
+                !q.push(Event::from(i), None, Par::eager(1))
+                    .unwrap()
+                    .is_claimed()
+            );
         }
         let mut small: Vec<Event> = (105..108i64).map(Event::from).collect();
-        assert!(!q.push_batch(&mut small, 1).is_claimed());
+        assert!(!q.push_batch(&mut small, Par::eager(1)).is_claimed());
         assert_eq!(q.len(), 108);
         // A serial instance takes the whole producer batch at once (held: 99).
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 0);
         assert_eq!(buf.len(), 99);
         assert_eq!(q.len(), 107, "held events still count");
@@ -731,7 +842,10 @@ mod tests {
             .map(|_| buf.pop_front().unwrap().get::<i64>(0).unwrap())
             .collect();
         assert_eq!(handled, (1..10).collect::<Vec<_>>());
-        q.give_back(&mut buf, 9);
+        assert!(
+            !q.start_wait(&mut buf, 9, Par::eager(1)).is_claimed(),
+            "maxpar 1"
+        );
         assert!(buf.is_empty());
         assert_eq!(q.len(), 98);
         let mut out = Vec::new();
@@ -745,7 +859,7 @@ mod tests {
         let q = EventQueue::new();
         let mut direct = Vec::new();
         for i in 0..40i64 {
-            match q.push(Event::from(i), None, 4).unwrap() {
+            match q.push(Event::from(i), None, Par::eager(4)).unwrap() {
                 Claim::New(Some(ev)) => direct.push(ev.get::<i64>(0).unwrap()),
                 Claim::No => {}
                 _ => panic!("an empty queue with no idle instance: a new one, with the event"),
@@ -756,7 +870,7 @@ mod tests {
         assert_eq!(q.active(), 4);
         assert_eq!((q.queued(), q.len()), (36, 36));
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 4, false);
+        let t = q.take(&mut buf, 0, Par::eager(4), false);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 4);
         assert_eq!(
             buf.len() + 1,
@@ -769,7 +883,7 @@ mod tests {
         buf.clear();
         let mut out = Vec::new();
         take_all(&q, &mut out, 4, false);
-        let t = q.take(&mut buf, 0, 4, false);
+        let t = q.take(&mut buf, 0, Par::eager(4), false);
         assert!(t.event.is_none() && !t.another.is_claimed());
         assert_eq!(q.active(), 4);
     }
@@ -777,7 +891,7 @@ mod tests {
     #[test]
     fn a_lone_event_goes_to_its_activation_and_later_ones_queue_behind_it() {
         let q = EventQueue::new();
-        let Ok(Claim::New(Some(ev))) = q.push(Event::from(7i64), Some(1), 1) else {
+        let Ok(Claim::New(Some(ev))) = q.push(Event::from(7i64), Some(1), Par::eager(1)) else {
             panic!("an empty queue, no active instance: the event goes with the claim");
         };
         assert_eq!(ev.get::<i64>(0).unwrap(), 7);
@@ -785,15 +899,18 @@ mod tests {
         assert_eq!((q.queued(), q.len()), (0, 0));
         // Behind the active instance, events queue (order is kept) up to the capacity.
         assert!(matches!(
-            q.push(Event::from(8i64), Some(2), 1),
+            q.push(Event::from(8i64), Some(2), Par::eager(1)),
             Ok(Claim::No)
         ));
         let mut batch = vec![Event::from(9i64)];
-        assert!(matches!(q.push_batch(&mut batch, 1), Claim::No));
+        assert!(matches!(q.push_batch(&mut batch, Par::eager(1)), Claim::No));
         assert_eq!(q.queued(), 2);
-        assert!(q.push(Event::from(10i64), Some(2), 1).is_err(), "full");
+        assert!(
+            q.push(Event::from(10i64), Some(2), Par::eager(1)).is_err(),
+            "full"
+        );
         let mut buf = VecDeque::new();
-        let t = q.take(&mut buf, 0, 1, true);
+        let t = q.take(&mut buf, 0, Par::eager(1), true);
         assert_eq!(t.event.unwrap().get::<i64>(0).unwrap(), 8);
     }
 }

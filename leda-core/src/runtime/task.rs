@@ -170,10 +170,7 @@ impl Task {
         match outcome {
             Outcome::Idle => unreachable!("an idle task parks above"),
             Outcome::Yield => process.exec.schedule_yielded(Task(a)),
-            Outcome::Wait => {
-                st.waiting.fetch_add(1, Relaxed);
-                WakeCell::park(a);
-            }
+            Outcome::Wait => WakeCell::park(a),
         }
     }
 
@@ -206,10 +203,20 @@ impl Activation {
         }
     }
 
+    /// The handler's future waits: held events go back to the queue (the order is
+    /// kept, and a parallel stage's other instances may take them meanwhile), and
+    /// another instance is claimed for the queue's events if none runs.
+    fn start_wait(&mut self, process: &Arc<Process>) -> Outcome {
+        let st = &process.stages[self.ctx.stage];
+        let claim = st.start_wait(&mut self.buf, std::mem::take(&mut self.started));
+        process.schedule_claimed(self.ctx.stage, claim);
+        Outcome::Wait
+    }
+
     fn drain(&mut self, process: &Arc<Process>) -> Outcome {
         let st = &process.stages[self.ctx.stage];
         if self.pending.is_some() && self.poll_pending(process).is_pending() {
-            return Outcome::Wait;
+            return self.start_wait(process);
         }
         // The event is consumed by the handler: keep a copy only where a failure would
         // need it (an `error` port, or a log subscriber that records failed events; turn
@@ -253,10 +260,7 @@ impl Activation {
             self.handle(process, ev, keep_copy);
             if self.pending.is_some() && self.poll_pending(process).is_pending() {
                 self.cohort = false;
-                // Held events go back to the queue: the order is kept, and a parallel
-                // stage's other instances may take them meanwhile.
-                st.give_back(&mut self.buf, std::mem::take(&mut self.started));
-                return Outcome::Wait;
+                return self.start_wait(process);
             }
             budget -= 1;
             if self.cohort || budget == 0 {
@@ -527,6 +531,7 @@ const SPIN_ROUNDS: u32 = 16;
 /// sampling rate (an unbiased estimate the controller divides by events handled).
 fn add_busy(st: &super::process::StageRt, took: std::time::Duration) {
     let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+    st.time_call(ns);
     st.counters
         .busy_ns
         .fetch_add(ns.saturating_mul(LATENCY_SAMPLE), Relaxed);
@@ -585,7 +590,7 @@ impl WakeCell {
             CellState::Polling { woken: true } => {
                 drop(s);
                 let process = a.ctx.process.clone();
-                process.stages[a.ctx.stage].waiting.fetch_sub(1, Relaxed);
+                process.stages[a.ctx.stage].end_wait();
                 if std::mem::take(&mut a.nice) {
                     // `Ctx::nice`: behind the tasks already ready, not ahead of them.
                     process.exec.schedule_yielded(Task(a));
@@ -610,7 +615,7 @@ impl Wake for WakeCell {
                 *s = CellState::Polling { woken: false };
                 drop(s);
                 let process = a.ctx.process.clone();
-                process.stages[a.ctx.stage].waiting.fetch_sub(1, Relaxed);
+                process.stages[a.ctx.stage].end_wait();
                 process.exec.schedule(Task(a));
             }
             CellState::Polling { .. } => {}
