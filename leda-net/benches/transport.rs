@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench -p leda-net --bench transport
-//! LEDA_BENCH_EVENTS=200000 LEDA_BENCH_ROUNDS=1 LEDA_BENCH_LATENCY_MS=300 cargo bench -p leda-net --bench transport
+//! LEDA_BENCH_EVENTS=1000000 LEDA_BENCH_ROUNDS=1 LEDA_BENCH_LATENCY_MS=300 cargo bench -p leda-net --bench transport
 //! ```
 //!
 //! (`LEDA_BENCH_LATENCY_RATE=N` paces the latency runs at N events/s instead;
@@ -18,9 +18,13 @@
 //! Scenarios (each figure the median over alternating rounds, after a warm-up, with
 //! the rounds' minimum and maximum: `ours=`, `ours_min=`, `ours_max=`, the same for
 //! `raw` and `ours_tls`):
-//! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload from a stage in
-//!   this process to a stage in a daemon; events/s from deployment to the end of the run
-//!   (`ours_tls=`: the same over mutual TLS; `LEDA_BENCH_TLS=0` leaves it out).
+//! * `remote-16B`, `remote-1KB`: events of a 16-byte / 1 KiB payload (5,000,000 /
+//!   1,000,000 a round; `LEDA_BENCH_EVENTS` sets the first, the second is a fifth of it)
+//!   from a stage in this process to a stage in a daemon; events/s from deployment to
+//!   the end of the run. One daemon serves all of a scenario's rounds, as a `leda
+//!   daemon` serves deployment after deployment (`ours_tls=`: the same over mutual TLS,
+//!   with a daemon of its own; `LEDA_BENCH_TLS=0` leaves it out). The raw receiver is a
+//!   fresh process per round (it has no state worth warming).
 //! * `remote-latency-p50/p99`: round trips (stage → remote echo stage → stage), in
 //!   microseconds, at about 10 % of our peak 16-byte rate (events paced every 100 µs);
 //!   the raw peer paces the same events through its echo server.
@@ -54,14 +58,24 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Our events/s; under TLS (mutual certificates) with `tls`.
-fn ours_throughput(n: u64, size: usize, tls: Option<&leda_net::TlsConfig>) -> f64 {
-    let mut args = vec!["--threads".to_owned(), "2".to_owned()];
+/// A daemon with 2 worker threads (under TLS with `tls`) that serves deployment
+/// after deployment, like a user's `leda daemon`: every round of a scenario deploys
+/// to the same one. (A fresh process per round made each round pay the daemon's
+/// first touch of its memory: 36 MB of fresh huge pages, zeroed in the first 40 ms of
+/// a 130 ms round.)
+fn daemon(tls: Option<&leda_net::TlsConfig>) -> Node {
+    let mut args = ["daemon", "--listen", "127.0.0.1:0", "--threads", "2"]
+        .map(str::to_owned)
+        .to_vec();
     if let Some(t) = tls {
         args.extend(common::tls_args(t));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let node = Node::spawn(&args);
+    Node::start(&args, None)
+}
+
+/// Our events/s, deployed to `node`; under TLS (mutual certificates) with `tls`.
+fn ours_throughput(node: &Node, n: u64, size: usize, tls: Option<&leda_net::TlsConfig>) -> f64 {
     let gen_ = stages::generator("gen");
     let drain = stages::drain("drain").attr("expect", n as i64);
     let mut g = Graph::new("bench");
@@ -84,7 +98,6 @@ fn ours_throughput(n: u64, size: usize, tls: Option<&leda_net::TlsConfig>) -> f6
         r.run.quit.and_then(|q| q.arg(0).and_then(Value::as_int)),
         Some(n as i64)
     );
-    let _ = node.finish(Duration::from_secs(10));
     n as f64 / secs
 }
 
@@ -198,8 +211,7 @@ fn pacing(rate: f64, secs: f64) -> (usize, usize) {
 /// Round-trip latency at `rate` events/s: a pacing stage here sends `(seq, t_ns)`
 /// events to an echo stage in a daemon, which sends them back to a recording stage
 /// here. The first tenth of the samples is a warm-up.
-fn ours_latency(rate: f64, secs: f64) -> (f64, f64) {
-    let node = Node::spawn(&["--threads", "2"]);
+fn ours_latency(node: &Node, rate: f64, secs: f64) -> (f64, f64) {
     let (per_tick, ticks) = pacing(rate, secs);
     let total = per_tick * ticks;
     let rtts = Arc::new(Mutex::new(Vec::with_capacity(total)));
@@ -267,7 +279,6 @@ fn ours_latency(rate: f64, secs: f64) -> (f64, f64) {
     Launcher::new(ME)
         .run(&g, Run::default().threads(2))
         .expect("latency run");
-    let _ = node.finish(Duration::from_secs(10));
     let v = std::mem::take(&mut *rtts.lock().unwrap_or_else(|e| e.into_inner()));
     percentiles(v)
 }
@@ -350,7 +361,11 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n = env_or("LEDA_BENCH_EVENTS", 1_000_000);
+    // 16-byte rounds move 5,000,000 events (about half a second each), 1 KiB rounds a
+    // fifth of that: rounds of 1,000,000 16-byte events lasted 75-130 ms, and start-up
+    // transients (fresh threads' heaps, page zeroing, wake-ups) made ours read 0.55x
+    // raw there against 0.76x over 5,000,000 in the same run.
+    let n = env_or("LEDA_BENCH_EVENTS", 5_000_000);
     let rounds = env_or("LEDA_BENCH_ROUNDS", 3).max(1) as usize;
     let latency_secs = env_or("LEDA_BENCH_LATENCY_MS", 1000) as f64 / 1e3;
     let mut peak_16b = 0.0;
@@ -364,13 +379,18 @@ fn main() {
     let tls = (run_ours && env_or("LEDA_BENCH_TLS", 1) != 0)
         .then(|| common::pki(&common::scratch("bench-tls"), "bench"));
 
-    for (name, size) in [("remote-16B", 16usize), ("remote-1KB", 1024)] {
+    for (name, size, n) in [("remote-16B", 16usize, n), ("remote-1KB", 1024, n / 5)] {
         if !wanted(name.trim_start_matches("remote-")) {
             continue;
         }
-        // Warm-up (page cache, binaries, sockets).
+        let node = daemon(None);
+        let tls_node = tls.as_ref().map(|t| daemon(Some(t)));
+        // Warm-up (page cache, binaries, sockets, the daemons' memory).
         if run_ours {
-            ours_throughput(n / 20 + 1, size, None);
+            ours_throughput(&node, n / 20 + 1, size, None);
+        }
+        if let (Some(t), Some(tn)) = (&tls, &tls_node) {
+            ours_throughput(tn, n / 20 + 1, size, Some(t));
         }
         if run_raw {
             raw_throughput(n / 20 + 1, size);
@@ -378,13 +398,13 @@ fn main() {
         let (mut ours, mut raw, mut ours_tls) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             if run_ours {
-                ours.push(ours_throughput(n, size, None));
+                ours.push(ours_throughput(&node, n, size, None));
             }
             if run_raw {
                 raw.push(raw_throughput(n, size));
             }
-            if let Some(t) = &tls {
-                ours_tls.push(ours_throughput(n, size, Some(t)));
+            if let (Some(t), Some(tn)) = (&tls, &tls_node) {
+                ours_tls.push(ours_throughput(tn, n, size, Some(t)));
             }
         }
         if size == 16 {
@@ -407,8 +427,9 @@ fn main() {
         r => r as f64,
     };
     println!("# remote-latency: round trips at {rate:.0} events/s for {latency_secs} s");
+    let node = daemon(None);
     if run_ours {
-        ours_latency(rate, 0.2);
+        ours_latency(&node, rate, 0.2);
     }
     if run_raw {
         raw_latency(rate, 0.2);
@@ -416,7 +437,7 @@ fn main() {
     let (mut o50, mut o99, mut r50, mut r99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
         if run_ours {
-            let (a, b) = ours_latency(rate, latency_secs);
+            let (a, b) = ours_latency(&node, rate, latency_secs);
             o50.push(a);
             o99.push(b);
         }
