@@ -368,15 +368,21 @@ pub(super) async fn read_loop(
                 // Nearly all the traffic: decoded into reused buffers (a frame is
                 // decoded whole before any of it is delivered).
                 let body = raw.slice(5..);
+                drop(raw);
                 let mut groups = std::mem::take(&mut inb.groups);
                 let mut events = std::mem::take(&mut inb.events);
-                let ok = match crate::wire::decode_events_into(
+                let decoded = crate::wire::decode_events_into(
                     &body,
                     Some(&body),
                     &mut inb.arena,
                     &mut groups,
                     &mut events,
-                ) {
+                );
+                // Only the events' slices hold a large frame's buffer now: a stage that
+                // gets a binary alone may take it over (`try_into_mut`) as soon as it
+                // runs, while this task is still delivering.
+                drop(body);
+                let ok = match decoded {
                     Ok(()) => {
                         deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events).await
                     }
