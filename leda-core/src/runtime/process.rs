@@ -4,10 +4,10 @@
 //! # Scheduling protocol
 //!
 //! Each stage counts its *active* instances (Ready, Running or Waiting). A send pushes
-//! the event and, if no instance is active, claims one and schedules it; a further one,
-//! up to `maxpar`, only for enough queued work to be worth a second worker (see
-//! [`SPLIT_NS`]). An active instance takes batches of events from the queue and, when
-//! it finds it empty, releases itself. The push, the claim, the take and the release
+//! the event and, if fewer than `maxpar` instances are active, claims one more and
+//! schedules it; an active instance takes batches of events from the queue (leaving a
+//! share to another instance only for enough queued work to be worth a second worker,
+//! see [`SPLIT_NS`]) and, when it finds it empty, releases itself. The push, the claim, the take and the release
 //! happen under the queue's lock ([`super::queue`]), so an event is never left in a
 //! queue with no instance on its way (no lost wake-up).
 
@@ -79,12 +79,12 @@ pub(crate) struct StageRt {
     space: SpaceWaiters,
 }
 
-/// The queued work (events × the stage's average call) worth a further instance of a
-/// stage beside an active one. Less is handled sooner by the active instance than by
-/// a second worker that must be woken (tens of microseconds on a loaded or virtual
-/// machine) and must pull the events' cache lines over: splitting ten echo events of
-/// a remote round trip between two instances cost 40 µs of its 100 µs (transport
-/// bench, latency at 100,000 events/s).
+/// The queued work (events × the stage's average call) an instance that takes events
+/// shares with another instance. Less is handled sooner by the instance that takes
+/// it than by a second worker that must be woken (tens of microseconds on a loaded or
+/// virtual machine) and must pull the events' cache lines over: splitting ten echo
+/// events of a remote round trip between two instances cost 40 µs of its 100 µs
+/// (transport bench, latency at 100,000 events/s).
 pub(crate) const SPLIT_NS: u64 = 50_000;
 
 /// Static description of a stage for building the runtime.
@@ -167,7 +167,7 @@ impl StageRt {
     #[inline]
     fn push(&self, ev: Event) -> Result<Claim, Event> {
         let cap = self.capacity.load(Relaxed);
-        self.queue.push(ev, Some(cap), self.par())
+        self.queue.push(ev, Some(cap), self.maxpar_now())
     }
 
     /// Room left for a producer that holds `held` accepted events not pushed yet, from
@@ -197,7 +197,7 @@ impl StageRt {
     }
 
     fn queue_push_batch(&self, evs: &mut Vec<Event>) -> Claim {
-        self.queue.push_batch(evs, self.par())
+        self.queue.push_batch(evs, self.maxpar_now())
     }
 
     /// Pushes an initial event, ignoring the capacity.
