@@ -364,7 +364,7 @@ fn main() {
     // 16-byte rounds move 5,000,000 events (about half a second each), 1 KiB rounds a
     // fifth of that: rounds of 1,000,000 16-byte events lasted 75-130 ms, and start-up
     // transients (fresh threads' heaps, page zeroing, wake-ups) made ours read 0.55x
-    // raw there against 0.76x over 5,000,000 in the same run.
+    // raw there against 0.76x over 5,000,000 (same binaries, a minute apart).
     let n = env_or("LEDA_BENCH_EVENTS", 5_000_000);
     let rounds = env_or("LEDA_BENCH_ROUNDS", 3).max(1) as usize;
     let latency_secs = env_or("LEDA_BENCH_LATENCY_MS", 1000) as f64 / 1e3;

@@ -4,10 +4,11 @@
 //! Events arrive one at a time (appended to the last batch) or as a producer's whole
 //! batch (its outbox, see [`super::outbox`]), which is queued as it is: the buffer
 //! changes hands, the events are not moved. A running instance takes a whole batch
-//! per lock the same way (a parallel stage's instance only its share), so a pipeline
-//! moves each event once, into the producer's batch, and consumers pay one
-//! synchronisation per batch instead of one per event. Emptied buffers go back and
-//! forth through a small spare list, so the steady state allocates nothing.
+//! per lock the same way (a parallel stage's instance only its share, once enough is
+//! queued to share: [`Par`]), so a pipeline moves each event once, into the
+//! producer's batch, and consumers pay one synchronisation per batch instead of one
+//! per event. Emptied buffers go back and forth through a small spare list, so the
+//! steady state allocates nothing.
 //!
 //! The lock also guards the count of active instances, so the decisions "this push
 //! needs a new activation" and "the queue is empty, this instance may go idle" are
@@ -65,8 +66,9 @@ pub(crate) type Batch = VecDeque<Event>;
 /// events should leave some to another one.
 ///
 /// A push claims an instance whenever fewer than `max` are active (the one that runs
-/// may be inside a long call). An instance that takes events takes them all, and
-/// claims no other instance for what is left, while fewer than `split` are queued:
+/// may be inside a long call). An instance that takes events takes the whole next
+/// batch, and claims no other instance for what is left, while fewer than `split` are
+/// queued:
 /// for less, waking a second worker and moving the events' cache lines to it costs
 /// more than handling them takes. (Splitting ten echo events of a remote round trip
 /// between two instances cost 40 µs of its 100 µs.)
