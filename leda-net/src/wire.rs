@@ -606,32 +606,33 @@ impl EventsFrame {
         ev: &Event,
     ) -> Result<(), String> {
         let before = out.mark();
-        let saved = *self;
         let r = self.push_inner(out, route, ev);
         if r.is_err() {
             out.truncate(before);
-            *self = saved;
         }
         r
     }
 
+    /// [`EventsFrame::push`], changing `self` only once the event is in (a copy of
+    /// the whole frame state for the rollback cost the sending worker a stalled load
+    /// per event: 5 % of its time at 16-byte events).
     fn push_inner(&mut self, out: &mut Outgoing, route: u32, ev: &Event) -> Result<(), String> {
-        if self.groups == 0 || self.route != route || self.count == u32::MAX {
-            if self.groups > 0 {
+        let (mut groups, mut count_at, mut count) = (self.groups, self.count_at, self.count);
+        if groups == 0 || self.route != route || count == u32::MAX {
+            if groups > 0 {
+                // (Harmless if this event fails: the open group's count so far.)
                 self.patch_count(&mut out.bytes);
             }
-            self.groups = self
-                .groups
+            groups = groups
                 .checked_add(1)
                 .ok_or("too many route groups in one frame")?;
             let buf = &mut out.bytes;
             buf.push(0x92);
             put_int(buf, route.into());
             buf.push(0xdd);
-            self.count_at = buf.len();
+            count_at = buf.len();
             buf.extend_from_slice(&[0, 0, 0, 0]);
-            self.route = route;
-            self.count = 0;
+            count = 0;
         }
         let args = ev.args();
         put_array_len(&mut out.bytes, args.len())?;
@@ -644,7 +645,10 @@ impl EventsFrame {
                 "{len} bytes exceed the {MAX_FRAME}-byte frame limit"
             ));
         }
-        self.count += 1;
+        self.groups = groups;
+        self.count_at = count_at;
+        self.route = route;
+        self.count = count + 1;
         self.events = self.events.saturating_add(1);
         Ok(())
     }

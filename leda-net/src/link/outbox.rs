@@ -141,22 +141,24 @@ impl Outbox {
 
     /// Encodes `ev` into the open `events` frame (opening one as needed).
     pub(super) fn push_event(&mut self, route: u32, ev: &Event) -> Result<(), String> {
-        let mut f = match self.open.take() {
-            Some(f) if f.size(&self.buf) < FRAME_TARGET && f.events() < FRAME_EVENTS => f,
-            Some(f) => {
-                f.close(&mut self.buf);
-                EventsFrame::open(&mut self.buf)
-            }
-            None => EventsFrame::open(&mut self.buf),
-        };
-        let mut r = f.push(&mut self.buf, route, ev);
+        // The open frame is worked on in place (taking it out and putting it back, per
+        // event, cost stalled loads of what was just stored).
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|f| f.size(&self.buf) >= FRAME_TARGET || f.events() >= FRAME_EVENTS)
+        {
+            self.close_open();
+        }
+        let buf = &mut self.buf;
+        let f = self.open.get_or_insert_with(|| EventsFrame::open(buf));
+        let r = f.push(buf, route, ev);
         if r.is_err() && !f.is_empty() {
             // Perhaps too big only together with the others: alone in a new frame.
-            f.close(&mut self.buf);
-            f = EventsFrame::open(&mut self.buf);
-            r = f.push(&mut self.buf, route, ev);
+            self.close_open();
+            let f = self.open.insert(EventsFrame::open(&mut self.buf));
+            return f.push(&mut self.buf, route, ev);
         }
-        self.open = Some(f);
         r
     }
 
