@@ -284,7 +284,7 @@ pub fn encode_events(buf: &mut Vec<u8>, groups: &[(u32, Vec<Event>)]) -> Result<
                 *buf = out.bytes;
                 return Err(FrameError::Encode {
                     kind: kind_name(kind::EVENTS),
-                    reason,
+                    reason: *reason,
                 });
             }
         }

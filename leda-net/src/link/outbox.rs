@@ -140,7 +140,11 @@ impl Outbox {
     }
 
     /// Encodes `ev` into the open `events` frame (opening one as needed).
-    pub(super) fn push_event(&mut self, route: u32, ev: &Event) -> Result<(), String> {
+    pub(super) fn push_event(
+        &mut self,
+        route: u32,
+        ev: &Event,
+    ) -> Result<(), crate::wire::EncodeError> {
         // The open frame is worked on in place (taking it out and putting it back, per
         // event, cost stalled loads of what was just stored).
         if self

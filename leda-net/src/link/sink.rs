@@ -123,7 +123,7 @@ impl Sink {
             if let Err(reason) = ob.push_event(self.route, &event) {
                 let error = SendError::Unreachable {
                     stage: self.to.clone(),
-                    reason,
+                    reason: *reason,
                 };
                 return Err(Rejected { error, event });
             }
