@@ -382,7 +382,7 @@ pub fn decode(buf: &[u8]) -> Result<Frame, FrameError> {
 fn events(body: &[u8], owner: Option<&Bytes>) -> Result<Vec<(u32, Vec<Event>)>, FrameError> {
     crate::wire::decode_events(body, owner).map_err(|reason| FrameError::Malformed {
         kind: kind_name(kind::EVENTS),
-        reason,
+        reason: *reason,
     })
 }
 

@@ -144,7 +144,9 @@ struct Reader<'a> {
     arena: &'a mut Arena,
 }
 
-type R<T> = Result<T, String>;
+/// The decoders' results: errors boxed, so that a result carrying a length or a count
+/// is two words, returned in registers (see [`EncodeError`]).
+type R<T> = Result<T, Box<String>>;
 
 impl<'a> Reader<'a> {
     fn byte(&mut self) -> R<u8> {
@@ -181,6 +183,21 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
+    /// The integer after marker `m` (0xcc–0xce, 0xd0–0xd3: every integer marker but
+    /// 0xcf, whose `u64` may not fit).
+    #[inline(always)]
+    fn int(&mut self, m: u8) -> R<i64> {
+        Ok(match m {
+            0xcc => self.byte()?.into(),
+            0xcd => u16::from_be_bytes(self.be()?).into(),
+            0xce => u32::from_be_bytes(self.be()?).into(),
+            0xd0 => i8::from_be_bytes(self.be()?).into(),
+            0xd1 => i16::from_be_bytes(self.be()?).into(),
+            0xd2 => i32::from_be_bytes(self.be()?).into(),
+            _ => i64::from_be_bytes(self.be()?),
+        })
+    }
+
     fn len8(&mut self) -> R<usize> {
         Ok(self.byte()?.into())
     }
@@ -188,7 +205,7 @@ impl<'a> Reader<'a> {
         Ok(u16::from_be_bytes(self.be()?).into())
     }
     fn len32(&mut self) -> R<usize> {
-        usize::try_from(u32::from_be_bytes(self.be()?)).map_err(|e| e.to_string())
+        usize::try_from(u32::from_be_bytes(self.be()?)).map_err(|e| Box::new(e.to_string()))
     }
 
     /// A capacity to reserve for `n` declared items of at least one byte each: no
@@ -205,7 +222,9 @@ impl<'a> Reader<'a> {
             m @ 0x90..=0x9f => Ok((m & 0x0f).into()),
             0xdc => self.len16(),
             0xdd => self.len32(),
-            m => Err(format!("expected an array, found marker 0x{m:02x}")),
+            m => Err(Box::new(format!(
+                "expected an array, found marker 0x{m:02x}"
+            ))),
         }
     }
 
@@ -215,10 +234,10 @@ impl<'a> Reader<'a> {
             Value::Int(i) => u32::try_from(i).ok(),
             _ => None,
         };
-        v.ok_or_else(|| "expected a route number".to_owned())
+        v.ok_or_else(|| Box::new("expected a route number".to_owned()))
     }
 
-    #[inline]
+    #[inline(always)]
     fn bin(&mut self, n: usize) -> R<Value> {
         let r = self.take(n)?;
         Ok(Value::Bytes(match self.owner {
@@ -257,7 +276,7 @@ impl<'a> Reader<'a> {
     /// One value at nesting `depth`.
     fn value(&mut self, depth: usize) -> R<Value> {
         if depth > MAX_DEPTH {
-            return Err(format!("nesting deeper than {MAX_DEPTH}"));
+            return Err(Box::new(format!("nesting deeper than {MAX_DEPTH}")));
         }
         let m = self.byte()?;
         Ok(match m {
@@ -319,8 +338,12 @@ impl<'a> Reader<'a> {
                 let n = self.len32()?;
                 self.map(n, depth)?
             }
-            0xc1 => return Err("reserved marker 0xc1".into()),
-            _ => return Err(format!("extension type (marker 0x{m:02x}) in an event")),
+            0xc1 => return Err(Box::new("reserved marker 0xc1".into())),
+            _ => {
+                return Err(Box::new(format!(
+                    "extension type (marker 0x{m:02x}) in an event"
+                )));
+            }
         })
     }
 }
@@ -716,43 +739,61 @@ pub(crate) fn decode_events_into(
     groups.reserve(r.room(n_groups));
     for _ in 0..n_groups {
         if r.array()? != 2 {
-            return Err("a route group is not a [route, events] pair".into());
+            return Err(Box::new(
+                "a route group is not a [route, events] pair".into(),
+            ));
         }
         let route = r.u32()?;
         let n = r.array()?;
         if n > MAX_FRAME_EVENTS - events.len() {
-            return Err(format!(
+            return Err(Box::new(format!(
                 "more than {MAX_FRAME_EVENTS} events in one frame (senders close a frame \
                  at 8192)"
-            ));
+            )));
         }
         events.reserve(r.room(n));
         for _ in 0..n {
             let args = r.array()?;
-            let mut ev = Event::new();
+            // Built in place in `events`, each argument written straight into it:
+            // a value or an event assembled on the stack and then copied was read
+            // back with loads wider than the stores that wrote it (a stall each).
+            events.push(Event::new());
+            let ev = events.last_mut().expect("just pushed");
             for _ in 0..args {
                 // The common small values without the general decoder's call.
-                let v = match r.buf.get(r.pos) {
+                match r.buf.get(r.pos) {
                     Some(&m @ 0x00..=0x7f) => {
                         r.pos += 1;
-                        Value::Int(m.into())
+                        ev.push(Value::Int(m.into()));
+                    }
+                    Some(&m @ (0xcc..=0xce | 0xd0..=0xd3)) => {
+                        r.pos += 1;
+                        let i = r.int(m)?;
+                        ev.push(Value::Int(i));
+                    }
+                    Some(0xcb) => {
+                        r.pos += 1;
+                        let f = f64::from_be_bytes(r.be()?);
+                        ev.push(Value::Float(f));
                     }
                     Some(0xc4) => {
                         r.pos += 1;
                         let n = r.len8()?;
-                        r.bin(n)?
+                        let b = r.bin(n)?;
+                        ev.push(b);
                     }
                     // groups, group, events, event: four levels above each argument.
-                    _ => r.value(ARG_DEPTH)?,
-                };
-                ev.push(v);
+                    _ => {
+                        let v = r.value(ARG_DEPTH)?;
+                        ev.push(v);
+                    }
+                }
             }
-            events.push(ev);
         }
         groups.push((route, n));
     }
     if r.pos != body.len() {
-        return Err(format!("{} trailing byte(s)", body.len() - r.pos));
+        return Err(Box::new(format!("{} trailing byte(s)", body.len() - r.pos)));
     }
     Ok(())
 }
@@ -762,7 +803,7 @@ pub(crate) fn decode_events_into(
 /// arena kept from call to call (per thread). Returns the number of events. The
 /// fuzz target's entry to the link's own path.
 #[doc(hidden)]
-pub fn decode_events_live(body: &[u8]) -> R<usize> {
+pub fn decode_events_live(body: &[u8]) -> Result<usize, String> {
     type State = (Arena, Vec<(u32, usize)>, Vec<Event>);
     thread_local! {
         static STATE: std::cell::RefCell<State> = std::cell::RefCell::default();
@@ -773,7 +814,7 @@ pub fn decode_events_live(body: &[u8]) -> R<usize> {
         let r = decode_events_into(&owner, Some(&owner), arena, groups, events);
         let n = events.len();
         events.clear();
-        r.map(|()| n)
+        r.map(|()| n).map_err(|e| *e)
     })
 }
 

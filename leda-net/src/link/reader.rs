@@ -389,7 +389,7 @@ pub(super) async fn read_loop(
                     Err(reason) => {
                         let e = FrameError::Malformed {
                             kind: frame::kind_name(frame::kind::EVENTS),
-                            reason,
+                            reason: *reason,
                         };
                         tracing::warn!(peer = %link.peer, error = %e, "bad frame; closing the link");
                         link.lose(format!("it sent a bad frame ({e})"));
