@@ -313,6 +313,27 @@ fn the_same_under_the_simulator() {
     }
 }
 
+/// Runs `src` → `t` on two threads until idle, within `limit`.
+fn run_pair(src: &Stage, t: &Stage, limit: Duration) -> RunReport {
+    let mut g = Graph::new("g");
+    g.connect(src, 1, t);
+    g.run(Run::default().threads(2).until_idle().timeout(limit))
+        .unwrap()
+}
+
+/// A history of fast calls for the destination (4,000 `FAST` events in batches of
+/// 200, yielding between them): its average call, and so its split, comes from these.
+async fn fast_history(ctx: &mut Ctx) -> HandlerResult {
+    for _ in 0..20 {
+        for _ in 0..200 {
+            ctx.send(1, (FAST, 0i64))?;
+        }
+        ctx.flush();
+        ctx.nice().await;
+    }
+    Ok(())
+}
+
 /// A synchronous handler that blocks its thread (I/O, a lock) after a history of
 /// fast calls: an event sent meanwhile, with a free thread and `maxpar` 2, should not
 /// wait behind it for the whole blocking call.
@@ -338,13 +359,7 @@ fn an_event_does_not_wait_behind_a_blocking_call_with_a_free_instance_slot() {
     let src = Stage::asynchronous("src", move |_, mut ctx: Ctx| {
         let sa = sa2.clone();
         async move {
-            for _ in 0..20 {
-                for _ in 0..200 {
-                    ctx.send(1, 0i64)?;
-                }
-                ctx.flush();
-                ctx.nice().await;
-            }
+            fast_history(&mut ctx).await?;
             ctx.sleep(Duration::from_millis(50)).await;
             ctx.send(1, 1i64)?;
             ctx.flush();
@@ -355,16 +370,7 @@ fn an_event_does_not_wait_behind_a_blocking_call_with_a_free_instance_slot() {
         }
     })
     .autostart(());
-    let mut g = Graph::new("g");
-    g.connect(&src, 1, &t);
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(20)),
-        )
-        .unwrap();
+    let r = run_pair(&src, &t, Duration::from_secs(20));
     assert_eq!(r.reason, EndReason::Idle);
     let lat = probe_latency.lock().unwrap().expect("probe handled");
     assert!(
@@ -423,16 +429,7 @@ fn events_given_back_by_a_waiting_instance_get_an_instance() {
             Ok(())
         })
         .autostart(());
-        let mut g = Graph::new("g");
-        g.connect(&src, 1, &t);
-        let r = g
-            .run(
-                Run::default()
-                    .threads(2)
-                    .until_idle()
-                    .timeout(Duration::from_secs(5)),
-            )
-            .unwrap();
+        let r = run_pair(&src, &t, Duration::from_secs(5));
         let st = r.stats.stage("t").unwrap();
         assert_eq!(
             r.reason,
@@ -475,13 +472,7 @@ fn a_blocking_handler_waiting_for_a_later_event_of_its_stage_is_not_starved() {
     })
     .maxpar(2);
     let src = Stage::asynchronous("src", move |_, mut ctx: Ctx| async move {
-        for _ in 0..20 {
-            for _ in 0..200 {
-                ctx.send(1, (FAST, 0i64))?;
-            }
-            ctx.flush();
-            ctx.nice().await;
-        }
+        fast_history(&mut ctx).await?;
         ctx.sleep(Duration::from_millis(50)).await;
         ctx.send(1, (WAIT, 0i64))?;
         ctx.flush();
@@ -490,16 +481,7 @@ fn a_blocking_handler_waiting_for_a_later_event_of_its_stage_is_not_starved() {
         Ok(())
     })
     .autostart(());
-    let mut g = Graph::new("g");
-    g.connect(&src, 1, &t);
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(20)),
-        )
-        .unwrap();
+    let r = run_pair(&src, &t, Duration::from_secs(20));
     assert_eq!(r.reason, EndReason::Idle);
     assert_eq!(
         *outcome.lock().unwrap(),

@@ -77,6 +77,36 @@ fn shut_down(
     });
 }
 
+/// Polls `cond` until it holds or `deadline` passes (the caller asserts what it needs).
+fn wait_until(deadline: std::time::Instant, mut cond: impl FnMut() -> bool) {
+    while !cond() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Runs `b` alone, on one worker, as the destination of `receiver`'s links.
+fn receive_with(receiver: &Transport, b: &Stage) -> Running {
+    let mut g = Graph::new("r");
+    g.add(b);
+    let run = g.start(Run::default().threads(1)).unwrap();
+    receiver.set_handle(run.handle());
+    run
+}
+
+/// Ends a [`receive_with`] run, then the raw peer's connection (if still open) and
+/// the receiving transport.
+fn end_receiving(
+    rt: &tokio::runtime::Runtime,
+    receiver: &Transport,
+    run: Running,
+    client: Option<std::net::TcpStream>,
+) {
+    run.handle().quit(());
+    run.wait().unwrap();
+    drop(client);
+    rt.block_on(receiver.close(None));
+}
+
 /// Two transports over a loopback connection: events reach the destination stage
 /// and are acknowledged; events for a stage the receiver does not run are refused
 /// and reported failed to the sending stage, with the credit window enforced.
@@ -109,11 +139,9 @@ fn delivery_refusal_and_credits_over_a_link() {
     to_zzz.send(Event::from(5u64)).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let want_b = if r.is_ok() { 136 } else { 36 };
-    while (got.load(Relaxed) != want_b || sender.counts().failed != 1)
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || {
+        got.load(Relaxed) == want_b && sender.counts().failed == 1
+    });
     assert_eq!(got.load(Relaxed), want_b);
     let c = sender.counts();
     assert_eq!(c.failed, 1, "{c:?}");
@@ -187,14 +215,10 @@ fn mixed_payloads_arrive_intact_and_in_order() {
             }
         }
     }
-    while next.load(Relaxed) < N && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || next.load(Relaxed) >= N);
     assert_eq!(next.load(Relaxed), N);
     assert_eq!(bad.load(Relaxed), 0, "every event intact and in order");
-    while to_b.in_flight() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || to_b.in_flight() == 0);
     let c = sender.counts();
     assert_eq!((c.sent, c.delivered, c.failed), (N, N, 0));
     assert_eq!(lock(&sender.links()[0].outbox).unacked_bytes, 0);
@@ -258,9 +282,9 @@ fn partial_batches_keep_order_and_credit_wakes_the_sender() {
     }
     assert!(waits > 0, "the window (256) ran out at least once");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while (next.load(Relaxed) < N || to_b.in_flight() > 0) && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || {
+        next.load(Relaxed) >= N && to_b.in_flight() == 0
+    });
     assert_eq!(next.load(Relaxed), N);
     assert_eq!(bad.load(Relaxed), 0, "every event intact and in order");
     let c = sender.counts();
@@ -329,13 +353,9 @@ fn held_sends_from_several_threads_arrive_in_order() {
         }
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while *next.lock().unwrap() != [N, N] && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || *next.lock().unwrap() == [N, N]);
     assert_eq!(*next.lock().unwrap(), [N, N]);
-    while sink.in_flight() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || sink.in_flight() == 0);
     let c = sender.counts();
     assert_eq!((c.sent, c.delivered, c.failed), (2 * N, 2 * N, 0), "{c:?}");
     assert_eq!(rrun.handle().snapshot().stages[0].errors, 0);
@@ -374,9 +394,7 @@ fn a_close_during_direct_writes_is_not_lost() {
         // The writer wrote what was queued and closed: the link is down (within the
         // peer's close, not the 3 s silence of a lost one).
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
-        while !link.is_dead() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(deadline, || link.is_dead());
         assert!(link.is_dead(), "the writer task did not close the link");
         shut_down(&rt, &sender, &receiver, srun, rrun);
         let c = sender.counts();
@@ -470,10 +488,7 @@ fn large_frames_split_anywhere_arrive_intact() {
         Ok(())
     })
     .serial();
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
 
     // Deterministic pseudo-random sizes / split points.
     let mut rnd = xorshift(0x9e3779b97f4a7c15);
@@ -504,18 +519,13 @@ fn large_frames_split_anywhere_arrive_intact() {
         }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while next.load(Relaxed) < N && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || next.load(Relaxed) >= N);
     assert_eq!(next.load(Relaxed), N);
     assert_eq!(bad.load(Relaxed), 0);
     for ev in kept.lock().unwrap().iter() {
         assert!(check(ev).is_some(), "a kept event was overwritten");
     }
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
 }
 
 /// A large frame that trickles in over a slow link, far slower than the liveness
@@ -540,10 +550,7 @@ fn a_large_frame_trickling_in_keeps_the_peer_heard() {
         Ok(())
     })
     .serial();
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
 
     // 3 MiB in 30 KiB pieces every 10 ms: about a second, while 300 ms of silence
     // would lose the peer (and 1 MiB, the most the mark asks for, takes 350 ms).
@@ -554,17 +561,12 @@ fn a_large_frame_trickling_in_keeps_the_peer_heard() {
     }
     client.write_all(&frame_for(2, 16)).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while got.lock().unwrap().len() < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || got.lock().unwrap().len() >= 2);
     assert_eq!(*got.lock().unwrap(), vec![(1, 3 * 1024 * 1024), (2, 16)]);
     let links = receiver.links();
     assert_eq!(links.len(), 1);
     assert!(!links[0].is_dead(), "the slow peer was declared lost");
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
 }
 
 /// Large binaries that stages keep past the next frame (a pipeline holding images): the
@@ -602,18 +604,13 @@ fn large_binaries_kept_by_a_stage_become_its_own() {
         },
     )
     .serial();
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
     const N: usize = 10;
     for i in 1..=N as u64 {
         client.write_all(&frame_for(i, 2 * 1024 * 1024)).unwrap();
         // One frame at a time: the stage holds the last one when the next arrives.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while seen.lock().unwrap().len() < i as usize && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        wait_until(deadline, || seen.lock().unwrap().len() >= i as usize);
     }
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), N);
@@ -625,10 +622,7 @@ fn large_binaries_kept_by_a_stage_become_its_own() {
         .map(|(i, _)| *i)
         .collect();
     assert_eq!(own, (3..=N as i64).collect::<Vec<_>>());
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
 }
 
 // ------------------------------------------------- large frames under the low-water mark
@@ -652,10 +646,7 @@ fn trickle_with_pending_events_keeps_the_peer_heard() {
     })
     .serial()
     .capacity(1);
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
     // Several small events: the stage blocks on the first, the rest wait (pending).
     let evs: Vec<Event> = (0..5i64)
         .map(|i| Event::from((i, Value::Bytes(bytes::Bytes::from(vec![0u8; 8])))))
@@ -675,13 +666,10 @@ fn trickle_with_pending_events_keeps_the_peer_heard() {
     let why = lock(&receiver.links()[0].lost).clone();
     release.store(true, Relaxed);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while got.load(Relaxed) < 6 && std::time::Instant::now() < deadline && !dead {
-        std::thread::sleep(Duration::from_millis(5));
+    if !dead {
+        wait_until(deadline, || got.load(Relaxed) >= 6);
     }
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
     assert!(
         !dead,
         "the slow peer was declared lost while the receiver had pending events: {why:?}"
@@ -714,10 +702,7 @@ fn alternate(seed: u64, n: u64, slow_stage: bool) {
     })
     .serial()
     .capacity(if slow_stage { 2 } else { 10_000 });
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
     let mut rnd = xorshift(seed | 1);
     let writer = std::thread::spawn(move || {
         for i in 0..n {
@@ -755,16 +740,11 @@ fn alternate(seed: u64, n: u64, slow_stage: bool) {
         client
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while next.load(Relaxed) < n && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(deadline, || next.load(Relaxed) >= n);
     let client = writer.join().unwrap();
     let done = next.load(Relaxed);
     let dead = receiver.links()[0].is_dead();
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
     assert_eq!(done, n, "seed {seed}: stuck (link dead: {dead})");
     assert_eq!(bad.load(Relaxed), 0, "seed {seed}");
     assert!(!dead);
@@ -789,10 +769,7 @@ fn alternating_with_a_slow_stage() {
 fn dies_mid_frame(reset: bool, cut: usize) {
     let (rt, receiver, mut client) = raw_pair(100);
     let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
     client.write_all(&frame_for(0, 2 * BIG_FRAME)).unwrap();
     let f = frame_for(1, 4 * BIG_FRAME);
     client.write_all(&f[..cut]).unwrap();
@@ -810,13 +787,9 @@ fn dies_mid_frame(reset: bool, cut: usize) {
     }
     drop(client);
     let link = receiver.links()[0].clone();
-    while !link.is_dead() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(t0 + Duration::from_secs(10), || link.is_dead());
     let took = t0.elapsed();
-    run.handle().quit(());
-    run.wait().unwrap();
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, None);
     assert!(link.is_dead(), "reset {reset} cut {cut}: link not lost");
     assert!(
         took < Duration::from_millis(1000),
@@ -840,22 +813,14 @@ fn a_peer_frozen_mid_frame_is_lost_after_the_silence() {
     let silence = Duration::from_millis(300);
     let (rt, receiver, mut client) = raw_pair_with(100, Liveness::with_silence(silence));
     let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
-    let mut g = Graph::new("r");
-    g.add(&b);
-    let run = g.start(Run::default().threads(1)).unwrap();
-    receiver.set_handle(run.handle());
+    let run = receive_with(&receiver, &b);
     let f = frame_for(1, 4 * BIG_FRAME);
     client.write_all(&f[..BIG_FRAME + 3]).unwrap();
     let t0 = std::time::Instant::now();
     let link = receiver.links()[0].clone();
-    while !link.is_dead() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(t0 + Duration::from_secs(10), || link.is_dead());
     let took = t0.elapsed();
-    run.handle().quit(());
-    run.wait().unwrap();
-    drop(client);
-    rt.block_on(receiver.close(None));
+    end_receiving(&rt, &receiver, run, Some(client));
     assert!(link.is_dead(), "a frozen peer was never declared lost");
     assert!(
         took >= silence / 2 && took < silence * 5,
