@@ -756,6 +756,58 @@ fn rust_and_async_stages_mix_in_a_pipeline_with_nice() {
     assert_eq!(r.stats.stage("double").unwrap().events_out, 1000);
 }
 
+/// Sends switch between ports in runs of every length: each connector's count (kept
+/// per route, the last port's apart) is exact once the run ends.
+#[test]
+fn sent_counts_are_exact_per_port_when_sends_switch_ports() {
+    let n = 3000i64;
+    let router = Stage::new("router", |ev: Event, ctx: &mut Ctx| {
+        let i: i64 = ev.get(0)?;
+        // Port a gets runs of growing length, b and c one event each in between.
+        let port = match i % 7 {
+            0 => "b",
+            3 => "c",
+            _ => "a",
+        };
+        ctx.send(port, i)?;
+        Ok(())
+    })
+    .serial();
+    let mut g = Graph::new("g");
+    let sinks: Vec<Stage> = ["a", "b", "c"]
+        .iter()
+        .map(|p| Stage::new(format!("sink_{p}"), |_: Event, _: &mut Ctx| Ok(())))
+        .collect();
+    for (p, sink) in ["a", "b", "c"].iter().zip(&sinks) {
+        g.connect(&router, *p, sink);
+    }
+    for i in 0..n {
+        router.push(i);
+    }
+    let r = run_idle(&g, 2);
+    let count = |p: &str| {
+        let expect = (0..n)
+            .filter(|i| match p {
+                "b" => i % 7 == 0,
+                "c" => i % 7 == 3,
+                _ => i % 7 != 0 && i % 7 != 3,
+            })
+            .count() as u64;
+        let c = r
+            .stats
+            .connectors
+            .iter()
+            .find(|c| c.to == format!("sink_{p}"))
+            .unwrap();
+        assert_eq!(c.events, expect, "connector to sink_{p}");
+        assert_eq!(r.stats.stage(&format!("sink_{p}")).unwrap().handled, expect);
+    };
+    for p in ["a", "b", "c"] {
+        count(p);
+    }
+    assert_eq!(r.stats.stage("router").unwrap().events_out, n as u64);
+}
+
 #[test]
 fn events_injected_through_a_process_handle_are_handled() {
     let seen = Arc::new(AtomicUsize::new(0));

@@ -77,9 +77,12 @@ pub struct Ctx {
     pub(crate) process: Arc<Process>,
     pub(crate) stage: usize,
     pub(crate) wait: Option<BoxFuture<HandlerResult>>,
+    /// Events sent and not yet published, per route, but for `route_hint`'s.
     sent: SmallVec<[u64; 4]>,
     /// The route of the last successful send (tried first by the next one).
     route_hint: usize,
+    /// Events sent on `route_hint` and not yet published.
+    hint_sent: u64,
     stamp_tick: u32,
     /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]).
     backlog: Option<Backlog>,
@@ -102,7 +105,7 @@ impl Drop for Ctx {
     fn drop(&mut self) {
         // Borrowed, not cloned: a clone and a drop of the process's `Arc` are two atomic
         // writes to a count every worker shares, on every activation's end.
-        publish_all_sent(&mut self.sent, &self.process, self.stage);
+        self.flush_counts();
     }
 }
 
@@ -114,6 +117,7 @@ impl Ctx {
             wait: None,
             sent: SmallVec::new(),
             route_hint: 0,
+            hint_sent: 0,
             stamp_tick: 0,
             backlog: None,
         }
@@ -142,7 +146,7 @@ impl Ctx {
     /// Never blocks; on failure the event is not delivered and the error says why.
     #[inline]
     pub fn send(&mut self, port: impl PortKey, event: impl Into<Event>) -> Result<(), SendError> {
-        self.send_boxed(&port, event).map_err(|r| r.error)
+        self.send_fast(&port, event.into()).map_err(|r| r.error)
     }
 
     /// Like [`Ctx::send`], but a failed send hands the event back for a retry.
@@ -152,20 +156,83 @@ impl Ctx {
         port: impl PortKey,
         event: impl Into<Event>,
     ) -> Result<(), Rejected> {
-        self.send_boxed(&port, event).map_err(|r| *r)
+        self.send_fast(&port, event.into()).map_err(|r| *r)
     }
 
-    /// Every send's attempt: out of line, and its result one word (a failure is rare).
-    /// A result returned through memory was read back right after the call with wide
-    /// loads that could not be forwarded from the callee's narrower stores: a stall
-    /// that cost a quarter of a one-thread pipeline's time.
-    #[inline(never)]
-    fn send_boxed(
-        &mut self,
+    /// Every send: the common case inline (see [`Ctx::open_batch`]), the rest out of
+    /// line.
+    #[inline(always)]
+    fn send_fast(&mut self, port: &impl PortKey, event: Event) -> Result<(), Box<Rejected>> {
+        let tick = self.stamp_tick.wrapping_add(1);
+        match self.open_batch(port, &event, tick) {
+            Some(batch) => {
+                // SAFETY: nothing touched this thread's outbox since `open_batch`.
+                unsafe { batch.accept(&self.process, event) };
+                self.stamp_tick = tick;
+                self.count_sent(self.route_hint);
+                Ok(())
+            }
+            None => self.send_boxed(port, event),
+        }
+    }
+
+    /// The common send's batch: on the port sent on last, to a local (not cohort)
+    /// stage whose batch in this thread's outbox is open with room, and not due for a
+    /// latency stamp. The event then goes straight into the batch from the handler
+    /// (one copy); anything else is decided whole by [`Ctx::send_boxed`].
+    #[inline(always)]
+    fn open_batch(
+        &self,
         port: &impl PortKey,
-        event: impl Into<Event>,
-    ) -> Result<(), Box<Rejected>> {
-        let mut event = event.into();
+        event: &Event,
+        tick: u32,
+    ) -> Option<super::outbox::OpenBatch> {
+        let route = self.process.stages[self.stage]
+            .routes()
+            .get(self.route_hint)?;
+        let Target::Local(dest) = route.target else {
+            return None;
+        };
+        if !port.matches(&route.port)
+            || route.kind == ConnectorKind::Cohort
+            || (route.kind == ConnectorKind::Decoupled && event.has_attachment())
+            || tick.is_multiple_of(STAMP_SAMPLE)
+        {
+            return None;
+        }
+        super::outbox::open_batch(&self.process, dest)
+    }
+
+    /// Counts a send on route `ri` (published every [`SEND_FLUSH_EVERY`]).
+    #[inline(always)]
+    fn count_sent(&mut self, ri: usize) {
+        if ri != self.route_hint {
+            self.switch_hint(ri);
+        }
+        self.hint_sent += 1;
+        if self.hint_sent >= SEND_FLUSH_EVERY {
+            let n = std::mem::take(&mut self.hint_sent);
+            publish_sent(&self.process, self.stage, ri, n);
+        }
+    }
+
+    /// `ri` becomes the hinted route: the old one's count is kept with the others'.
+    #[inline(never)]
+    fn switch_hint(&mut self, ri: usize) {
+        let old = self.route_hint;
+        let len = self.sent.len().max(old.max(ri) + 1);
+        self.sent.resize(len, 0);
+        self.sent[old] += std::mem::take(&mut self.hint_sent);
+        self.hint_sent = std::mem::take(&mut self.sent[ri]);
+        self.route_hint = ri;
+    }
+
+    /// Every send the fast path did not take: out of line, and its result one word (a
+    /// failure is rare). A result returned through memory was read back right after
+    /// the call with wide loads that could not be forwarded from the callee's narrower
+    /// stores: a stall that cost a quarter of a one-thread pipeline's time.
+    #[inline(never)]
+    fn send_boxed(&mut self, port: &impl PortKey, mut event: Event) -> Result<(), Box<Rejected>> {
         let process = &self.process;
         let st = &process.stages[self.stage];
         let routes = st.routes();
@@ -215,16 +282,7 @@ impl Ctx {
         };
         match result {
             Ok(()) => {
-                self.route_hint = ri;
-                if self.sent.len() <= ri {
-                    self.sent.resize(ri + 1, 0);
-                }
-                let count = &mut self.sent.as_mut_slice()[ri];
-                *count += 1;
-                if *count >= SEND_FLUSH_EVERY {
-                    let n = std::mem::take(count);
-                    publish_sent(&self.process, self.stage, ri, n);
-                }
+                self.count_sent(ri);
                 Ok(())
             }
             Err(bounced) => {
@@ -242,7 +300,7 @@ impl Ctx {
     /// only waits if that attempt found the queue full.
     #[inline(always)]
     pub fn send_wait<K: PortKey>(&mut self, port: K, event: impl Into<Event>) -> SendWait<'_, K> {
-        let slow = match self.send_boxed(&port, event) {
+        let slow = match self.send_fast(&port, event.into()) {
             Ok(()) => None,
             Err(r) => Some(Box::new(Slow::after(*r))),
         };
@@ -266,7 +324,7 @@ impl Ctx {
         event: impl Into<Event>,
     ) -> Result<(), SendError> {
         if self.backlog.is_none() && self.wait.is_none() {
-            return match self.send_boxed(&port, event) {
+            return match self.send_fast(&port, event.into()) {
                 Ok(()) => Ok(()),
                 Err(r) => match *r {
                     Rejected {
@@ -405,8 +463,13 @@ impl Ctx {
         });
     }
 
-    pub(crate) fn flush_counts(&mut self, process: &Process) {
-        publish_all_sent(&mut self.sent, process, self.stage);
+    /// Publishes the sent-event counts not yet published.
+    pub(crate) fn flush_counts(&mut self) {
+        if self.hint_sent > 0 {
+            let n = std::mem::take(&mut self.hint_sent);
+            publish_sent(&self.process, self.stage, self.route_hint, n);
+        }
+        publish_all_sent(&mut self.sent, &self.process, self.stage);
     }
 }
 

@@ -218,6 +218,37 @@ pub(crate) fn send(process: &Arc<Process>, dest: usize, ev: Event) -> Result<(),
     hold(unsafe { &mut *p }, process, dest, ev)
 }
 
+/// An open batch with room, found by [`open_batch`].
+pub(crate) struct OpenBatch(*mut Entry);
+
+impl OpenBatch {
+    /// Puts `ev` in the batch, as [`send`] would.
+    ///
+    /// # Safety
+    ///
+    /// Nothing may have touched this thread's outbox since [`open_batch`] returned it.
+    #[inline(always)]
+    pub(crate) unsafe fn accept(self, process: &Arc<Process>, ev: Event) {
+        // SAFETY: the entry is still where `open_batch` found it (caller's contract).
+        accept(unsafe { &mut *self.0 }, process, ev);
+    }
+}
+
+/// [`send`]'s common case, inline in a handler: a task of `process` runs here and
+/// its batch for `dest` is open with room as last seen. The caller then hands the
+/// event straight to [`OpenBatch::accept`] (no move through a result).
+#[inline(always)]
+pub(crate) fn open_batch(process: &Arc<Process>, dest: usize) -> Option<OpenBatch> {
+    let p = current(process);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: see `CURRENT`.
+    let o = unsafe { &mut *p };
+    let e = o.entries.iter_mut().find(|e| e.dest == dest)?;
+    (e.room > 0 && !e.events.is_empty() && !process.stopping.load(Relaxed)).then_some(OpenBatch(e))
+}
+
 /// Accepts `ev` for `dest` into outbox `o` of a running task of `process`.
 #[inline(always)]
 fn hold(o: &mut Outbox, process: &Arc<Process>, dest: usize, ev: Event) -> Result<(), Bounced> {

@@ -484,7 +484,7 @@ impl Activation {
 
     /// Publishes the counts of events sent and handled.
     fn publish_counts(&mut self, process: &Process) {
-        self.ctx.flush_counts(process);
+        self.ctx.flush_counts();
         if self.unflushed > 0 {
             process.stages[self.ctx.stage]
                 .counters
