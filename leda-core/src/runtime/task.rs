@@ -38,8 +38,11 @@ use super::process::Process;
 use super::queue::{Parked, Taken};
 
 /// Handled-event counts are published to the stage's statistics at least this often
-/// (and at the end of every run of a task), so slow handlers show steady rates.
-const FLUSH_EVERY: u64 = 16;
+/// (and at the end of every run of a task, at most [`BATCH`] events), so a stage of
+/// 1 ms handlers shows its rate every 64 ms. Each publication is an atomic add on a
+/// line the stage's senders read: at every 16 events it cost a serial sink fed by
+/// four producers 5 % of its throughput.
+const FLUSH_EVERY: u64 = 64;
 
 /// Events a task handles before yielding its worker to other ready tasks.
 pub const BATCH: u32 = 256;
