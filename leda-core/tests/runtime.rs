@@ -808,6 +808,93 @@ fn sent_counts_are_exact_per_port_when_sends_switch_ports() {
     assert_eq!(r.stats.stage("router").unwrap().events_out, n as u64);
 }
 
+/// Random runs of sends on local, decoupled, cohort and unconnected ports, with every
+/// kind of refusal, through send / try_send / send_or_wait, a clone in a wait and a
+/// clone on a plain thread: each connector counts exactly the successful sends.
+#[test]
+fn sent_counts_exact_with_failures_clones_and_foreign_threads() {
+    use std::collections::HashMap;
+    let ok = Arc::new(Mutex::new(HashMap::<&'static str, u64>::new()));
+    let o = ok.clone();
+    let add = move |o: &Mutex<HashMap<&'static str, u64>>, p, r: Result<(), SendError>| match r {
+        Ok(()) => *o.lock().unwrap().entry(p).or_default() += 1,
+        Err(SendError::Stopped) => panic!("stopped"),
+        Err(_) => {}
+    };
+    let router = Stage::new("router", move |ev: Event, ctx: &mut Ctx| {
+        let mut h: u64 = ev.get::<u64>(0)?.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        for _ in 0..1 + (h >> 58) {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            let p = ["a", "a", "a", "a", "a2", "b", "b", "c", "r", "x"][(h % 10) as usize];
+            match (h >> 8) % 6 {
+                0 => add(&o, p, ctx.send(p, Event::new().with(1).attach(7u8))),
+                1 => add(&o, p, ctx.try_send(p, 1).map_err(|r| r.error)),
+                2 if !matches!(p, "c" | "x") => add(&o, p, ctx.send_or_wait(p, 1)),
+                _ => add(&o, p, ctx.send(p, 1)),
+            }
+        }
+        if h % 23 == 0 {
+            let (mut c2, o2) = (ctx.clone(), o.clone());
+            ctx.wait(async move {
+                for j in 0..100 {
+                    let p = if j % 3 == 0 { "b" } else { "a" };
+                    add(&o2, p, c2.send_wait(p, j).await);
+                }
+                Ok(())
+            });
+        } else if h % 23 == 1 {
+            let (mut c2, o2) = (ctx.clone(), o.clone());
+            std::thread::spawn(move || {
+                for j in 0..70 {
+                    let p = if j % 5 == 0 { "a2" } else { "b" };
+                    add(&o2, p, c2.send(p, j));
+                }
+            })
+            .join()
+            .unwrap();
+        }
+        Ok(())
+    })
+    .maxpar(3);
+    let sink = |n: &str| Stage::new(n, |_: Event, _: &mut Ctx| Ok(()));
+    let (a, b, c, r) = (
+        sink("sa").capacity(64).maxpar(1),
+        sink("sb"),
+        sink("sc").serial(),
+        sink("sr").capacity(8).serial(),
+    );
+    let mut g = Graph::new("g");
+    g.connect(&router, "a", &a).local();
+    g.connect(&router, "a2", &a);
+    g.connect(&router, "b", &b);
+    g.connect(&router, "c", &c).cohort();
+    g.connect(&router, "r", &r);
+    for i in 0..4000u64 {
+        router.push(i);
+    }
+    let rep = run_idle(&g, 3);
+    let ok = ok.lock().unwrap();
+    let n = |p: &str| ok.get(p).copied().unwrap_or(0);
+    for c in &rep.stats.connectors {
+        assert_eq!(c.events, n(&c.port), "connector on port {}", c.port);
+    }
+    for (s, want) in [
+        ("sa", n("a") + n("a2")),
+        ("sb", n("b")),
+        ("sc", n("c")),
+        ("sr", n("r")),
+    ] {
+        let st = rep.stats.stage(s).unwrap();
+        assert_eq!((st.events_in, st.handled), (want, want), "stage {s}");
+    }
+    assert_eq!(
+        rep.stats.stage("router").unwrap().events_out,
+        ok.values().sum::<u64>()
+    );
+}
+
 #[test]
 fn events_injected_through_a_process_handle_are_handled() {
     let seen = Arc::new(AtomicUsize::new(0));
