@@ -835,7 +835,7 @@ fn sent_counts_exact_with_failures_clones_and_foreign_threads() {
                 _ => add(&o, p, ctx.send(p, 1)),
             }
         }
-        if h % 23 == 0 {
+        if h.is_multiple_of(23) {
             let (mut c2, o2) = (ctx.clone(), o.clone());
             ctx.wait(async move {
                 for j in 0..100 {

@@ -54,6 +54,12 @@ pub trait Executor: Send + Sync + 'static {
     /// [`Executor::end_handoff`] need not wake another worker while this worker's own
     /// queue was empty. By default nothing is deferred.
     fn begin_handoff(&self) {}
+    /// Runs `task` on the calling thread, which is none of this executor's workers
+    /// (a transport's reader delivering short work: [`super::Claimed`]), with
+    /// whatever context a worker would give it. By default, `task.run()`.
+    fn run_here(&self, task: super::Task) {
+        task.run();
+    }
     /// Ends [`Executor::begin_handoff`]: `continuing` if the calling task goes on
     /// running (then the wake-ups it deferred are made now), else it ends and this
     /// worker runs what it scheduled.

@@ -732,6 +732,13 @@ impl Executor for Pool {
         Box::pin(tokio::time::sleep(d))
     }
 
+    /// In the pool's reactor context, as on a worker: the handler's tokio timers and
+    /// sockets belong to the pool, not to the calling thread's runtime.
+    fn run_here(&self, task: Task) {
+        let _g = self.shared.io.enter();
+        task.run();
+    }
+
     fn threads(&self) -> usize {
         self.shared.target.load(SeqCst)
     }

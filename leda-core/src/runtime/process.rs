@@ -153,6 +153,15 @@ impl StageRt {
         }
     }
 
+    /// `true` when the stage's queued work is short enough to run where it arrived
+    /// (see [`super::Claimed::run`]): its events times its average call, once a call
+    /// was timed, stay under [`SPLIT_NS`] (a stage whose calls were never timed is
+    /// not known to be short).
+    pub(crate) fn short_work(&self) -> bool {
+        let ns = self.call_ns.load(Relaxed);
+        ns > 0 && (self.load() as u64).saturating_mul(ns) <= SPLIT_NS
+    }
+
     /// Folds a timed handler call (or poll) into the stage's average call.
     pub(crate) fn time_call(&self, ns: u64) {
         let ns = ns.max(1);
@@ -508,6 +517,21 @@ impl Process {
         let st = &self.stages[stage];
         let claim = st.queue_push_batch(evs);
         self.schedule_claimed(stage, claim);
+    }
+
+    /// [`Process::enqueue_batch`] that hands the claimed activation, if any, to the
+    /// caller instead of scheduling it.
+    pub(crate) fn enqueue_batch_claim(
+        self: &Arc<Self>,
+        stage: usize,
+        evs: &mut Vec<Event>,
+    ) -> Option<Task> {
+        if self.stopping.load(Relaxed) {
+            evs.clear();
+            return None;
+        }
+        let claim = self.stages[stage].queue_push_batch(evs);
+        self.task(stage, claim, None, false)
     }
 
     /// Direct hand-off: runs an instance of `stage` on this thread, now.

@@ -177,6 +177,16 @@ impl Task {
         }
     }
 
+    /// The process the task runs in.
+    pub(crate) fn process(&self) -> &Arc<Process> {
+        &self.0.ctx.process
+    }
+
+    /// The stage the task is an activation of.
+    pub(crate) fn stage(&self) -> usize {
+        self.0.ctx.stage
+    }
+
     /// The task's batch buffer.
     pub(crate) fn buf(&mut self) -> &mut VecDeque<Event> {
         &mut self.0.buf

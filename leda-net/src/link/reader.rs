@@ -76,6 +76,9 @@ pub(super) struct Inbound {
     /// The link's count of events sent, when replies were last handled.
     pub(super) sent_seen: u64,
     pub(super) ack_due: Option<tokio::time::Instant>,
+    /// Activations the delivered events claimed, run by this task once the frames at
+    /// hand are delivered and acknowledged ([`Inbound::run_claimed`]).
+    pub(super) claimed: Vec<Claimed>,
 }
 
 impl Drop for Inbound {
@@ -120,6 +123,21 @@ impl Inbound {
         link.write_queued(&t.room);
     }
 
+    /// Runs the activations the delivered events claimed: on this thread when the
+    /// connection has nothing more to read (`drained`) and their work is short (the
+    /// events skip a pool worker's wake-up, which on a busy small host costs a round
+    /// trip more than the handling), else on the pool (while bytes keep coming, a
+    /// worker handles them as this thread reads on).
+    pub(super) fn run_claimed(&mut self, drained: bool) {
+        for c in self.claimed.drain(..) {
+            if drained {
+                c.run();
+            } else {
+                c.schedule();
+            }
+        }
+    }
+
     pub(super) fn pending_len(&self) -> usize {
         self.pending_total
     }
@@ -151,7 +169,7 @@ impl Inbound {
             return;
         }
         let total = evs.len();
-        match h.inject_batch(dest, evs) {
+        match h.inject_batch_here(dest, evs, &mut self.claimed) {
             Ok(n) => {
                 self.accepted += n as u64;
                 push_replies(&mut self.replies, route, None, n);
@@ -293,6 +311,7 @@ pub(super) async fn read_loop(
         big_misses: 0,
         sent_seen: 0,
         ack_due: None,
+        claimed: Vec::new(),
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -429,6 +448,7 @@ pub(super) async fn read_loop(
         // are handled first and the replies held back, up to `REPLY_BATCH` events;
         // they leave as soon as the connection has nothing more for now.
         let held: usize = inb.replies.iter().map(|r| r.count as usize).sum();
+        let mut drained = false;
         if held < REPLY_BATCH && inb.pending_len() == 0 {
             match try_read(&mut rd, &mut buf) {
                 Ok(0) => {
@@ -440,7 +460,7 @@ pub(super) async fn read_loop(
                     read_at = tokio::time::Instant::now();
                     continue;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => drained = true,
                 Err(e) => {
                     // `lose` reports the loss (once, with the cause): no second line here.
                     tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
@@ -450,13 +470,16 @@ pub(super) async fn read_loop(
             }
         }
         inb.publish_accepted(&t);
-        if !inb.replies.is_empty() {
+        let replies = !inb.replies.is_empty();
+        if replies {
             inb.queue_replies(&t, &link);
-            if inb.ack_due.is_none() {
-                // Let the writer send them now (under TLS): on a busy connection the
-                // next read is ready at once, and the writer may share this thread.
-                tokio::task::yield_now().await;
-            }
+        }
+        // The stages run now, their answers carrying the replies just queued.
+        inb.run_claimed(drained);
+        if replies && inb.ack_due.is_none() {
+            // Let the writer send them now (under TLS): on a busy connection the next
+            // read is ready at once, and the writer may share this thread.
+            tokio::task::yield_now().await;
         }
         // (A silent peer: the liveness watch declares it lost, and the writer then
         // ends this task.)
@@ -491,6 +514,7 @@ pub(super) async fn read_loop(
                 if !inb.replies.is_empty() {
                     inb.queue_replies(&t, &link);
                 }
+                inb.run_claimed(true);
             }
             Some(Ok(0)) => {
                 closed(&link, &buf);
