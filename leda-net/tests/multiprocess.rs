@@ -376,3 +376,83 @@ fn daemon_ends_when_the_launcher_vanishes() {
     assert!(status.is_some_and(|s| s.success()), "daemon exited: {rest}");
     assert!(rest.contains("ENDED Quit"), "{rest}");
 }
+
+/// Events that come back from another process in small bursts are handled by the
+/// thread that read them (the network runtime's, not a pool worker) once the stage's
+/// calls are known to be short; once such a run takes over a millisecond, the stage's
+/// later activations go to the pool.
+#[test]
+fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
+    let node = Node::spawn(&[]);
+    const BURSTS: i64 = 60;
+    const SLOW_FROM: i64 = 400;
+    let n = BURSTS * 10;
+    let pace = Stage::asynchronous("pace", move |_: Event, mut ctx: Ctx| async move {
+        for i in 0..n {
+            ctx.send_wait(1, i).await?;
+            if i % 10 == 9 {
+                // Let the burst come back and the connection drain.
+                ctx.sleep(Duration::from_millis(3)).await;
+            }
+        }
+        Ok(())
+    });
+    let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    let record = Stage::stateful(
+        "record",
+        |_: &Attrs| -> Result<i64, BoxError> { Ok(0) },
+        move |got: &mut i64, ev: Event, ctx: &mut Ctx| {
+            let i: i64 = ev.get(0)?;
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            seen.lock().unwrap().push((i, name));
+            if i >= SLOW_FROM {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            *got += 1;
+            if *got == n {
+                ctx.quit(());
+            }
+            Ok(())
+        },
+    )
+    .serial();
+    let echo = stages::echo("echo");
+    let mut g = Graph::new("inline");
+    g.connect(&pace, 1, &echo);
+    g.connect(&echo, 1, &record);
+    g.part([Cluster::of([&pace, &record]), Cluster::of([&echo])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    pace.push(0);
+    let report = Launcher::new(ME)
+        .run(&g, Run::default().threads(2))
+        .expect("inline run");
+    assert_eq!(report.transport.failed, 0);
+    let threads = threads.lock().unwrap();
+    assert_eq!(threads.len(), n as usize, "every event recorded once");
+    let on_reader = |from: i64, to: i64| {
+        threads
+            .iter()
+            .filter(|(i, t)| (from..to).contains(i) && t.starts_with("leda-launcher-net"))
+            .count()
+    };
+    let fast = on_reader(0, SLOW_FROM);
+    assert!(fast > 0, "no short arrival ran on the reading thread");
+    // The first slow run on the reading thread may hold a burst (10 events); after it,
+    // none. (The sampled average may also turn the stage long first: then none at all.)
+    let slow = on_reader(SLOW_FROM, n);
+    assert!(
+        slow <= 10,
+        "{slow} slow events ran on the reading thread after a long run there"
+    );
+    for w in threads
+        .iter()
+        .filter(|(_, t)| !t.starts_with("leda-launcher-net"))
+    {
+        assert!(w.1.starts_with("leda-worker-"), "ran on {w:?}");
+    }
+    let (status, _) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()));
+}

@@ -522,13 +522,17 @@ impl Claimed {
     /// events queued times the stage's average call, once one was timed, under 50 µs):
     /// events that arrived from another process are then handled by the thread that
     /// read them, without waking a pool worker (on a busy two-core host the wake-up
-    /// cost a round trip more than the handling). Otherwise it goes to the pool. The
-    /// calling thread must not be a pool worker in a task's run.
+    /// cost a round trip more than the handling). Otherwise it goes to the pool, and so
+    /// does every later activation of a stage whose run here took over a millisecond.
+    /// The calling thread must not be a pool worker in a task's run.
     pub fn run(mut self) {
         let Some(task) = self.0.take() else { return };
         let process = task.process().clone();
-        if process.stages[task.stage()].short_work() {
+        let st = &process.stages[task.stage()];
+        if st.short_work() {
+            let t = Instant::now();
             process.exec.run_here(task);
+            st.ran_here(t.elapsed());
         } else {
             process.exec.schedule(task);
         }

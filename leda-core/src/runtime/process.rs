@@ -74,6 +74,10 @@ pub(crate) struct StageRt {
     /// A moving average of the sampled handler calls, in nanoseconds (`0`: none
     /// sampled yet), for [`StageRt::par`].
     call_ns: AtomicU64,
+    /// Set once a run of the stage on a thread that read its events took longer than
+    /// [`RUN_HERE_MAX`]: its work is not short there again (see
+    /// [`StageRt::short_work`]).
+    ran_long: AtomicBool,
     routes: OnceLock<Box<[Route]>>,
     pub(crate) error_route: OnceLock<Option<usize>>,
     space: SpaceWaiters,
@@ -86,6 +90,11 @@ pub(crate) struct StageRt {
 /// events of a remote round trip between two instances cost 40 µs of its 100 µs
 /// (transport bench, latency at 100,000 events/s).
 pub(crate) const SPLIT_NS: u64 = 50_000;
+
+/// A stage whose run on a thread that read its events (see
+/// [`super::Claimed::run`]) took longer than this is run by the pool from then on: that
+/// thread's connection waited meanwhile.
+const RUN_HERE_MAX: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Static description of a stage for building the runtime.
 pub(crate) struct StageSetup {
@@ -119,6 +128,7 @@ impl StageRt {
             instances: AtomicUsize::new(0),
             counters: StageCounters::new(),
             call_ns: AtomicU64::new(0),
+            ran_long: AtomicBool::new(false),
             routes: OnceLock::new(),
             error_route: OnceLock::new(),
             space: SpaceWaiters::default(),
@@ -159,7 +169,17 @@ impl StageRt {
     /// not known to be short).
     pub(crate) fn short_work(&self) -> bool {
         let ns = self.call_ns.load(Relaxed);
-        ns > 0 && (self.load() as u64).saturating_mul(ns) <= SPLIT_NS
+        ns > 0
+            && (self.load() as u64).saturating_mul(ns) <= SPLIT_NS
+            && !self.ran_long.load(Relaxed)
+    }
+
+    /// A run of the stage on a thread that read its events took `d` (the average
+    /// misses calls that are rarely slow: one call in 64 is timed).
+    pub(crate) fn ran_here(&self, d: std::time::Duration) {
+        if d > RUN_HERE_MAX {
+            self.ran_long.store(true, Relaxed);
+        }
     }
 
     /// Folds a timed handler call (or poll) into the stage's average call.
