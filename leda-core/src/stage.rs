@@ -112,6 +112,7 @@ pub(crate) struct StageSpec {
     pub(crate) factory: Arc<dyn InstanceFactory>,
     pub(crate) serial: bool,
     pub(crate) fail_stop: bool,
+    pub(crate) nonblocking: bool,
     pub(crate) maxpar: Option<usize>,
     pub(crate) capacity: Option<usize>,
     pub(crate) attrs: Attrs,
@@ -149,6 +150,7 @@ impl Stage {
                 factory: Arc::new(factory),
                 serial: false,
                 fail_stop: false,
+                nonblocking: false,
                 maxpar: None,
                 capacity: None,
                 attrs: Attrs::default(),
@@ -261,6 +263,20 @@ impl Stage {
         self
     }
 
+    /// Declares that the stage's handlers never block their thread: no sleeping, no
+    /// blocking I/O, no `block_on` of a runtime, no waiting for a send's room other
+    /// than with `send_or_wait`, `send_wait` or `ctx.wait`. Events that come from
+    /// another process may then be handled on the thread that read them, when the
+    /// stage's queued work is short, instead of waking a pool worker: a round trip
+    /// through such a stage costs its process one thread wake-up instead of two (see
+    /// `Claimed::run` in [`crate::runtime`]). A handler that blocks anyway holds up
+    /// that connection meanwhile, or panics in `block_on` (the reading thread belongs
+    /// to the transport's tokio runtime).
+    pub fn nonblocking(self) -> Self {
+        self.spec().nonblocking = true;
+        self
+    }
+
     /// At most `n` instances at once (ignored for serial stages).
     pub fn maxpar(self, n: usize) -> Self {
         self.spec().maxpar = Some(n.max(1));
@@ -358,6 +374,7 @@ impl Stage {
             new.factory = spec.factory.clone();
             new.serial = spec.serial;
             new.fail_stop = spec.fail_stop;
+            new.nonblocking = spec.nonblocking;
             new.maxpar = spec.maxpar;
             new.capacity = spec.capacity;
             new.attrs = spec.attrs.clone();

@@ -266,7 +266,8 @@ fn ours_latency(node: &Node, rate: f64, secs: f64) -> (f64, f64) {
             Ok(())
         },
     )
-    .serial();
+    .serial()
+    .nonblocking();
     let echo = stages::echo("echo");
     let mut g = Graph::new("latency");
     g.connect(&pace, 1, &echo);

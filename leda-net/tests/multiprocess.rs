@@ -377,10 +377,11 @@ fn daemon_ends_when_the_launcher_vanishes() {
     assert!(rest.contains("ENDED Quit"), "{rest}");
 }
 
-/// Events that come back from another process in small bursts are handled by the
-/// thread that read them (the network runtime's, not a pool worker) once the stage's
-/// calls are known to be short; once such a run takes over a millisecond, the stage's
-/// later activations go to the pool.
+/// Events that come back from another process in small bursts to a stage declared
+/// nonblocking are handled by the thread that read them (the network runtime's, not a
+/// pool worker) once the stage's calls are known to be short; once such a run takes
+/// over a millisecond, the stage's later activations go to the pool. A stage not so
+/// declared always runs on the pool.
 #[test]
 fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
     let node = Node::spawn(&[]);
@@ -416,7 +417,8 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
             Ok(())
         },
     )
-    .serial();
+    .serial()
+    .nonblocking();
     let echo = stages::echo("echo");
     let mut g = Graph::new("inline");
     g.connect(&pace, 1, &echo);
@@ -452,6 +454,66 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
         .filter(|(_, t)| !t.starts_with("leda-launcher-net"))
     {
         assert!(w.1.starts_with("leda-worker-"), "ran on {w:?}");
+    }
+    let (status, _) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()));
+}
+
+/// A stage not declared nonblocking runs on the pool even when its work is short: its
+/// handler may block its thread (here on a runtime of its own, which panics on the
+/// transport's threads).
+#[test]
+fn arrivals_for_a_stage_not_declared_nonblocking_run_on_the_pool() {
+    let node = Node::spawn(&[]);
+    let n: i64 = 300;
+    let pace = Stage::asynchronous("pace", move |_: Event, mut ctx: Ctx| async move {
+        for i in 0..n {
+            ctx.send_wait(1, i).await?;
+            if i % 10 == 9 {
+                ctx.sleep(Duration::from_millis(2)).await;
+            }
+        }
+        Ok(())
+    });
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap(),
+    );
+    let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    let record = Stage::new("record", move |ev: Event, _: &mut Ctx| {
+        let i: i64 = ev.get(0)?;
+        assert_eq!(rt.block_on(async move { i + 1 }), i + 1);
+        seen.lock()
+            .unwrap()
+            .push(std::thread::current().name().unwrap_or("").to_owned());
+        Ok(())
+    })
+    .serial();
+    let echo = stages::echo("echo");
+    let mut g = Graph::new("pool");
+    g.connect(&pace, 1, &echo);
+    g.connect(&echo, 1, &record);
+    g.part([Cluster::of([&pace, &record]), Cluster::of([&echo])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    pace.push(0);
+    let report = Launcher::new(ME)
+        .until_idle()
+        .run(&g, Run::default().threads(2))
+        .expect("pool run");
+    assert!(report.idle);
+    let errors: u64 = report.run.stats.stages.iter().map(|s| s.errors).sum();
+    assert_eq!(
+        errors, 0,
+        "handlers failed (a block_on off the pool panics)"
+    );
+    let threads = threads.lock().unwrap();
+    assert_eq!(threads.len(), n as usize);
+    for t in threads.iter() {
+        assert!(t.starts_with("leda-worker-"), "ran on {t:?}");
     }
     let (status, _) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()));

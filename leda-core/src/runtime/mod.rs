@@ -278,6 +278,7 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
                     name: s.name().to_owned(),
                     serial: spec.serial,
                     fail_stop: spec.fail_stop,
+                    nonblocking: spec.nonblocking,
                     attrs: spec.attrs.clone(),
                     factory: spec.factory.clone(),
                     capacity: spec.capacity.unwrap_or(DEFAULT_CAPACITY),
@@ -518,13 +519,14 @@ pub struct ProcessHandle {
 pub struct Claimed(Option<Task>);
 
 impl Claimed {
-    /// Runs the activation on this thread when its stage's queued work is short (the
-    /// events queued times the stage's average call, once one was timed, under 50 µs):
-    /// events that arrived from another process are then handled by the thread that
-    /// read them, without waking a pool worker (on a busy two-core host the wake-up
-    /// cost a round trip more than the handling). Otherwise it goes to the pool, and so
-    /// does every later activation of a stage whose run here took over a millisecond.
-    /// The calling thread must not be a pool worker in a task's run.
+    /// Runs the activation on this thread when its stage is declared
+    /// [`Stage::nonblocking`](crate::stage::Stage::nonblocking) and its queued work is
+    /// short (the events queued times the stage's average call, once one was timed,
+    /// under 50 µs): events that arrived from another process are then handled by the
+    /// thread that read them, without waking a pool worker (on a busy two-core host
+    /// the wake-up cost a round trip more than the handling). Otherwise it goes to the
+    /// pool, and so does every later activation of a stage whose run here took over a
+    /// millisecond. The calling thread must not be a pool worker in a task's run.
     pub fn run(mut self) {
         let Some(task) = self.0.take() else { return };
         let process = task.process().clone();

@@ -78,6 +78,8 @@ pub(crate) struct StageRt {
     /// [`RUN_HERE_MAX`]: its work is not short there again (see
     /// [`StageRt::short_work`]).
     ran_long: AtomicBool,
+    /// [`crate::stage::Stage::nonblocking`]: may run where its events arrived.
+    nonblocking: bool,
     routes: OnceLock<Box<[Route]>>,
     pub(crate) error_route: OnceLock<Option<usize>>,
     space: SpaceWaiters,
@@ -101,6 +103,7 @@ pub(crate) struct StageSetup {
     pub(crate) name: String,
     pub(crate) serial: bool,
     pub(crate) fail_stop: bool,
+    pub(crate) nonblocking: bool,
     pub(crate) attrs: Attrs,
     pub(crate) factory: Arc<dyn InstanceFactory>,
     pub(crate) capacity: usize,
@@ -129,6 +132,7 @@ impl StageRt {
             counters: StageCounters::new(),
             call_ns: AtomicU64::new(0),
             ran_long: AtomicBool::new(false),
+            nonblocking: s.nonblocking,
             routes: OnceLock::new(),
             error_route: OnceLock::new(),
             space: SpaceWaiters::default(),
@@ -163,14 +167,16 @@ impl StageRt {
         }
     }
 
-    /// `true` when the stage's queued work is short enough to run where it arrived
-    /// (see [`super::Claimed::run`]): its events times its average call, once a call
-    /// was timed, stay under [`SPLIT_NS`] (a stage whose calls were never timed is
-    /// not known to be short).
+    /// `true` when the stage may run where its events arrived (see
+    /// [`super::Claimed::run`]): it is [`crate::stage::Stage::nonblocking`], and its
+    /// events (those queued, and one an activation may hold: a lone event goes with
+    /// its claim, uncounted) times its average call, once a call was timed, stay under
+    /// [`SPLIT_NS`] (a stage whose calls were never timed is not known to be short).
     pub(crate) fn short_work(&self) -> bool {
         let ns = self.call_ns.load(Relaxed);
-        ns > 0
-            && (self.load() as u64).saturating_mul(ns) <= SPLIT_NS
+        self.nonblocking
+            && ns > 0
+            && (self.load() as u64 + 1).saturating_mul(ns) <= SPLIT_NS
             && !self.ran_long.load(Relaxed)
     }
 

@@ -31,8 +31,9 @@
 //! The reader decodes each `events` frame whole into buffers reused from frame to frame
 //! (`wire::decode_events_into`; tiny binaries are cut from shared, recycled chunks),
 //! then injects each route group as one batch (`ProcessHandle::inject_batch_here`: one
-//! queue lock). An activation the batch claims for a stage with short work (its
-//! average call times its queued events under 50 µs) is not handed to the pool: once
+//! queue lock). An activation the batch claims for a stage declared `nonblocking` with
+//! short work (its average call times its queued events under 50 µs) is not handed to
+//! the pool: once
 //! the frames at hand are delivered and their replies queued, and the connection has
 //! nothing more to read, the reader runs it itself (`Claimed::run`), so a round trip
 //! through an echo stage costs each process one wake-up (its reader's), not two; its

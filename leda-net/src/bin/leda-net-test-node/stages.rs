@@ -206,6 +206,9 @@ pub fn echo(name: &str) -> Stage {
         Ok(())
     })
     .kind("test.echo")
+    // It never blocks its thread: events from another process may be handled by the
+    // thread that read them.
+    .nonblocking()
 }
 
 /// Sleeps attribute `ms` milliseconds (default 0) on each event, then sends it back
