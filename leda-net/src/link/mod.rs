@@ -33,15 +33,14 @@
 //! then injects each route group as one batch (`ProcessHandle::inject_batch_here`: one
 //! queue lock). An activation the batch claims for a stage declared `nonblocking` with
 //! short work (its average call times its queued events under 50 µs) is not handed to
-//! the pool: once
-//! the frames at hand are delivered and their replies queued, and the connection has
-//! nothing more to read, the reader runs it itself (`Claimed::run`), so a round trip
-//! through an echo stage costs each process one wake-up (its reader's), not two; its
-//! answer carries the replies just queued. Longer work, and work claimed while bytes
-//! keep coming, goes to the pool at once. Events a full destination queue has no room for
-//! wait in a per-route pending queue (bounded by the credit window) and are retried,
-//! in order; other routes are not held up. Outcomes go back in
-//! [`Reply`] frames, in processing order, coalesced: while more bytes are already
+//! the pool: once the frames at hand are delivered and their replies queued, and the
+//! connection has nothing more to read, the reader runs it itself (`Claimed::run`), so
+//! a round trip through an echo stage costs each process one wake-up (its reader's),
+//! not two; its answer carries the replies just queued. Other stages, longer work, and
+//! work claimed while bytes keep coming go to the pool at once. Events a full
+//! destination queue has no room for wait in a per-route pending queue (bounded by the
+//! credit window) and are retried, in order; other routes are not held up. Outcomes go
+//! back in [`Reply`] frames, in processing order, coalesced: while more bytes are already
 //! waiting on the connection they are handled first (up to `REPLY_BATCH` events).
 //! Plain acknowledgements then wait up to `ACK_DELAY` on the link for a write of
 //! events to carry them (an echo's answer: one wake-up of the peer per round trip, not
