@@ -7,9 +7,9 @@
 //! the event and, if fewer than `maxpar` instances are active, claims one more and
 //! schedules it; an active instance takes batches of events from the queue (leaving a
 //! share to another instance only for enough queued work to be worth a second worker,
-//! see [`SPLIT_NS`]) and, when it finds it empty, releases itself. The push, the claim, the take and the release
-//! happen under the queue's lock ([`super::queue`]), so an event is never left in a
-//! queue with no instance on its way (no lost wake-up).
+//! see [`SPLIT_NS`]) and, when it finds it empty, releases itself. The push, the claim,
+//! the take and the release happen under the queue's lock ([`super::queue`]), so an
+//! event is never left in a queue with no instance on its way (no lost wake-up).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -536,13 +536,9 @@ impl Process {
     /// Enqueues a producer's batch on a local stage (accepted against the capacity
     /// when each was sent). Fails only if the run is ending.
     pub(crate) fn enqueue_batch(self: &Arc<Self>, stage: usize, evs: &mut Vec<Event>) {
-        if self.stopping.load(Relaxed) {
-            evs.clear();
-            return;
+        if let Some(task) = self.enqueue_batch_claim(stage, evs) {
+            self.exec.schedule(task);
         }
-        let st = &self.stages[stage];
-        let claim = st.queue_push_batch(evs);
-        self.schedule_claimed(stage, claim);
     }
 
     /// [`Process::enqueue_batch`] that hands the claimed activation, if any, to the
