@@ -377,6 +377,34 @@ fn daemon_ends_when_the_launcher_vanishes() {
     assert!(rest.contains("ENDED Quit"), "{rest}");
 }
 
+/// A source of the integers `0..n` in bursts of ten, `gap` apart (each burst comes
+/// back through the echo and the connection drains before the next).
+fn bursts(n: i64, gap: Duration) -> Stage {
+    Stage::asynchronous("pace", move |_: Event, mut ctx: Ctx| async move {
+        for i in 0..n {
+            ctx.send_wait(1, i).await?;
+            if i % 10 == 9 {
+                ctx.sleep(gap).await;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `pace` here -> `stages::echo` in `node` -> `record` here.
+fn through_echo(name: &str, node: &Node, pace: &Stage, record: &Stage) -> Graph {
+    let echo = stages::echo("echo");
+    let mut g = Graph::new(name);
+    g.connect(pace, 1, &echo);
+    g.connect(&echo, 1, record);
+    g.part([Cluster::of([pace, record]), Cluster::of([&echo])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    pace.push(0);
+    g
+}
+
 /// Events that come back from another process in small bursts to a stage declared
 /// nonblocking are handled by the thread that read them (the network runtime's, not a
 /// pool worker) once the stage's calls are known to be short; once such a run takes
@@ -388,16 +416,7 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
     const BURSTS: i64 = 60;
     const SLOW_FROM: i64 = 400;
     let n = BURSTS * 10;
-    let pace = Stage::asynchronous("pace", move |_: Event, mut ctx: Ctx| async move {
-        for i in 0..n {
-            ctx.send_wait(1, i).await?;
-            if i % 10 == 9 {
-                // Let the burst come back and the connection drain.
-                ctx.sleep(Duration::from_millis(3)).await;
-            }
-        }
-        Ok(())
-    });
+    let pace = bursts(n, Duration::from_millis(3));
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = threads.clone();
     let record = Stage::stateful(
@@ -419,15 +438,7 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
     )
     .serial()
     .nonblocking();
-    let echo = stages::echo("echo");
-    let mut g = Graph::new("inline");
-    g.connect(&pace, 1, &echo);
-    g.connect(&echo, 1, &record);
-    g.part([Cluster::of([&pace, &record]), Cluster::of([&echo])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    pace.push(0);
+    let g = through_echo("inline", &node, &pace, &record);
     let report = Launcher::new(ME)
         .run(&g, Run::default().threads(2))
         .expect("inline run");
@@ -466,15 +477,7 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
 fn arrivals_for_a_stage_not_declared_nonblocking_run_on_the_pool() {
     let node = Node::spawn(&[]);
     let n: i64 = 300;
-    let pace = Stage::asynchronous("pace", move |_: Event, mut ctx: Ctx| async move {
-        for i in 0..n {
-            ctx.send_wait(1, i).await?;
-            if i % 10 == 9 {
-                ctx.sleep(Duration::from_millis(2)).await;
-            }
-        }
-        Ok(())
-    });
+    let pace = bursts(n, Duration::from_millis(2));
     let rt = Arc::new(
         tokio::runtime::Builder::new_current_thread()
             .build()
@@ -491,15 +494,7 @@ fn arrivals_for_a_stage_not_declared_nonblocking_run_on_the_pool() {
         Ok(())
     })
     .serial();
-    let echo = stages::echo("echo");
-    let mut g = Graph::new("pool");
-    g.connect(&pace, 1, &echo);
-    g.connect(&echo, 1, &record);
-    g.part([Cluster::of([&pace, &record]), Cluster::of([&echo])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    pace.push(0);
+    let g = through_echo("pool", &node, &pace, &record);
     let report = Launcher::new(ME)
         .until_idle()
         .run(&g, Run::default().threads(2))
