@@ -193,6 +193,72 @@ fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
     assert_eq!(good_run(&b), 10);
 }
 
+/// Round trips through stages declared nonblocking, whose arrivals the reading threads
+/// handle themselves (the echo in the daemon, the recorder here): a daemon killed (-9)
+/// or frozen (SIGSTOP) mid-run is noticed within the same bounds as on the pool, and
+/// every route's events add up.
+#[test]
+fn loss_is_noticed_when_readers_run_the_stages() {
+    for sig in ["-KILL", "-STOP"] {
+        let b = long_lived();
+        let pace = Stage::asynchronous("pace", |_: Event, mut ctx: Ctx| async move {
+            for i in 0i64.. {
+                ctx.send_wait(1, i).await?;
+                if i % 10 == 9 {
+                    ctx.sleep(Duration::from_millis(1)).await;
+                }
+            }
+            Ok(())
+        });
+        let on_reader = Arc::new(AtomicU64::new(0));
+        let seen = on_reader.clone();
+        let record = Stage::new("record", move |_: Event, _: &mut Ctx| {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            if name.starts_with("leda-launcher-net") {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .nonblocking();
+        let echo = stages::echo("echo");
+        let mut g = Graph::new("round-trips");
+        g.connect(&pace, 1, &echo);
+        g.connect(&echo, 1, &record);
+        g.part([Cluster::of([&pace, &record]), Cluster::of([&echo])])
+            .unwrap()
+            .map([ME, b.addr.as_str()])
+            .unwrap();
+        pace.push(0);
+        let l = Launcher::new(ME)
+            .start(&g, Run::default().threads(2))
+            .expect("start");
+        running(&l);
+        assert!(
+            eventually(Duration::from_secs(20), || on_reader
+                .load(Ordering::Relaxed)
+                > 0),
+            "{sig}: arrivals ran on the reading thread before the fault"
+        );
+        let t0 = Instant::now();
+        signal(b.pid(), sig);
+        let (err, took) = lost_after(l, t0);
+        let bound = if sig == "-KILL" {
+            Duration::from_secs(5)
+        } else {
+            Liveness::default().silence + Duration::from_secs(2)
+        };
+        assert!(took < bound, "{sig}: noticed in {took:?}, bound {bound:?}");
+        let NetError::ProcessLost { lost, routes } = &err else {
+            panic!("{sig}: {err}")
+        };
+        assert_eq!(lost.process, b.addr, "{sig}: {err}");
+        assert_adds_up(routes);
+        if sig == "-STOP" {
+            signal(b.pid(), "-CONT");
+        }
+    }
+}
+
 /// A daemon killed and started again on the same port serves a new deployment.
 #[test]
 fn a_daemon_restarted_on_the_same_port_serves_again() {
