@@ -352,6 +352,18 @@ fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() 
             t.elapsed()
         );
     }
+    // A page may use coroutines of its own, but not yield itself (it would never be
+    // resumed): an error, and the state serves the next page.
+    assert_eq!(
+        page(
+            "co.lua",
+            b"return coroutine.wrap(function() coroutine.yield('in') end)()"
+        )
+        .unwrap(),
+        "in"
+    );
+    let err = page("yield.lua", b"coroutine.yield('x') return 'after'").unwrap_err();
+    assert!(err.contains("yield"), "{err}");
     assert_eq!(page("fine.lua", b"return 'ok'").unwrap(), "ok");
     assert_eq!(
         page(

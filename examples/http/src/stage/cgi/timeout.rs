@@ -224,19 +224,6 @@ mod watchdog {
         }
 
         /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
-        /// Nothing to do: LuaJIT's hooks are global to its state, threads included.
-        pub(in crate::stage::cgi) fn on_thread(&self, _th: &mlua::Thread) -> mlua::Result<()> {
-            Ok(())
-        }
-
-        /// `true` if the armed deadline has passed.
-        pub(in crate::stage::cgi) fn expired(&self) -> bool {
-            self.shared
-                .lock()
-                .deadline
-                .is_some_and(|at| Instant::now() > at)
-        }
-
         pub(in crate::stage::cgi) fn disarm(&self) {
             let mut slot = self.shared.lock();
             slot.deadline = None;
