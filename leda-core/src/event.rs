@@ -21,6 +21,10 @@ const INLINE_ARGS: usize = 1;
 /// The argument list of an event.
 pub type Args = SmallVec<[Value; INLINE_ARGS]>;
 
+/// Binary arguments at least this long are not shared with the copy kept for the
+/// failure log ([`Event::clone_args_for_log`]); shorter ones are (one count each).
+const LOG_COPY_BYTES: usize = 4096;
+
 /// One event: ordered arguments and an optional local attachment.
 ///
 /// Kept to one cache line (56 bytes) for the common case of one argument: events cross
@@ -155,6 +159,25 @@ impl Event {
     pub fn clone_args(&self) -> Event {
         Event {
             args: self.args.clone(),
+            extra: ManuallyDrop::new(None),
+        }
+    }
+
+    /// A copy of the arguments that only has to print like them (the failure log):
+    /// a binary argument of [`LOG_COPY_BYTES`] or more becomes its printed form
+    /// (`<N bytes>`), so that the copy holds no reference to it and a handler may take
+    /// it over (`Bytes::try_into_mut`) while the copy is kept.
+    pub(crate) fn clone_args_for_log(&self) -> Event {
+        let args = self
+            .args
+            .iter()
+            .map(|v| match v {
+                Value::Bytes(b) if b.len() >= LOG_COPY_BYTES => Value::Str(v.to_string()),
+                v => v.clone(),
+            })
+            .collect();
+        Event {
+            args: ManuallyDrop::new(args),
             extra: ManuallyDrop::new(None),
         }
     }

@@ -193,6 +193,18 @@ impl Task {
     }
 }
 
+/// What a handler call keeps of its event in case it fails.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// A copy, for the stage's `error` port.
+    Whole,
+    /// A copy that prints like the event, for the failure log
+    /// ([`Event::clone_args_for_log`]).
+    ForLog,
+    /// No copy: no `error` port, no log of failed events.
+    Nothing,
+}
+
 enum Outcome {
     /// The queue looked empty after the output was flushed (the hand-off is open):
     /// the task parks in the idle pool unless events came.
@@ -232,11 +244,17 @@ impl Activation {
             return self.start_wait(process);
         }
         // The event is consumed by the handler: keep a copy only where a failure would
-        // need it (an `error` port, or a log subscriber that records failed events; turn
-        // that off with the filter directive `leda::failed_event=off`: failures are then
-        // logged without their event, under `leda::handler`).
-        let keep_copy = st.error_route.get().is_some_and(Option::is_some)
-            || tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN);
+        // need it (an `error` port: whole; a log subscriber that records failed events:
+        // as printed, large binaries left to the handler; turn that off with the filter
+        // directive `leda::failed_event=off`: failures are then logged without their
+        // event, under `leda::handler`).
+        let keep_copy = if st.error_route.get().is_some_and(Option::is_some) {
+            Keep::Whole
+        } else if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
+            Keep::ForLog
+        } else {
+            Keep::Nothing
+        };
         let mut budget = BATCH;
         // The budget ran out while no work was visible: the next events may be in this
         // task's own outbox (a stage sending to itself), so look again once it is
@@ -328,7 +346,7 @@ impl Activation {
         Some(ev)
     }
 
-    fn handle(&mut self, process: &Arc<Process>, mut ev: Event, keep_copy: bool) {
+    fn handle(&mut self, process: &Arc<Process>, mut ev: Event, keep_copy: Keep) {
         let st = &process.stages[self.ctx.stage];
         if let Some(stamp) = ev.take_stamp() {
             process.connectors[stamp.connector]
@@ -342,7 +360,11 @@ impl Activation {
             self.report_failure(process, ev, &why);
             return;
         }
-        let copy = keep_copy.then(|| ev.clone_args());
+        let copy = match keep_copy {
+            Keep::Whole => Some(ev.clone_args()),
+            Keep::ForLog => Some(ev.clone_args_for_log()),
+            Keep::Nothing => None,
+        };
         let instance = match &mut self.instance {
             Some(i) => i,
             empty => match st.instance() {
