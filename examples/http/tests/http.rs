@@ -375,6 +375,103 @@ fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() 
     );
 }
 
+/// Hostile pages found by review: none may leave anything for the next page, outlive
+/// `cgi_timeout` (in a finalizer, an `xpcall` handler, a coroutine of its own) or leave
+/// the state unusable (running into `cgi_memory`).
+#[test]
+fn cgi_hostile_pages_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::site(dir.path());
+    let cfg = leda_http::Config {
+        root: root.clone(),
+        cgi_timeout: Duration::from_millis(300),
+        cgi_memory: 32 << 20,
+        ..Default::default()
+    };
+    let mut cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
+    let mut page = |name: &str, src: &str| {
+        std::fs::write(root.join(name), src).unwrap();
+        let path = std::fs::canonicalize(root.join(name)).unwrap();
+        cgi.run(&path, &Default::default())
+            .map(|p| String::from_utf8_lossy(&p.body).into_owned())
+    };
+    // What `load` compiles runs in the page's environment, not in the globals.
+    assert_eq!(
+        page("a.lua", "load('leak = 1')() return tostring(leak)").unwrap(),
+        "1"
+    );
+    assert_eq!(page("b.lua", "return tostring(leak)").unwrap(), "nil");
+    // Past the memory limit: a 500, then the state serves the next pages.
+    let err = page(
+        "hog.lua",
+        "local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1e6) .. i end return 'no'",
+    )
+    .unwrap_err();
+    assert!(err.contains("memory"), "{err}");
+    for _ in 0..3 {
+        assert_eq!(page("ok.lua", "return 'ok'").unwrap(), "ok");
+    }
+    // Runaways where no hook reached them before.
+    for src in [
+        "xpcall(function() error('x') end, function() while true do end end) return 'no'",
+        "coroutine.wrap(function() while true do end end)() return 'no'",
+        "local co = coroutine.create(function() while true do end end)
+         coroutine.resume(co) return 'no'",
+    ] {
+        let t = Instant::now();
+        let err = page("run.lua", src).unwrap_err();
+        assert!(err.contains("cgi_timeout"), "{src}: {err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{src}: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(page("ok.lua", "return 'ok'").unwrap(), "ok", "after {src}");
+    }
+    // No finalizers (none runs under the hooks).
+    let err = page(
+        "gc.lua",
+        "setmetatable({}, {__gc = function() while true do end end}) \
+         if newproxy then newproxy(true) end collectgarbage() return 'no'",
+    )
+    .unwrap_err();
+    assert!(err.contains("__gc") || err.contains("newproxy"), "{err}");
+    assert_eq!(page("ok.lua", "return 'ok'").unwrap(), "ok");
+    // Returned values still pass through an xpcall handler.
+    assert_eq!(
+        page(
+            "xp.lua",
+            "local ok, v = xpcall(function() error('boom', 0) end, function(e) return 'h:' .. e end)
+             return tostring(ok) .. v"
+        )
+        .unwrap(),
+        "falseh:boom"
+    );
+    if cfg!(feature = "luajit") {
+        // The thread's environment and the library functions' are the real globals:
+        // a page gets its own environment instead, and cannot replace them.
+        assert_eq!(
+            page(
+                "fenv.lua",
+                "getfenv(0).x = 1; getfenv(print).y = 2; getfenv().z = 3
+                 local ok = pcall(setfenv, 0, {}) local ok2 = pcall(setfenv, print, {})
+                 local f = function() return w end setfenv(f, {w = 'mine'})
+                 return tostring(ok) .. tostring(ok2) .. f() .. tostring(getfenv(0) == getfenv(1))"
+            )
+            .unwrap(),
+            "falsefalseminetrue"
+        );
+        assert_eq!(
+            page(
+                "fenv2.lua",
+                "return tostring(x) .. tostring(y) .. tostring(z) .. tostring(load('return x')())"
+            )
+            .unwrap(),
+            "nilnilnilnil"
+        );
+    }
+}
+
 #[test]
 fn idle_and_slow_clients_are_cut_off() {
     let s = server(|c| {

@@ -6,10 +6,14 @@
 //! (`method`, `path`, `query`, `headers` with lower-case names) and a sandbox: the base
 //! library without file access, `string`, `table`, `math`, `coroutine`, the time
 //! functions of `os`, `utf8` (Lua 5.4) or `bit` (LuaJIT), and a `require` for those.
-//! Each request runs in a fresh environment. The pattern functions of `string` are the
-//! `pattern` submodule's, which `cgi_timeout` reaches inside a match. A script that fails, runs past
-//! `cgi_timeout` or uses more than `cgi_memory` gives `500`, logged with its file and
-//! line.
+//! Each request runs in a fresh environment, and so does what it compiles with `load`;
+//! under LuaJIT `getfenv` / `setfenv` reach only the page's own functions (never the
+//! globals). No `__gc` (nor `newproxy`): finalizers run where no hook stops them; an
+//! `xpcall` handler runs after the unwinding, as ordinary page code. The pattern
+//! functions of `string` are the `pattern` submodule's, which `cgi_timeout` reaches inside
+//! a match. A script that fails, runs past `cgi_timeout` or uses more than `cgi_memory`
+//! gives `500`, logged with its file and line; the state then serves the next page (a
+//! state holding more than half its `cgi_memory` after a page is collected at once).
 //!
 //! # Lua 5.4 or LuaJIT
 //!
@@ -88,6 +92,8 @@ pub struct Cgi {
     env_meta: Table,
     /// Per library a page sees: the metatable of its read-only view.
     readonly: Vec<(&'static str, Table)>,
+    /// `make_load(env)`: the `load` of a page whose environment is `env`.
+    make_load: Function,
 }
 
 /// What a page returned.
@@ -156,6 +162,29 @@ impl Cgi {
                 Ok(())
             })?,
         )?;
+        // A page's `load` gives a chunk the page's environment, not the globals (see
+        // `Cgi::call`); made from the original `load` and `setfenv`, before the sandbox
+        // below wraps them.
+        let make_load = lua
+            .load(
+                r#"
+                local load, setfenv = load, setfenv
+                return function(env)
+                  if setfenv then
+                    return function(chunk, name, _, e)
+                      local f, why = load(chunk, name, "t")
+                      if f then setfenv(f, e == nil and env or e) end
+                      return f, why
+                    end
+                  end
+                  return function(chunk, name, _, e)
+                    return load(chunk, name, "t", e == nil and env or e)
+                  end
+                end
+                "#,
+            )
+            .set_name("=leda-http sandbox")
+            .eval::<Function>()?;
         // Text only: no bytecode in (`load`) or out (`string.dump`); no way to the
         // shared string metatable.
         lua.load(
@@ -170,6 +199,58 @@ impl Cgi {
             end
             string.dump = nil
             getmetatable("").__metatable = false
+            -- No finalizers: no hook runs inside one, so a looping one would escape
+            -- cgi_timeout.
+            newproxy = nil
+            local setmetatable, rawget, type, error = setmetatable, rawget, type, error
+            _G.setmetatable = function(t, mt)
+              if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+                error("__gc metamethods are not allowed in pages", 2)
+              end
+              return setmetatable(t, mt)
+            end
+            -- A message handler runs where no hook stops it (LuaJIT: inside the hook
+            -- that raised the error; Lua 5.4: where the page cannot be yielded): run
+            -- it after the unwinding instead, as ordinary page code.
+            local pcall = pcall
+            _G.xpcall = function(f, h, ...)
+              local function finish(ok, ...)
+                if ok then return true, ... end
+                return false, h((...))
+              end
+              return finish(pcall(f, ...))
+            end
+            if setfenv then
+              -- The thread's environment and every function's that is not a page's
+              -- are the real globals: not reachable, not replaceable.
+              local getfenv, setfenv, G = getfenv, setfenv, _G
+              -- (No tail calls below: they would shift the stack levels.)
+              local function env_at(f)
+                if type(f) == "number" then
+                  if f == 0 then return G end
+                  local e = getfenv(f + 2)
+                  return e
+                end
+                local e = getfenv(f)
+                return e
+              end
+              _G.getfenv = function(f)
+                local e = env_at(f == nil and 1 or f)
+                if e == G then
+                  e = getfenv(2)
+                  if e == G then error("getfenv cannot reach the globals from here", 2) end
+                end
+                return e
+              end
+              _G.setfenv = function(f, t)
+                if env_at(f) == G then
+                  error("setfenv may change only a page's own functions", 2)
+                end
+                if type(f) == "number" then f = f + 1 end
+                local r = setfenv(f, t)
+                return r
+              end
+            end
             "#,
         )
         .set_name("=leda-http sandbox")
@@ -195,6 +276,9 @@ impl Cgi {
             meta.set("__metatable", false)?;
             readonly.push((name, meta));
         }
+        // Lua 5.4 keeps a hook per thread: a page's own coroutines get it too.
+        #[cfg(not(feature = "luajit"))]
+        timeout.hook_coroutines(&lua, &g.get::<Table>("coroutine")?)?;
         let env_meta = lua.create_table()?;
         env_meta.set("__index", g)?;
         env_meta.set("__metatable", false)?;
@@ -207,6 +291,7 @@ impl Cgi {
             pages: HashMap::new(),
             env_meta,
             readonly,
+            make_load,
         })
     }
 
@@ -226,7 +311,21 @@ impl Cgi {
         let result = self.call(&func, &shown, req);
         self.timeout.disarm();
         self.patterns.disarm();
+        self.reclaim();
         result.map_err(|e| first_line(&e.to_string(), &shown))
+    }
+
+    /// Collects at once when the state holds more than half its `cgi_memory`: LuaJIT
+    /// does not collect when an allocation fails, and a page that ran into the limit
+    /// left the collector's next cycle beyond it, failing every later page. The limit
+    /// is lifted meanwhile (a collection allocates).
+    fn reclaim(&self) {
+        let limit = self.cfg.cgi_memory;
+        if limit > 0 && self.lua.used_memory() > limit / 2 {
+            let _ = self.lua.set_memory_limit(0);
+            let _ = self.lua.gc_collect();
+            let _ = self.lua.set_memory_limit(limit);
+        }
     }
 
     /// The compiled page at `script`, compiled again when the file changed.
@@ -278,6 +377,10 @@ impl Cgi {
         }
         r.set("headers", h)?;
         env.set("request", r)?;
+        let load: Function = self.make_load.call(&env)?;
+        #[cfg(feature = "luajit")]
+        env.set("loadstring", load.clone())?;
+        env.set("load", load)?;
         func.set_environment(env)?;
         let mut it = self.resume(func, shown)?.into_iter();
         let body = match it.next() {
@@ -304,7 +407,9 @@ impl Cgi {
         let th = self.lua.create_thread(func.clone())?;
         self.timeout.on_thread(&th)?;
         let out = th.resume::<MultiValue>(())?;
-        if th.status() == mlua::ThreadStatus::Resumable {
+        if th.status() == mlua::ThreadStatus::Resumable || self.timeout.expired() {
+            // Past the deadline also when it ended anyway: the hook may have yielded
+            // a coroutine of the page's own, which the page then got back from.
             return Err(mlua::Error::runtime(if self.timeout.expired() {
                 format!("{shown}: script ran past cgi_timeout")
             } else {
@@ -317,7 +422,8 @@ impl Cgi {
     /// Calls the page: the watchdog's hook raises an error that stays set until
     /// disarmed, so no coroutine is needed, and one costs: the B.1 page took 17–20 %
     /// more CPU in a fresh coroutine per request (`benches/page.rs`). A page that
-    /// yields gets LuaJIT's "attempt to yield across C-call boundary".
+    /// yields gets LuaJIT's "attempt to yield across C-call boundary" (which it may
+    /// catch with `pcall`, and go on).
     #[cfg(feature = "luajit")]
     fn resume(&self, func: &Function, _shown: &str) -> mlua::Result<MultiValue> {
         func.call::<MultiValue>(())

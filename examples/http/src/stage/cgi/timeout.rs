@@ -3,7 +3,7 @@
 //! * **Lua 5.4**: a count hook (every 10,000 VM instructions) compares the clock with
 //!   the armed deadline and, past it, yields the page's coroutine (no `pcall` in the
 //!   page can catch a yield; where the page cannot be yielded, an error after a
-//!   second deadline's worth). Coroutines inherit the hook.
+//!   second deadline's worth). A page's own coroutines get the hook when created.
 //! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
 //!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
 //!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
@@ -81,10 +81,42 @@ mod count_hook {
             Ok(Timeout { deadline })
         }
 
-        /// Sets the hook on `th` too (Lua 5.4 keeps hooks per thread; the coroutines a
-        /// page creates inherit it from `th`).
+        /// Sets the hook on `th` too (Lua 5.4 keeps hooks per thread).
         pub(in crate::stage::cgi) fn on_thread(&self, th: &mlua::Thread) -> mlua::Result<()> {
             th.set_hook(TRIGGERS, hook(self.deadline.clone()))
+        }
+
+        /// Replaces `coroutine.create` and `coroutine.wrap` in `co` by versions whose
+        /// threads get the hook (mlua looks a hook up per thread: a thread the page
+        /// creates would otherwise run past any deadline).
+        pub(in crate::stage::cgi) fn hook_coroutines(
+            &self,
+            lua: &Lua,
+            co: &mlua::Table,
+        ) -> mlua::Result<()> {
+            let d = self.deadline.clone();
+            let create = lua.create_function(move |lua, f: mlua::Function| {
+                let th = lua.create_thread(f)?;
+                th.set_hook(TRIGGERS, hook(d.clone()))?;
+                Ok(th)
+            })?;
+            co.set("create", create)?;
+            lua.load(
+                r#"
+                local co = ...
+                local create, resume, error = co.create, co.resume, error
+                local function unwrap(ok, ...)
+                  if not ok then error((...), 0) end
+                  return ...
+                end
+                co.wrap = function(f)
+                  local th = create(f)
+                  return function(...) return unwrap(resume(th, ...)) end
+                end
+                "#,
+            )
+            .set_name("=leda-http sandbox")
+            .call::<()>(co.clone())
         }
 
         /// Pages run from now on are stopped past `at`.
