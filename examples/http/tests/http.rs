@@ -276,6 +276,42 @@ fn cgi_error_names_file_and_line() {
     assert!(err.contains("io.lua:1:"), "{err}");
 }
 
+/// A `Cgi` instance over a temporary site (`cgi_timeout` 300 ms, then `tune`), running
+/// pages written into that site.
+struct Pages {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    cgi: leda_http::stage::cgi::Cgi,
+}
+
+impl Pages {
+    fn new(tune: impl FnOnce(&mut leda_http::Config)) -> Pages {
+        let dir = tempfile::tempdir().unwrap();
+        let root = common::site(dir.path());
+        let mut cfg = leda_http::Config {
+            root: root.clone(),
+            cgi_timeout: Duration::from_millis(300),
+            ..Default::default()
+        };
+        tune(&mut cfg);
+        let cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
+        Pages {
+            _dir: dir,
+            root,
+            cgi,
+        }
+    }
+
+    /// Writes `src` as the page `name` and runs it: its body, or its error.
+    fn run(&mut self, name: &str, src: impl AsRef<[u8]>) -> Result<String, String> {
+        std::fs::write(self.root.join(name), src).unwrap();
+        let path = std::fs::canonicalize(self.root.join(name)).unwrap();
+        self.cgi
+            .run(&path, &Default::default())
+            .map(|p| String::from_utf8_lossy(&p.body).into_owned())
+    }
+}
+
 /// Pages are isolated from each other and held to the sandbox: nothing one request
 /// writes to a library table (even with `rawset`) or to `_G` is seen by the next; no
 /// bytecode in (`load`, page files) or out (`string.dump`); and `cgi_timeout` stops a
@@ -283,20 +319,8 @@ fn cgi_error_names_file_and_line() {
 /// spends it in one pattern match.
 #[test]
 fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = common::site(dir.path());
-    let cfg = leda_http::Config {
-        root: root.clone(),
-        cgi_timeout: Duration::from_millis(300),
-        ..Default::default()
-    };
-    let mut cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
-    let mut page = |name: &str, src: &[u8]| {
-        std::fs::write(root.join(name), src).unwrap();
-        let path = std::fs::canonicalize(root.join(name)).unwrap();
-        cgi.run(&path, &Default::default())
-            .map(|p| String::from_utf8_lossy(&p.body).into_owned())
-    };
+    let mut pages = Pages::new(|_| {});
+    let mut page = |name: &str, src: &[u8]| pages.run(name, src);
     let poison = page(
         "poison.lua",
         b"pcall(function() string.x = 1 end)
@@ -380,21 +404,8 @@ fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() 
 /// the state unusable (running into `cgi_memory`).
 #[test]
 fn cgi_hostile_pages_leave_nothing_behind() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = common::site(dir.path());
-    let cfg = leda_http::Config {
-        root: root.clone(),
-        cgi_timeout: Duration::from_millis(300),
-        cgi_memory: 32 << 20,
-        ..Default::default()
-    };
-    let mut cgi = leda_http::stage::cgi::Cgi::new(cfg).unwrap();
-    let mut page = |name: &str, src: &str| {
-        std::fs::write(root.join(name), src).unwrap();
-        let path = std::fs::canonicalize(root.join(name)).unwrap();
-        cgi.run(&path, &Default::default())
-            .map(|p| String::from_utf8_lossy(&p.body).into_owned())
-    };
+    let mut pages = Pages::new(|c| c.cgi_memory = 32 << 20);
+    let mut page = |name: &str, src: &str| pages.run(name, src);
     // What `load` compiles runs in the page's environment, not in the globals.
     assert_eq!(
         page("a.lua", "load('leak = 1')() return tostring(leak)").unwrap(),

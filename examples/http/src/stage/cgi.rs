@@ -407,10 +407,11 @@ impl Cgi {
         let th = self.lua.create_thread(func.clone())?;
         self.timeout.on_thread(&th)?;
         let out = th.resume::<MultiValue>(())?;
-        if th.status() == mlua::ThreadStatus::Resumable || self.timeout.expired() {
+        let expired = self.timeout.expired();
+        if th.status() == mlua::ThreadStatus::Resumable || expired {
             // Past the deadline also when it ended anyway: the hook may have yielded
             // a coroutine of the page's own, which the page then got back from.
-            return Err(mlua::Error::runtime(if self.timeout.expired() {
+            return Err(mlua::Error::runtime(if expired {
                 format!("{shown}: script ran past cgi_timeout")
             } else {
                 format!("{shown}: a page may not yield")
