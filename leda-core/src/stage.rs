@@ -271,7 +271,11 @@ impl Stage {
     /// through such a stage costs its process one thread wake-up instead of two (see
     /// `Claimed::run` in [`crate::runtime`]). A handler that blocks anyway holds up
     /// that connection meanwhile, or panics in `block_on` (the reading thread belongs
-    /// to the transport's tokio runtime).
+    /// to the transport's tokio runtime). A call that computes long is allowed: the
+    /// peer's silence is not counted while its reader runs it, and after one run there
+    /// that took over a millisecond the stage goes to the pool; but while calls hold
+    /// every thread of that runtime for longer than the silence bound, this process
+    /// sends no heartbeats and its peers take it for lost.
     pub fn nonblocking(self) -> Self {
         self.spec().nonblocking = true;
         self

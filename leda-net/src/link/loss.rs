@@ -80,7 +80,8 @@ impl Liveness {
 /// Watches every link of the transport once a heartbeat period, off the links' hot
 /// paths (no timer per read or write): a link that wrote nothing for a period writes a
 /// `Heartbeat`, and a peer nothing was read from for the silence bound is lost (its
-/// writer then ends the link, reader included). Ends with the transport (it holds a
+/// writer then ends the link, reader included; time its reader spent running handlers,
+/// reading nothing, does not count). Ends with the transport (it holds a
 /// weak reference) or when the transport closes.
 pub(super) async fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
     let mut tick = tokio::time::interval(l.heartbeat);

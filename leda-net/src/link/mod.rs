@@ -60,6 +60,11 @@
 //! reported as failed with `SendError::Unreachable`, and later sends to that peer fail
 //! at once (or go to a live replica).
 
+/// [`Link::heard_ms`] while the reader runs handlers itself: whatever the peer sends
+/// meanwhile waits in the socket, so its silence is not counted (the liveness watch
+/// reads no silence from it).
+const NOT_LISTENING: u64 = u64::MAX;
+
 mod loss;
 mod outbox;
 mod reader;
@@ -238,7 +243,8 @@ pub(crate) struct Link {
     /// Events received from the peer and handled here (idle detection).
     received: AtomicU64,
     /// When something was last read from the peer (milliseconds since the
-    /// transport's epoch).
+    /// transport's epoch), less the time the reader spent running handlers itself
+    /// (`Inbound::run_claimed`), when it could not read: [`NOT_LISTENING`] meanwhile.
     heard_ms: AtomicU64,
     /// When something was last written to the peer (likewise).
     wrote_ms: AtomicU64,

@@ -128,14 +128,22 @@ impl Inbound {
     /// events skip a pool worker's wake-up, which on a busy small host costs a round
     /// trip more than the handling), else on the pool (while bytes keep coming, a
     /// worker handles them as this thread reads on).
-    pub(super) fn run_claimed(&mut self, drained: bool) {
-        for c in self.claimed.drain(..) {
-            if drained {
-                c.run();
-            } else {
-                c.schedule();
-            }
+    /// While this thread runs handlers it does not read: the peer's silence is not
+    /// counted meanwhile (a handler that computes for seconds must not get a live
+    /// peer declared lost), and the time is added to when it was last heard.
+    pub(super) fn run_claimed(&mut self, link: &Link, drained: bool) {
+        if !drained {
+            self.claimed.drain(..).for_each(Claimed::schedule);
+            return;
         }
+        if self.claimed.is_empty() {
+            return;
+        }
+        let heard = link.heard_ms.swap(super::NOT_LISTENING, Relaxed);
+        let start = self.owner.now_ms();
+        self.claimed.drain(..).for_each(Claimed::run);
+        let busy = self.owner.now_ms().saturating_sub(start);
+        link.heard_ms.store(heard.saturating_add(busy), Relaxed);
     }
 
     pub(super) fn pending_len(&self) -> usize {
@@ -475,7 +483,7 @@ pub(super) async fn read_loop(
             inb.queue_replies(&t, &link);
         }
         // The stages run now, their answers carrying the replies just queued.
-        inb.run_claimed(drained);
+        inb.run_claimed(&link, drained);
         if replies && inb.ack_due.is_none() {
             // Let the writer send them now (under TLS): on a busy connection the next
             // read is ready at once, and the writer may share this thread.
@@ -514,7 +522,7 @@ pub(super) async fn read_loop(
                 if !inb.replies.is_empty() {
                     inb.queue_replies(&t, &link);
                 }
-                inb.run_claimed(true);
+                inb.run_claimed(&link, true);
             }
             Some(Ok(0)) => {
                 closed(&link, &buf);

@@ -16,8 +16,13 @@ fn route(from: &str, to: &str) -> RouteInfo {
 
 /// A one-thread runtime and the two ends of a loopback connection made on it.
 fn runtime_and_connection() -> (tokio::runtime::Runtime, TcpStream, TcpStream) {
+    runtime_and_connection_on(1)
+}
+
+/// [`runtime_and_connection`] with `threads` runtime threads.
+fn runtime_and_connection_on(threads: usize) -> (tokio::runtime::Runtime, TcpStream, TcpStream) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(threads)
         .enable_all()
         .build()
         .unwrap();
@@ -39,6 +44,30 @@ fn linked_pair(
     let (rt, client, server) = runtime_and_connection();
     let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
     let receiver = Transport::new("r:1", routes, rt.handle().clone());
+    sender.attach("r:1", crate::conn::Conn::Plain(client));
+    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    (rt, sender, receiver)
+}
+
+/// [`linked_pair`] with both transports' liveness settings, on a two-thread runtime
+/// (a daemon's: the liveness watch runs while a reader is busy).
+fn linked_pair_with(
+    routes: Vec<RouteInfo>,
+    liveness: Liveness,
+) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
+    let (rt, client, server) = runtime_and_connection_on(2);
+    let build = |me: &str| {
+        let h = rt.handle().clone();
+        Transport::build(
+            me,
+            routes.clone(),
+            h,
+            liveness,
+            OnProcessLoss::End,
+            Topology::default(),
+        )
+    };
+    let (sender, receiver) = (build("s:1"), build("r:1"));
     sender.attach("r:1", crate::conn::Conn::Plain(client));
     receiver.attach("s:1", crate::conn::Conn::Plain(server));
     (rt, sender, receiver)
@@ -826,4 +855,72 @@ fn a_peer_frozen_mid_frame_is_lost_after_the_silence() {
         took >= silence / 2 && took < silence * 5,
         "lost after {took:?} (silence {silence:?})"
     );
+}
+
+/// A `nonblocking` stage whose calls are short, then one that computes for 1.5 s
+/// (no blocking call, so a legal use): the reader runs that call itself, reading
+/// nothing meanwhile, and the live peer (its heartbeats wait in the socket) must not be
+/// declared lost for a silence of 0.3 s; the same stage run by the pool, likewise.
+fn long_call(nonblocking: bool) {
+    let (rt, sender, receiver) = linked_pair_with(
+        vec![route("a", "b")],
+        Liveness::with_silence(Duration::from_millis(300)),
+    );
+    let handled = Arc::new(AtomicU64::new(0));
+    let on_reader = Arc::new(AtomicU64::new(0));
+    let (h2, r2) = (handled.clone(), on_reader.clone());
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let k: i64 = ev.get(0)?;
+        let worker = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("leda-worker"));
+        if !worker {
+            r2.fetch_add(1, Relaxed);
+        }
+        if k == -1 {
+            let t = std::time::Instant::now();
+            let mut x = 1u64;
+            while t.elapsed() < Duration::from_millis(1500) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        h2.fetch_add(1, Relaxed);
+        Ok(())
+    });
+    let b = if nonblocking { b.nonblocking() } else { b };
+    let (srun, rrun) = start_runs(&sender, &receiver, &b);
+    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+    // One at a time, until calls were timed (one in 64) and the reader runs them.
+    for k in 0..300i64 {
+        let before = handled.load(Relaxed);
+        sink.send(Event::from(k)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        wait_until(deadline, || handled.load(Relaxed) > before);
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    assert_eq!(
+        on_reader.load(Relaxed) > 0,
+        nonblocking,
+        "where the calls ran"
+    );
+    sink.send(Event::from(-1i64)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    wait_until(deadline, || handled.load(Relaxed) >= 301);
+    assert_eq!(handled.load(Relaxed), 301);
+    // Past the silence bound again after the long call: still heard.
+    std::thread::sleep(Duration::from_millis(500));
+    let links: Vec<_> = receiver.links().into_iter().chain(sender.links()).collect();
+    let lost: Vec<_> = links.iter().map(|l| lock(&l.lost).clone()).collect();
+    shut_down(&rt, &sender, &receiver, srun, rrun);
+    assert_eq!(lost, vec![None, None], "a live peer was declared lost");
+}
+
+#[test]
+fn a_long_call_on_the_reader_does_not_lose_a_live_peer() {
+    long_call(true);
+}
+
+#[test]
+fn a_long_call_on_the_pool_does_not_lose_a_live_peer() {
+    long_call(false);
 }
