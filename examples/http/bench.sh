@@ -5,6 +5,7 @@
 #   examples/http/bench.sh                 # THREADS=$(nproc) ROUNDS=3 DURATION=5s
 #   THREADS=4 ROUNDS=1 DURATION=10s CONNS="50 200" examples/http/bench.sh
 #   CASES=dynamic examples/http/bench.sh   # only the Lua page (CASES="static dynamic")
+#   PIN=1 examples/http/bench.sh           # servers on the first half of the CPUs, wrk on the rest
 #
 # leda-httpd is built twice: with LuaJIT (`--no-default-features --features luajit`,
 # LuaJIT built with -DLUAJIT_ENABLE_CHECKHOOK so that compiled pages can still be
@@ -19,6 +20,10 @@
 #   file kept open by the cache and sent with sendfile: --cache-max-file 0) vs nginx;
 #   the thesis' Listing B.1 page (30,000-iteration Lua loop): ours (LuaJIT), ours_lua54,
 #   nginx+lua (LuaJIT) and Apache+mod_lua (Lua 5.3).
+# By default wrk shares every CPU with the server, as a user's client on the same machine
+# would; PIN=1 pins the servers (`taskset`) to the first half of the CPUs and wrk to the
+# other half (THREADS and WRK_THREADS then default to those halves; leda-httpd's default
+# thread count follows its CPU affinity, so it still runs without --threads).
 # Servers are measured alternately, ROUNDS times after a warm-up, each on an idle machine
 # (`settle` waits for the previous server's leftover work to finish); the median round is
 # printed as
@@ -27,13 +32,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-THREADS=${THREADS:-$(nproc)}
+PIN=${PIN:-0}
+NCPU=$(nproc)
+SRV=() CLI=()
+if [ "$PIN" = 1 ]; then
+  [ "$NCPU" -ge 2 ] || { echo "bench: PIN=1 needs at least 2 CPUs" >&2; exit 1; }
+  SRV_N=$((NCPU / 2))
+  SRV=(taskset -c "0-$((SRV_N - 1))") CLI=(taskset -c "$SRV_N-$((NCPU - 1))")
+  THREADS=${THREADS:-$SRV_N}
+  WRK_THREADS=${WRK_THREADS:-$((NCPU - SRV_N))}
+else
+  SRV_N=$NCPU
+fi
+THREADS=${THREADS:-$NCPU}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}
 CONNS=${CONNS:-"50 200 1000"}
 DYN_CONNS=${DYN_CONNS:-"50 200"}
-WRK_THREADS=${WRK_THREADS:-2}
+WRK_THREADS=${WRK_THREADS:-$NCPU}
 CASES=${CASES:-"static dynamic"}
 P_OURS=18080 P_NGINX=18081 P_APACHE=18082 P_OURS54=18083 P_OURSSF=18084
 
@@ -85,16 +102,16 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 # CPU, a 64 MiB cache of files up to 8 MiB, 10,000 connections, its own file limit
 # raised to the hard limit); --threads only when THREADS is not the CPU count.
 OURS_FLAGS=()
-[ "$THREADS" = "$(nproc)" ] || OURS_FLAGS=(--threads "$THREADS")
+[ "$THREADS" = "$SRV_N" ] || OURS_FLAGS=(--threads "$THREADS")
 for flavour in luajit:$P_OURS lua54:$P_OURS54; do
-  "$WORK/leda-httpd-${flavour%%:*}" --root "$WORK/www" --listen "127.0.0.1:${flavour#*:}" \
+  "${SRV[@]}" "$WORK/leda-httpd-${flavour%%:*}" --root "$WORK/www" --listen "127.0.0.1:${flavour#*:}" \
     "${OURS_FLAGS[@]}" >"$WORK/logs/ours-${flavour%%:*}.out" 2>&1 &
   PIDS+=($!)
 done
 
 # The same LuaJIT build with every file (static cases only) kept open by the cache and
 # sent with sendfile(2) (--cache-max-file 0), nginx's way: `ours_sendfile`.
-"$WORK/leda-httpd-luajit" --root "$WORK/www" --listen "127.0.0.1:$P_OURSSF" \
+"${SRV[@]}" "$WORK/leda-httpd-luajit" --root "$WORK/www" --listen "127.0.0.1:$P_OURSSF" \
   "${OURS_FLAGS[@]}" --cache-max-file 0 >"$WORK/logs/ours-sendfile.out" 2>&1 &
 PIDS+=($!)
 
@@ -131,7 +148,7 @@ http {
   }
 }
 NGX
-nginx -c "$WORK/nginx.conf" -g 'daemon on;'
+"${SRV[@]}" nginx -c "$WORK/nginx.conf" -g 'daemon on;'
 
 # --- Apache (event MPM + mod_lua), dynamic page only --------------------------------
 AMODS=/usr/lib/apache2/modules
@@ -178,7 +195,7 @@ LuaScope thread
 LuaCodeCache stat
 LuaMapHandler "^/loop\.lua$" $WORK/apache_loop.lua handle
 APC
-apache2 -f "$WORK/apache.conf" -k start
+"${SRV[@]}" apache2 -f "$WORK/apache.conf" -k start
 
 wait_port() {
   for _ in $(seq 1 100); do
@@ -203,7 +220,7 @@ fi
 # run_wrk PORT PATH CONNS DURATION -> "req/s p99_ms errors"
 run_wrk() {
   local out
-  out=$(wrk -t "$WRK_THREADS" -c "$3" -d "$4" --timeout 10s --latency "http://127.0.0.1:$1$2" 2>&1)
+  out=$("${CLI[@]}" wrk -t "$WRK_THREADS" -c "$3" -d "$4" --timeout 10s --latency "http://127.0.0.1:$1$2" 2>&1)
   awk '
     /Requests\/sec:/ { rps = $2 }
     /^ *99%/ { v = $2; if (v ~ /us$/) { sub(/us$/, "", v); v /= 1000 } else if (v ~ /ms$/) { sub(/ms$/, "", v) } else if (v ~ /s$/) { sub(/s$/, "", v); v *= 1000 } p99 = v }
@@ -252,7 +269,7 @@ bench() {
   echo "  latency/errors http-$case-c$conns:$extra"
 }
 
-echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads=$THREADS rounds=$ROUNDS duration=$DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); threads=$THREADS wrk_threads=$WRK_THREADS pin=$PIN${SRV:+ (servers: ${SRV[*]}; wrk: ${CLI[*]})} rounds=$ROUNDS duration=$DURATION; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# ours = leda-httpd with LuaJIT, ours_lua54 = leda-httpd with Lua 5.4 (default build),"
 echo "# ours_sendfile = ours with --cache-max-file 0 (every file sent with sendfile from an open descriptor)"
 if [[ " $CASES " == *" static "* ]]; then
