@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::ffi::{CStr, OsStr, OsString};
 use std::fs::Metadata;
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -139,6 +139,33 @@ impl Root {
         resolve(&self.path, decoded)
     }
 
+    /// Opens for reading the file at `canonical`, a path [`Root::resolve`] answered,
+    /// as it is now: the open itself stays beneath the root and follows no symlink (a
+    /// canonical path has none), so a directory swapped for a symlink since the
+    /// resolution is refused (`ELOOP`), never followed out of the root. Where the
+    /// kernel lacks `openat2`, the file is opened by path (`O_NOFOLLOW`) and refused
+    /// unless `/proc/self/fd` shows the descriptor at `canonical`.
+    pub fn open(&self, canonical: &Path) -> std::io::Result<std::fs::File> {
+        let outside = || std::io::Error::new(ErrorKind::PermissionDenied, "not under the root");
+        let rel = canonical.strip_prefix(&self.path).map_err(|_| outside())?;
+        if let Some(dir) = &self.dir {
+            let rel = std::ffi::CString::new(rel.as_os_str().as_bytes())?;
+            match sys::open_beneath(dir.as_fd(), &rel, libc::O_RDONLY) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+                opened => return opened.map(std::fs::File::from),
+            }
+        }
+        let file = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(canonical)?;
+        let at = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        if at != canonical {
+            return Err(outside());
+        }
+        Ok(file)
+    }
+
     fn plain_file(&self, dir: BorrowedFd<'_>, decoded: &[u8]) -> Option<Resolved> {
         if decoded.first() != Some(&b'/') {
             return None;
@@ -169,7 +196,7 @@ impl Root {
         }
         full.push(0);
         let rel = CStr::from_bytes_with_nul(&full[start..]).ok()?;
-        let fd = sys::open_beneath(dir, rel).ok()?;
+        let fd = sys::open_beneath(dir, rel, libc::O_PATH).ok()?;
         let meta = std::fs::File::from(fd).metadata().ok()?;
         if !meta.is_file() {
             return None;

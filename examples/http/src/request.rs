@@ -197,9 +197,12 @@ pub fn parse(buf: &[u8], cfg: &Config) -> Result<Parsed, HttpError> {
                 }
             }
         } else if name.eq_ignore_ascii_case("content-length") {
-            let n: usize = value
-                .parse()
-                .map_err(|_| HttpError::BadRequest("bad Content-Length"))?;
+            // Digits only (RFC 9110 §8.6): `parse` would also take a leading `+`, which
+            // a proxy in front may read differently (request smuggling).
+            let n: usize = Some(value)
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse().ok())
+                .ok_or(HttpError::BadRequest("bad Content-Length"))?;
             if content_length.is_some_and(|m| m != n) {
                 return Err(HttpError::BadRequest("conflicting Content-Length"));
             }

@@ -57,15 +57,15 @@ pub fn sendfile(
     Ok(n as usize)
 }
 
-/// Opens `path` (relative) under the directory `dir` as an `O_PATH` descriptor
-/// (enough to `fstat` it), in one `openat2(2)` walk that the kernel keeps beneath `dir`
-/// (`RESOLVE_BENEATH`: no `..` above it, no absolute path) and that fails on any
-/// symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`). Kernels without `openat2`
-/// (before 5.6) answer `ENOSYS`.
-pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr) -> io::Result<OwnedFd> {
+/// Opens `path` (relative) under the directory `dir` with `flags` (`O_PATH`: enough to
+/// `fstat` it; `O_RDONLY`: to read it), in one `openat2(2)` walk that the kernel keeps
+/// beneath `dir` (`RESOLVE_BENEATH`: no `..` above it, no absolute path) and that fails
+/// on any symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`). Kernels without
+/// `openat2` (before 5.6) answer `ENOSYS`.
+pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain old data (three integers); all-zero is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
     // SAFETY: `dir` is kept open by its borrow, `path` is a NUL-terminated string and
     // `how` a valid open_how of the size passed; the kernel only reads them.

@@ -28,7 +28,9 @@
 //! in LuaJIT); the collector runs with a larger pause (`GC_PAUSE`).
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -38,6 +40,7 @@ use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table};
 use super::{reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
+use crate::path::Root;
 use crate::response::{self, Status};
 
 mod pattern;
@@ -86,7 +89,8 @@ pub struct Cgi {
     patterns: pattern::Deadline,
     lua: Lua,
     cfg: Config,
-    root: PathBuf,
+    /// The root, which pages are opened beneath ([`Root::open`]).
+    root: Arc<Root>,
     pages: HashMap<PathBuf, Compiled>,
     /// `{ __index = _G }`, the metatable of every page environment.
     env_meta: Table,
@@ -287,7 +291,7 @@ impl Cgi {
             patterns,
             lua,
             cfg,
-            root,
+            root: Root::shared(root),
             pages: HashMap::new(),
             env_meta,
             readonly,
@@ -298,7 +302,7 @@ impl Cgi {
     /// Runs the page at `script` (a canonical path under the root).
     pub fn run(&mut self, script: &Path, req: &PageRequest) -> Result<Page, String> {
         let shown = script
-            .strip_prefix(&self.root)
+            .strip_prefix(self.root.path())
             .unwrap_or(script)
             .display()
             .to_string();
@@ -329,8 +333,10 @@ impl Cgi {
     }
 
     /// The compiled page at `script`, compiled again when the file changed.
+    /// The file is opened beneath the root through no symlink (see [`Root::open`]).
     fn compiled(&mut self, script: &Path, shown: &str) -> Result<Function, String> {
-        let meta = std::fs::metadata(script).map_err(|e| e.to_string())?;
+        let mut file = self.root.open(script).map_err(|e| e.to_string())?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
         let mtime = meta.modified().map_err(|e| e.to_string())?;
         if let Some(c) = self.pages.get(script)
             && c.mtime == mtime
@@ -338,7 +344,8 @@ impl Cgi {
         {
             return Ok(c.func.clone());
         }
-        let src = std::fs::read(script).map_err(|e| e.to_string())?;
+        let mut src = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut src).map_err(|e| e.to_string())?;
         let func = self
             .lua
             .load(&src[..])

@@ -4,9 +4,9 @@
 //!   the head goes out with `MSG_MORE`, then the body with `sendfile(2)` from the page
 //!   cache at an explicit offset (the descriptor is shared with every other connection
 //!   sending the same file).
-//! * A **miss**: the file is opened here (`O_NOFOLLOW`: the canonical path has no
-//!   symlink, so one that appeared since `handle_request` checked it is refused) and
-//!   `fstat`ed. A file the cache keeps in memory is read from that descriptor, written
+//! * A **miss**: the file is opened here, beneath the root and through no symlink
+//!   ([`Root::open`]: the canonical path has none, so a directory or file swapped for
+//!   one since `handle_request` resolved it is refused, never followed) and `fstat`ed. A file the cache keeps in memory is read from that descriptor, written
 //!   with one `writev`, and sent back to the cache (port `insert`, `put`) — by one miss
 //!   per file at a time, the others are sent with `sendfile` meanwhile; a larger file
 //!   is sent with `sendfile` and its descriptor given to the cache (`insert`, `open`).
@@ -17,7 +17,6 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,6 +29,7 @@ use crate::config::Config;
 use crate::conn::Conn;
 use crate::error::HttpError;
 use crate::mime;
+use crate::path::Root;
 use crate::response::{self, Status};
 
 /// A connection and the cached descriptor of the file to send it (a cache hit).
@@ -49,13 +49,18 @@ pub struct FileHit {
 pub fn stage() -> Stage {
     Stage::stateful(
         "send_file",
-        |attrs: &Attrs| Ok(Arc::new(Config::from_attrs(attrs)?)),
-        |cfg: &mut Arc<Config>, mut ev: Event, ctx: &mut Ctx| {
+        |attrs: &Attrs| -> Result<(Arc<Config>, Arc<Root>), BoxError> {
+            let cfg = Config::from_attrs(attrs)?;
+            let root = std::fs::canonicalize(&cfg.root)
+                .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
+            Ok((Arc::new(cfg), Root::shared(root)))
+        },
+        |(cfg, root): &mut (Arc<Config>, Arc<Root>), mut ev: Event, ctx: &mut Ctx| {
             let hit = ev.take_attachment::<FileHit>();
             let path: String = ev.get(0)?;
             let keep_alive: bool = ev.get(1)?;
             let head_only: bool = ev.get(2)?;
-            let (cfg, mut out) = (cfg.clone(), ctx.clone());
+            let (cfg, root, mut out) = (cfg.clone(), root.clone(), ctx.clone());
             match hit {
                 Some(FileHit { conn, file, head }) => {
                     let len: u64 = ev.get(3)?;
@@ -74,7 +79,7 @@ pub fn stage() -> Stage {
                             head_only,
                             load,
                         };
-                        miss(&cfg, conn, m, &mut out).await
+                        miss(&cfg, &root, conn, m, &mut out).await
                     });
                 }
             }
@@ -117,12 +122,10 @@ async fn next(out: &mut Ctx, conn: Conn, keep_alive: bool) -> HandlerResult {
     forward(out, port, Event::new().attach(conn)).await
 }
 
-/// Opens `path` (refusing a symlink) and reads its version from the descriptor.
-fn open(path: &str) -> std::io::Result<(File, Version)> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+/// Opens `path` under `root` ([`Root::open`]) and reads its version from the
+/// descriptor.
+fn open(root: &Root, path: &str) -> std::io::Result<(File, Version)> {
+    let file = root.open(Path::new(path))?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
@@ -147,14 +150,14 @@ struct Miss {
     load: bool,
 }
 
-async fn miss(cfg: &Config, mut conn: Conn, m: Miss, out: &mut Ctx) -> HandlerResult {
+async fn miss(cfg: &Config, root: &Root, mut conn: Conn, m: Miss, out: &mut Ctx) -> HandlerResult {
     let Miss {
         path,
         keep_alive,
         head_only,
         load,
     } = m;
-    let (file, version) = match open(&path) {
+    let (file, version) = match open(root, &path) {
         Ok(x) => x,
         Err(e) => {
             // Removed, replaced by a symlink or made unreadable since handle_request
