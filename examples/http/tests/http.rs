@@ -467,6 +467,60 @@ fn cgi_pages_are_isolated_text_only_and_timed_out_under_pcall_and_in_patterns() 
 /// Hostile pages found by review: none may leave anything for the next page, outlive
 /// `cgi_timeout` (in a finalizer, an `xpcall` handler, a coroutine of its own) or leave
 /// the state unusable (running into `cgi_memory`).
+/// Runaway loops under `pcall` (or `load`, `coroutine.resume`) inside a function that
+/// C calls, where the page cannot be yielded: a `table.sort` comparator, a `__tostring`
+/// metamethod, a `gsub` replacement, a `load` reader. Each must end at about twice
+/// `cgi_timeout` with the timeout error (review finding: on Lua 5.4 the error came every
+/// 10,000 instructions and the inner `pcall` caught each one, for ever). Each page runs
+/// on a thread of its own, so that a runaway fails the test instead of hanging it.
+#[test]
+fn cgi_timeout_holds_where_a_page_cannot_yield() {
+    // `load` with a reader function still compiles what it gives, and still answers a
+    // reader's error with nil and the message.
+    let mut pages = Pages::new(|_| {});
+    let reader = "local parts, i = {'return ', '4', '2'}, 0
+        local f = load(function() i = i + 1 return parts[i] end)
+        local g, e = load(function() error('bad', 0) end)
+        local h, e2 = load(function() return {} end)
+        return f() .. tostring(g) .. e .. tostring(h) .. tostring(e2 ~= nil)";
+    assert_eq!(pages.run("reader.lua", reader).unwrap(), "42nilbadniltrue");
+    let spin = "pcall(function() while true do end end)";
+    let cases = [
+        format!("table.sort({{3, 2, 1}}, function(a, b) while true do {spin} end end)"),
+        format!(
+            "tostring(setmetatable({{}}, {{__tostring = function() while true do {spin} end end}}))"
+        ),
+        format!("string.gsub('abc', '%w', function() while true do {spin} end end)"),
+        format!("load(function() while true do {spin} end end)"),
+        "table.sort({3, 2, 1}, function(a, b) while true do \
+           coroutine.resume(coroutine.create(function() while true do end end)) end end)"
+            .to_string(),
+        "table.sort({3, 2, 1}, function(a, b) while true do \
+           load(function() while true do end end) end end)"
+            .to_string(),
+    ];
+    for src in cases {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let page = format!("{src} return 'no'");
+        std::thread::spawn(move || {
+            let mut pages = Pages::new(|_| {});
+            let first = pages.run("run.lua", &page);
+            // The state still serves pages, and still stops runaways.
+            let next = pages.run("ok.lua", "return 'ok'");
+            let again = pages.run("loop.lua", "while true do end");
+            let _ = tx.send((first, next, again));
+        });
+        let (first, next, again) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{src}: still running 10 s after a 0.3 s cgi_timeout"));
+        let err = first.expect_err(&src);
+        assert!(err.contains("cgi_timeout"), "{src}: {err}");
+        assert_eq!(next.as_deref(), Ok("ok"), "after {src}");
+        let err = again.expect_err(&src);
+        assert!(err.contains("cgi_timeout"), "a runaway after {src}: {err}");
+    }
+}
+
 #[test]
 fn cgi_hostile_pages_leave_nothing_behind() {
     let mut pages = Pages::new(|c| c.cgi_memory = 32 << 20);

@@ -166,35 +166,77 @@ impl Cgi {
                 Ok(())
             })?,
         )?;
+        // `load` given a reader function: the reader is called here, as page code under
+        // `pcall`, and the text it gave is compiled. Called by `load` in C, a reader
+        // that ran past `cgi_timeout` had its error caught there, where LuaJIT leaves
+        // its hooks off for good: every later page of the state ran past any deadline.
+        let text_of: Function = lua
+            .load(
+                r#"
+                local pcall, type, error, concat = pcall, type, error, table.concat
+                local function read_all(reader)
+                  local parts = {}
+                  while true do
+                    local piece = reader()
+                    if piece == nil or piece == "" then return concat(parts) end
+                    if type(piece) ~= "string" then
+                      error("reader function must return a string", 0)
+                    end
+                    parts[#parts + 1] = piece
+                  end
+                end
+                return function(reader, name)
+                  local ok, text = pcall(read_all, reader)
+                  if not ok then return nil, text end
+                  return text, name == nil and "=(load)" or name
+                end
+                "#,
+            )
+            .set_name("=leda-http sandbox")
+            .eval()?;
         // A page's `load` gives a chunk the page's environment, not the globals (see
         // `Cgi::call`); made from the original `load` and `setfenv`, before the sandbox
         // below wraps them.
         let make_load = lua
             .load(
                 r#"
-                local load, setfenv = load, setfenv
+                local text_of = ...
+                local load, setfenv, type = load, setfenv, type
                 return function(env)
                   if setfenv then
                     return function(chunk, name, _, e)
+                      if type(chunk) == "function" then
+                        chunk, name = text_of(chunk, name)
+                        if chunk == nil then return nil, name end
+                      end
                       local f, why = load(chunk, name, "t")
                       if f then setfenv(f, e == nil and env or e) end
                       return f, why
                     end
                   end
                   return function(chunk, name, _, e)
+                    if type(chunk) == "function" then
+                      chunk, name = text_of(chunk, name)
+                      if chunk == nil then return nil, name end
+                    end
                     return load(chunk, name, "t", e == nil and env or e)
                   end
                 end
                 "#,
             )
             .set_name("=leda-http sandbox")
-            .eval::<Function>()?;
+            .call::<Function>(&text_of)?;
         // Text only: no bytecode in (`load`) or out (`string.dump`); no way to the
         // shared string metatable.
         lua.load(
             r#"
-            local load = load
+            local text_of = ...
+            local load, type = load, type
             _G.load = function(chunk, name, _, env)
+              if type(chunk) == "function" then
+                chunk, name = text_of(chunk, name)
+                if chunk == nil then return nil, name end
+              end
               if env == nil then return load(chunk, name, "t") end
               return load(chunk, name, "t", env)
             end
@@ -258,7 +300,7 @@ impl Cgi {
             "#,
         )
         .set_name("=leda-http sandbox")
-        .exec()?;
+        .call::<()>(&text_of)?;
         let patterns = pattern::Deadline::default();
         pattern::install(&lua, &g.get::<Table>("string")?, &patterns)?;
         lua.set_memory_limit(cfg.cgi_memory)?;

@@ -3,7 +3,9 @@
 //! * **Lua 5.4**: a count hook (every 10,000 VM instructions) compares the clock with
 //!   the armed deadline and, past it, yields the page's coroutine (no `pcall` in the
 //!   page can catch a yield; where the page cannot be yielded, an error after a
-//!   second deadline's worth). A page's own coroutines get the hook when created.
+//!   second deadline's worth, and from then on at every instruction of that thread, so
+//!   that a `pcall` that catches it returns into code that raises it again). A page's
+//!   own coroutines get the hook when created.
 //! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
 //!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
 //!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
@@ -39,20 +41,27 @@ mod count_hook {
 
     const TRIGGERS: HookTriggers = HookTriggers::new().every_nth_instruction(10_000);
 
+    /// A hook (boxed: it installs itself again from within).
+    type Hook = Box<dyn Fn(&Lua, &mlua::Debug) -> mlua::Result<VmState> + Send>;
+
     /// The hook: past the deadline, yield the page (no `pcall` in it can catch a
     /// yield); where it cannot yield (a metamethod, a callback of a C function) the
     /// yield is skipped until it can; past a second deadline's worth, an error,
-    /// "file:line: message", as Lua's own.
-    fn hook(
-        d: Arc<Mutex<Deadlines>>,
-    ) -> impl Fn(&Lua, &mlua::Debug) -> mlua::Result<VmState> + Send + 'static {
-        move |_, debug| {
+    /// "file:line: message", as Lua's own, and the thread's hook then runs at every
+    /// instruction: a `pcall`, `load` or `coroutine.resume` that catches the error
+    /// returns into code that raises it again, so the page unwinds to its end (with
+    /// the error every 10,000 instructions, a `pcall` in a loop inside a `table.sort`
+    /// comparator caught each one and the page ran on for ever).
+    fn hook(d: Arc<Mutex<Deadlines>>) -> Hook {
+        Box::new(move |lua, debug| {
             let now = Instant::now();
             let (past, late) = d
                 .lock()
                 .map(|g| g.map_or((false, false), |(at, last)| (now > at, now > last)))
                 .unwrap_or((false, false));
             if late {
+                let every = HookTriggers::new().every_nth_instruction(1);
+                let _ = lua.current_thread().set_hook(every, hook(d.clone()));
                 let file = debug.source().short_src.unwrap_or_default().into_owned();
                 let line = debug.current_line().unwrap_or_default();
                 return Err(mlua::Error::runtime(format!(
@@ -65,7 +74,7 @@ mod count_hook {
             } else {
                 VmState::Continue
             })
-        }
+        })
     }
 
     /// The deadline of the running page, checked by a count hook.
