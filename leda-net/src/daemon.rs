@@ -260,15 +260,13 @@ impl Daemon {
 }
 
 /// Handshakes in progress at once, at most (each bounded by the handshake timeout):
-/// a flood of connections costs a bounded number of tasks.
+/// a flood of connections costs a bounded number of tasks, and cannot keep a peer that
+/// knows the secret out ([`handshake::Slots`]).
 const MAX_HANDSHAKES: usize = 64;
 
 async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sender<Incoming>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let slots = handshake::Slots::new(MAX_HANDSHAKES);
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (tcp, addr) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -279,8 +277,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
         };
         let config = config.clone();
         let tx = tx.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+        slots.spawn(&addr.to_string(), move |slot| async move {
             let peer = addr.to_string();
             let _ = tcp.set_nodelay(true);
             let tls = async {
@@ -300,8 +297,11 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
                     return;
                 }
             };
-            match handshake::server(&mut stream, &peer, &config.key, config.handshake_timeout).await
-            {
+            let accepted =
+                handshake::server(&mut stream, &peer, &config.key, config.handshake_timeout).await;
+            // Authenticated (or refused): no longer a handshake that may be dropped.
+            drop(slot);
+            match accepted {
                 Ok(acc) => {
                     let _ = tx
                         .send(Incoming {

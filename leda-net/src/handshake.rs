@@ -85,6 +85,79 @@ pub struct Accepted {
     pub hello: Hello,
 }
 
+/// Bounds the handshakes in progress on a listener to `max` without ever refusing a
+/// connection: when all are taken, the oldest still in progress is dropped to make
+/// room. Connections that say nothing then hold a slot only until `max` newer ones
+/// arrived, not for a handshake timeout each, so they cannot keep out a peer that knows
+/// the secret (whose handshake takes a round trip or two).
+#[derive(Clone)]
+pub struct Slots {
+    all: std::sync::Arc<std::sync::Mutex<Pending>>,
+    max: usize,
+}
+
+/// The handshakes in progress, oldest first.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    live: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
+}
+
+/// A handshake's place in [`Slots`]: dropping it (once authenticated or refused) ends
+/// the handshake's exposure to being dropped for a newer connection.
+pub struct Slot {
+    all: std::sync::Arc<std::sync::Mutex<Pending>>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.live.retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Slots {
+    /// At most `max` (at least 1) handshakes in progress.
+    pub fn new(max: usize) -> Slots {
+        Slots {
+            all: std::sync::Arc::default(),
+            max: max.max(1),
+        }
+    }
+
+    /// Spawns the task `f(slot)` on the current tokio runtime for the connection from
+    /// `peer`, first dropping the oldest handshake in progress if `max` are.
+    pub fn spawn<F, Fut>(&self, peer: &str, f: F)
+    where
+        F: FnOnce(Slot) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = if all.live.len() >= self.max {
+            all.live.pop_front()
+        } else {
+            None
+        };
+        all.next += 1;
+        let id = all.next;
+        let slot = Slot {
+            all: self.all.clone(),
+            id,
+        };
+        // The task's slot, dropped as it ends, waits for this lock: it is listed first.
+        let task = tokio::spawn(f(slot));
+        all.live.push_back((id, task.abort_handle()));
+        drop(all);
+        // (Outside the lock: the dropped task's slot takes it.)
+        if let Some((_, oldest)) = oldest {
+            oldest.abort();
+            let max = self.max;
+            tracing::warn!(peer, "{max} handshakes in progress: the oldest dropped");
+        }
+    }
+}
+
 /// Runs the server side of the handshake on an accepted connection.
 pub async fn server(
     s: &mut Conn,

@@ -183,3 +183,43 @@ fn non_loopback_listening_requires_a_secret() {
     let err = leda_net::Daemon::bind(config, leda_net::Registry::new()).unwrap_err();
     assert!(matches!(err, NetError::SecretRequired { .. }), "{err}");
 }
+
+/// Connections that never say anything (more than the daemon's handshake slots) cannot
+/// keep out a peer that knows the secret: it is accepted and authenticated at once, the
+/// oldest silent handshake dropped for it (review finding: 64 silent connections held
+/// every slot, and a real peer's handshake timed out).
+#[test]
+fn silent_connections_do_not_lock_out_a_peer_with_the_secret() {
+    let secret = Secret::new("a secret of enough length").unwrap();
+    let config = leda_net::DaemonConfig {
+        listen: "127.0.0.1:0".into(),
+        secret: Some(secret.clone()),
+        handshake_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let daemon = leda_net::Daemon::bind(config, leda_net::Registry::new()).unwrap();
+    let addr = daemon.local_addr().to_string();
+    let silent: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        let r = rt.block_on(leda_net::handshake::connect(
+            &addr,
+            Role::Probe,
+            "me:1",
+            0,
+            &secret,
+            None,
+            Duration::from_secs(2),
+        ));
+        assert!(r.is_ok(), "round {round}: locked out: {:?}", r.err());
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    drop(silent);
+}

@@ -163,7 +163,7 @@ pub fn api_stage(node: usize, shared: ApiShared) -> Stage {
             "would-block" | "would-block-all" => Reply::WouldBlock,
             "cancelled" | "cancelled-all" => Reply::Cancelled,
             "released" | "released-all" => Reply::Released,
-            "error" => Reply::Error(ev.get(3)?),
+            "error" | "not-held" => Reply::Error(ev.get(3)?),
             "error-all" => Reply::Error(ev.get(2)?),
             "granted-all" => {
                 let holds = ev.arg(2).ok_or("api: granted-all without holds")?;

@@ -11,7 +11,8 @@
 //! | `("would-block", id, resource)`      | a try could not be granted at once           |
 //! | `("cancelled", id, resource)`        | the request was withdrawn                    |
 //! | `("released", id, resource)`         | the release (or a cancel after the grant) is done |
-//! | `("error", id, resource, why)`       | bad input (unknown resource, release without holding) |
+//! | `("error", id, resource, why)`       | bad input (unknown resource): the request ends |
+//! | `("not-held", id, resource, why)`    | a release of a request that holds nothing (still waiting, or releasing already): refused, and the request goes on |
 //!
 //! The node stage's events carry its seal ([`leda_mutex::stage::from_node`]); an event with a
 //! node reply's tag but no seal (a client stage imitating the node) is answered with
@@ -236,7 +237,7 @@ impl Front {
                 }
                 _ => Self::reply(
                     ctx,
-                    ("error", id, name.as_str(), "release without holding").into(),
+                    ("not-held", id, name.as_str(), "release without holding").into(),
                 ),
             },
             "cancel" => {

@@ -14,7 +14,14 @@
 //! session (the front turns the cancel of a granted lock into its release), tells a client
 //! still connected [`Response::Expired`] for each lock it held, writes one audit line per
 //! such lock (`{"kind":"expired","node":i,"client":NAME,"lock":L,"fence":F,"at_ns":T,
-//! "why":"ttl"|"closed"}`) when an audit file is set, and closes the connection.
+//! "why":"ttl"|"closed"|"not reading its answers"}`) when an audit file is set, and closes
+//! the connection. A client that does not read: once `DIRECT_MAX` of the gate's own
+//! answers wait to be written, the session stops reading it, and ends when an answer
+//! waits a TTL (bounded memory per session).
+//!
+//! A refused release (of a request still waiting, or released already) answers the
+//! client with an error and leaves the request as it was: its grant, or the answer to
+//! the first release, still comes.
 //!
 //! Fences leave the gate as `epoch << 40 | fence`. With an epoch stage wired
 //! ([`crate::epoch`]), requests wait until the group's epoch is agreed and each grant's fence
@@ -45,9 +52,22 @@ use crate::proto::{
     self, MAX_LOCK_NAME, MAX_REQUESTS, MAX_TTL_MS, MIN_TTL_MS, Request, Response, monotonic_ns,
 };
 
-/// Most client connections (handshakes included) a gate keeps open at once; further
-/// connections are closed at once.
+/// Most authenticated client connections a gate keeps open at once; further ones are
+/// closed once authenticated. Handshakes in progress are bounded apart
+/// (`MAX_HANDSHAKES`), so connections that never authenticate cannot use these up.
 pub const MAX_SESSIONS: usize = 1024;
+
+/// Handshakes in progress on the client port, at most (see `leda_net::handshake::Slots`).
+const MAX_HANDSHAKES: usize = 64;
+
+/// Answers the gate gives itself (`Alive`, refusals) that may wait for a session's
+/// writer: past them the session stops reading its client, so one that sends without
+/// reading costs bounded memory (the front's answers are bounded by `MAX_REQUESTS`).
+const DIRECT_MAX: usize = 64;
+
+/// What a session's writer sends: an answer, and for one the gate gave itself, its
+/// place among the [`DIRECT_MAX`].
+type Out = (Response, Option<tokio::sync::OwnedSemaphorePermit>);
 
 /// Fences carry the epoch in their bits from this one up.
 pub const EPOCH_SHIFT: u32 = 40;
@@ -74,7 +94,7 @@ struct Held {
 #[derive(Debug)]
 struct Session {
     name: String,
-    tx: mpsc::UnboundedSender<Response>,
+    tx: mpsc::UnboundedSender<Out>,
     reqs: HashMap<u64, Held>,
 }
 
@@ -211,7 +231,7 @@ impl Gate {
         if !st.sessions.contains_key(&sid) {
             // The session is gone (expired or closed) and the front has its cancel: forget
             // the route once the front is done with the request.
-            if tag != "granted" && tag != "fenced" {
+            if !matches!(tag, "granted" | "fenced" | "not-held") {
                 st.routes.remove(&id);
             }
             return Ok(());
@@ -225,10 +245,14 @@ impl Gate {
                 // No fence, no grant: give the lock back and tell the client.
                 ctx.send("front", ("cancel", id, name.as_str()))?;
                 if let Some(s) = lock(&self.state).sessions.get(&sid) {
-                    let _ = s.tx.send(Response::Error {
-                        req: Some(req),
-                        message: format!("no fence for the grant: {e}"),
-                    });
+                    let message = format!("no fence for the grant: {e}");
+                    let _ = s.tx.send((
+                        Response::Error {
+                            req: Some(req),
+                            message,
+                        },
+                        None,
+                    ));
                 }
             }
             return Ok(());
@@ -245,22 +269,34 @@ impl Gate {
             "would-block" => Response::WouldBlock { req },
             "cancelled" => Response::Cancelled { req },
             "released" => Response::Released { req },
-            "error" => Response::Error {
+            "error" | "not-held" => Response::Error {
                 req: Some(req),
                 message: ev.get(3)?,
             },
             other => return Err(format!("gate: unknown reply {other:?}").into()),
         };
-        if !matches!(resp, Response::Granted { .. }) {
+        // The request ends with its answer, except a grant (the hold goes on) and a
+        // refused release (the request still waits, or its first release is under
+        // way: its grant or `released` comes later and must find the route).
+        if !matches!(tag, "granted" | "fenced" | "not-held") {
             st.routes.remove(&id);
             if let Some(s) = st.sessions.get_mut(&sid) {
                 s.reqs.remove(&req);
             }
         }
         if let Some(s) = st.sessions.get(&sid) {
-            let _ = s.tx.send(resp);
+            let _ = s.tx.send((resp, None));
         }
         Ok(())
+    }
+}
+
+/// One of the gate's open sessions, counted until dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -295,10 +331,14 @@ fn forward(state: &Mutex<State>, ev: Event, ctx: &mut Ctx) {
         // A refused release or cancel leaves the hold as it was: the client may ask again,
         // and the session's end withdraws it.
         if let Some(s) = st.sessions.get(&sid) {
-            let _ = s.tx.send(Response::Error {
-                req: Some(req),
-                message: format!("the node is overloaded: {e}"),
-            });
+            let message = format!("the node is overloaded: {e}");
+            let _ = s.tx.send((
+                Response::Error {
+                    req: Some(req),
+                    message,
+                },
+                None,
+            ));
         }
     }
 }
@@ -323,6 +363,7 @@ impl Net {
                 return;
             }
         };
+        let handshakes = handshake::Slots::new(MAX_HANDSHAKES);
         loop {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,
@@ -332,30 +373,37 @@ impl Net {
                     continue;
                 }
             };
-            // Connections, handshakes in progress included, are bounded.
-            if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
-                self.open.fetch_sub(1, Ordering::SeqCst);
-                tracing::warn!(%peer, "gate: connection limit reached, connection closed");
-                continue;
-            }
+            // Handshakes in progress are bounded apart from sessions, the oldest dropped
+            // for a new one: silent connections cannot keep clients out.
             let _ = tcp.set_nodelay(true);
             let net = self.clone();
             let ctx = ctx.clone();
-            tokio::spawn(async move {
-                let open = net.open.clone();
-                if let Err(e) = net.session(tcp, peer.to_string(), ctx).await {
+            handshakes.spawn(&peer.to_string(), move |slot| async move {
+                if let Err(e) = net.session(tcp, peer.to_string(), slot, ctx).await {
                     tracing::info!(%peer, error = %e, "gate: client session ended");
                 }
-                open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     }
 
-    async fn session(self, tcp: TcpStream, peer: String, mut ctx: Ctx) -> Result<(), BoxError> {
+    async fn session(
+        self,
+        tcp: TcpStream,
+        peer: String,
+        slot: handshake::Slot,
+        mut ctx: Ctx,
+    ) -> Result<(), BoxError> {
         let mut conn = Conn::Plain(tcp);
         let hello = handshake::server(&mut conn, &peer, &self.local.secret, HANDSHAKE_TIMEOUT)
             .await?
             .hello;
+        drop(slot);
+        // Authenticated connections are bounded.
+        if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return Err("connection limit reached".into());
+        }
+        let _counted = Counted(self.open.clone());
         if hello.role != Role::Client {
             return Err(format!("role {:?} on the client port", hello.role).into());
         }
@@ -391,34 +439,50 @@ impl Net {
             );
             sid
         };
-        let _ = tx.send(Response::Opened {
+        let opened = Response::Opened {
             ttl_ms,
             node: self.node as u64,
-        });
+        };
+        let _ = tx.send((opened, None));
         let (mut rd, mut wr) = tokio::io::split(conn);
+        // A write the client does not take within a TTL ends the writer (and so the
+        // session: its next answer finds the channel closed).
         let writer = tokio::spawn(async move {
-            while let Some(resp) = rx.recv().await {
+            while let Some((resp, _place)) = rx.recv().await {
                 let last = matches!(resp, Response::Error { req: None, .. });
-                if proto::write(&mut wr, &resp).await.is_err() || last {
+                let written = tokio::time::timeout(ttl, proto::write(&mut wr, &resp)).await;
+                if !matches!(written, Ok(Ok(()))) || last {
                     break;
                 }
             }
             let _ = wr.shutdown().await;
         });
+        let direct = Arc::new(tokio::sync::Semaphore::new(DIRECT_MAX));
         let why = loop {
             match tokio::time::timeout(ttl, proto::read::<_, Request>(&mut rd)).await {
                 Err(_) => break "ttl",
                 Ok(Ok(None)) => break "closed",
                 Ok(Err(e)) => {
-                    let _ = tx.send(Response::Error {
-                        req: None,
-                        message: e.to_string(),
-                    });
+                    let _ = tx.send((
+                        Response::Error {
+                            req: None,
+                            message: e.to_string(),
+                        },
+                        None,
+                    ));
                     break "closed";
                 }
                 Ok(Ok(Some(r))) => {
                     if let Some(resp) = self.request(sid, r, &mut ctx) {
-                        let _ = tx.send(resp);
+                        // Past `DIRECT_MAX` unwritten answers, reading waits for the
+                        // writer; a client that reads none of them for a TTL is let go.
+                        let place = tokio::time::timeout(ttl, direct.clone().acquire_owned());
+                        let Ok(Ok(place)) = place.await else {
+                            break "not reading its answers";
+                        };
+                        if tx.send((resp, Some(place))).is_err() {
+                            break "not reading its answers";
+                        }
                     }
                 }
             }
@@ -497,7 +561,7 @@ impl Net {
         let at_ns = monotonic_ns();
         for (req, h) in s.reqs {
             if let Some(fence) = h.fence {
-                let _ = s.tx.send(Response::Expired { req, at_ns });
+                let _ = s.tx.send((Response::Expired { req, at_ns }, None));
                 self.audit(&s.name, &h.lock, fence, at_ns, why);
                 tracing::info!(
                     node = self.node,
@@ -525,10 +589,8 @@ impl Net {
                     "gate: cannot withdraw an expired session's request");
             }
         }
-        let _ = s.tx.send(Response::Error {
-            req: None,
-            message: format!("session ended ({why})"),
-        });
+        let message = format!("session ended ({why})");
+        let _ = s.tx.send((Response::Error { req: None, message }, None));
     }
 
     fn audit(&self, client: &str, name: &str, fence: u64, at_ns: u64, why: &str) {

@@ -423,3 +423,184 @@ return leda.graph{{ user:connect('locks', c), c:connect('reply', user) }}:run()
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert_eq!(fences[0] >> EPOCH_SHIFT, 1, "{fences:?}");
 }
+
+/// A client speaking the wire protocol itself, to send what `LockClient` never does.
+struct Raw {
+    rt: tokio::runtime::Runtime,
+    conn: leda_net::conn::Conn,
+}
+
+impl Raw {
+    fn open(s: &Scratch, addr: &str, name: &str, ttl_ms: u64) -> Raw {
+        use leda_lock_service::proto::{Request, Response};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let secret = Secret::from_file(&s.secret).unwrap();
+        let conn = rt
+            .block_on(leda_net::handshake::connect(
+                addr,
+                leda_net::frame::Role::Client,
+                name,
+                0,
+                &secret,
+                None,
+                Duration::from_secs(5),
+            ))
+            .unwrap();
+        let mut raw = Raw { rt, conn };
+        raw.send(Request::Open { ttl_ms });
+        let opened = raw.recv(Duration::from_secs(5));
+        assert!(
+            matches!(opened, Some(Response::Opened { .. })),
+            "{opened:?}"
+        );
+        raw
+    }
+
+    fn send(&mut self, q: leda_lock_service::proto::Request) {
+        let conn = &mut self.conn;
+        self.rt
+            .block_on(leda_lock_service::proto::write(conn, &q))
+            .unwrap();
+    }
+
+    fn recv(&mut self, wait: Duration) -> Option<leda_lock_service::proto::Response> {
+        let conn = &mut self.conn;
+        self.rt
+            .block_on(async move {
+                tokio::time::timeout(wait, leda_lock_service::proto::read(conn)).await
+            })
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+    }
+}
+
+/// A release of a request that still waits is refused, and the request goes on: it is
+/// granted once the holder releases, and the lock is free again after its own release
+/// (review finding: the refusal ended the request in the gate, its later grant found no
+/// route, and the lock stayed taken for good). Then a double release: the first is
+/// answered `Released`, the second refused (the first answer was lost).
+#[test]
+fn a_refused_release_leaves_the_request_and_the_lock_working() {
+    use leda_lock_service::proto::{Request, Response};
+    let s = Scratch::new("relwait");
+    let (_nodes, addrs) = group(&s, 3, "ricart-agrawala");
+    let a = LockClient::connect(&addrs[0], s.opts("a", Duration::from_secs(10))).unwrap();
+    let held = a.acquire("lock", Duration::from_secs(10)).unwrap();
+    let mut r = Raw::open(&s, &addrs[0], "raw", 10_000);
+    r.send(Request::Acquire {
+        req: 1,
+        lock: "lock".into(),
+        wait: true,
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    r.send(Request::Release { req: 1 });
+    let refused = r.recv(Duration::from_secs(5));
+    assert!(
+        matches!(refused, Some(Response::Error { req: Some(1), .. })),
+        "{refused:?}"
+    );
+    a.release(held).unwrap();
+    let granted = r.recv(Duration::from_secs(10));
+    assert!(
+        matches!(granted, Some(Response::Granted { req: 1, .. })),
+        "{granted:?}"
+    );
+    r.send(Request::Release { req: 1 });
+    r.send(Request::Release { req: 1 });
+    let mut answers = Vec::new();
+    while let Some(a) = r.recv(Duration::from_secs(2)) {
+        answers.push(a);
+    }
+    assert!(
+        answers
+            .iter()
+            .any(|a| matches!(a, Response::Released { req: 1 })),
+        "{answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| matches!(a, Response::Error { req: Some(1), .. })),
+        "{answers:?}"
+    );
+    drop(r);
+    let b = LockClient::connect(&addrs[1], s.opts("b", Duration::from_secs(10))).unwrap();
+    let hb = b.acquire("lock", Duration::from_secs(8));
+    assert!(hb.is_ok(), "the lock stayed taken: {:?}", hb.err());
+}
+
+/// A session that sends keep-alives and never reads its answers: the node stops reading
+/// it once `DIRECT_MAX` answers wait, so its memory stays bounded (review finding: +142
+/// MiB for 56 MB of keep-alives), and then lets it go; the node serves others meanwhile.
+#[test]
+fn a_client_that_never_reads_costs_the_node_bounded_memory() {
+    use leda_lock_service::proto::Request;
+    use tokio::io::AsyncWriteExt;
+    let rss_kib = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let s = Scratch::new("noread");
+    let (nodes, addrs) = group(&s, 3, "ricart-agrawala");
+    let pid = nodes[1].0.id();
+    let before = rss_kib(pid);
+    let mut r = Raw::open(&s, &addrs[1], "hog", 3_000);
+    let mut frame = Vec::new();
+    r.rt.block_on(leda_lock_service::proto::write(
+        &mut frame,
+        &Request::KeepAlive,
+    ))
+    .unwrap();
+    let batch: Vec<u8> = frame
+        .iter()
+        .copied()
+        .cycle()
+        .take(frame.len() * 100_000)
+        .collect();
+    let (mut sent, conn) = (0usize, &mut r.conn);
+    let stalled = r.rt.block_on(async {
+        while sent < 60 << 20 {
+            let write = tokio::time::timeout(Duration::from_secs(2), conn.write_all(&batch));
+            if write.await.is_err() {
+                return true;
+            }
+            sent += batch.len();
+        }
+        false
+    });
+    let grown = rss_kib(pid).saturating_sub(before);
+    assert!(
+        stalled,
+        "the node read {sent} bytes of unanswered keep-alives"
+    );
+    assert!(
+        grown < 64 * 1024,
+        "the node grew by {grown} KiB ({sent} bytes sent)"
+    );
+    let c = LockClient::connect(&addrs[1], s.opts("c", Duration::from_secs(10))).unwrap();
+    let h = c.acquire("lock", Duration::from_secs(10));
+    assert!(h.is_ok(), "{:?}", h.err());
+}
+
+/// More connections than the node takes sessions, all silent: a client with the secret
+/// still connects and locks (review finding: handshakes in progress counted against
+/// the 1,024 connections, so silent ones renewed every 5 s kept every client out).
+#[test]
+fn silent_connections_do_not_lock_out_a_lock_client() {
+    let s = Scratch::new("silent");
+    let (_nodes, addrs) = group(&s, 3, "ricart-agrawala");
+    let silent: Vec<std::net::TcpStream> = (0..1100)
+        .map(|_| std::net::TcpStream::connect(&addrs[0]).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let c = LockClient::connect(&addrs[0], s.opts("c", Duration::from_secs(10)));
+    let c = c.unwrap_or_else(|e| panic!("locked out after {:?}: {e}", t.elapsed()));
+    assert!(c.acquire("lock", Duration::from_secs(10)).is_ok());
+    drop(silent);
+}
