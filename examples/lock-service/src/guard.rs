@@ -66,7 +66,8 @@ impl MajorityGuard {
             .enumerate()
             .filter(|&(j, &t)| j != me && !crashed.contains(&j) && now - t <= window)
             .count();
-        recent + 1 >= self.n / 2 + 1
+        // With `me`, a majority: recent + 1 >= n / 2 + 1.
+        recent >= self.n / 2
     }
 
     /// How much longer than the longest lease a node taking over a lock from a node it holds
