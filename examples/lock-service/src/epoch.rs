@@ -26,8 +26,7 @@
 //! with it. When the front grants a lock to a gate's client, the gate asks its epoch stage
 //! `("fence", id, lock)`; the stage reads the largest fence of `lock` from a majority
 //! (`fread`/`fval`), takes the next counter, writes it to a majority (`fwrite`/`fack`), and
-//! answers `("fenced", id, value, previous)`; only then does the client learn of its grant
-//! (after a wait when `previous` was written by a node held crashed: [`crate::gate`]). A grant
+//! answers `("fenced", id, value)`; only then does the client learn of its grant. A grant
 //! whose fence a majority stored is seen by every later read, so a successor's fence is
 //! larger even if the holder's node crashed right after. Values are `counter << 8 | node`,
 //! so two grants that overlap (which mutual exclusion forbids, but a false suspicion could
@@ -103,8 +102,6 @@ struct FenceOp {
     answers: usize,
     /// Read phase: the largest value read; write phase: the value written.
     value: u64,
-    /// Write phase: the largest value read (its low bits name the node that wrote it).
-    prev: u64,
     writing: bool,
 }
 
@@ -191,7 +188,6 @@ impl Epoch {
                         lock: lock.clone(),
                         answers: 0,
                         value: 0,
-                        prev: 0,
                         writing: false,
                     },
                 );
@@ -230,15 +226,13 @@ impl Epoch {
                 if !o.writing {
                     o.writing = true;
                     o.answers = 0;
-                    o.prev = o.value;
                     o.value = next_fence(o.value, self.node);
                     let (me, v, lock) = (self.node as i64, o.value as i64, o.lock.clone());
                     return self
                         .broadcast(&("fwrite", me, op as i64, lock.as_str(), v).into(), ctx);
                 }
                 let o = self.ops.remove(&op).expect("the op is here");
-                let fenced = ("fenced", o.id, o.value as i64, o.prev as i64);
-                ctx.send("gate", fenced)?;
+                ctx.send("gate", ("fenced", o.id, o.value as i64))?;
                 Ok(())
             }
             "go" => {

@@ -82,18 +82,7 @@ pub struct GateLocal {
     pub secret: Secret,
     /// Where expiries are logged, one JSON line each.
     pub audit: Option<PathBuf>,
-    /// The longest lease TTL granted (requests are clamped to it); the same on every node,
-    /// as a node taking over a lock from a crashed one waits it out.
-    pub max_ttl: Duration,
-    /// The node's failure detector's guard, with a crash-tolerant algorithm (set when the
-    /// detector stage is built): leases are renewed only while it vouches for the node,
-    /// and a lock last granted by a node it holds crashed is handed on only after
-    /// `max_ttl` and its takeover margin.
-    pub membership: std::sync::OnceLock<Arc<crate::guard::MajorityGuard>>,
 }
-
-/// The longest lease TTL by default (`lock-service serve --max-ttl-ms`).
-pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 struct Held {
@@ -233,113 +222,73 @@ impl Gate {
 
     /// A front reply: to the session that asked.
     fn reply(&self, tag: &str, ev: &Event, ctx: &mut Ctx) -> HandlerResult {
-        if tag == "fenced"
-            && let Some(wait) = self.takeover_wait(ev)
-        {
-            // The lock was last granted by a node this one holds crashed: its client may
-            // hold it until its lease, renewed while that node was vouched for, runs out.
-            let (id, value): (i64, i64) = (ev.get(1)?, ev.get(2)?);
-            tracing::info!(
-                node = self.node,
-                id,
-                ?wait,
-                "lock of a crashed node: waiting its leases out"
-            );
-            let (state, out) = (self.state.clone(), ctx.clone());
-            ctx.wait(async move {
-                out.sleep(wait).await;
-                answer(&state, "fenced", &("fenced", id, value).into())
-            });
+        let id: i64 = ev.get(1)?;
+        let mut st = lock(&self.state);
+        let epoch = st.epoch.unwrap_or(0);
+        let Some(&(sid, req)) = st.routes.get(&id) else {
+            return Ok(());
+        };
+        if !st.sessions.contains_key(&sid) {
+            // The session is gone (expired or closed) and the front has its cancel: forget
+            // the route once the front is done with the request.
+            if !matches!(tag, "granted" | "fenced" | "not-held") {
+                st.routes.remove(&id);
+            }
             return Ok(());
         }
-        if tag != "granted" {
-            return answer(&self.state, tag, ev);
-        }
-        let id: i64 = ev.get(1)?;
-        let st = lock(&self.state);
-        let (keeper, route) = (st.keeper, st.routes.get(&id).copied());
-        let live = route.is_some_and(|(sid, _)| st.sessions.contains_key(&sid));
-        drop(st);
-        let Some((sid, req)) = route.filter(|_| keeper && live) else {
-            return answer(&self.state, tag, ev);
-        };
-        // The fence comes from the majority register ([`crate::epoch`]); the client learns
-        // of its grant once a majority stored it.
-        let name: String = ev.get(2)?;
-        if let Err(e) = ctx.send("fence", ("fence", id, name.as_str())) {
-            // No fence, no grant: give the lock back and tell the client.
-            ctx.send("front", ("cancel", id, name.as_str()))?;
-            if let Some(s) = lock(&self.state).sessions.get(&sid) {
-                let message = format!("no fence for the grant: {e}");
-                let error = Response::Error {
-                    req: Some(req),
-                    message,
-                };
-                let _ = s.tx.send((error, None));
+        if tag == "granted" && st.keeper {
+            // The fence comes from the majority register ([`crate::epoch`]); the client
+            // learns of its grant once a majority stored it.
+            let name: String = ev.get(2)?;
+            drop(st);
+            if let Err(e) = ctx.send("fence", ("fence", id, name.as_str())) {
+                // No fence, no grant: give the lock back and tell the client.
+                ctx.send("front", ("cancel", id, name.as_str()))?;
+                if let Some(s) = lock(&self.state).sessions.get(&sid) {
+                    let message = format!("no fence for the grant: {e}");
+                    let _ = s.tx.send((
+                        Response::Error {
+                            req: Some(req),
+                            message,
+                        },
+                        None,
+                    ));
+                }
             }
+            return Ok(());
+        }
+        let resp = match tag {
+            "granted" | "fenced" => {
+                let raw: u64 = ev.get(if tag == "fenced" { 2 } else { 3 })?;
+                let fence = (epoch << EPOCH_SHIFT) | raw;
+                if let Some(h) = st.sessions.get_mut(&sid).and_then(|s| s.reqs.get_mut(&req)) {
+                    h.fence = Some(fence);
+                }
+                Response::Granted { req, fence }
+            }
+            "would-block" => Response::WouldBlock { req },
+            "cancelled" => Response::Cancelled { req },
+            "released" => Response::Released { req },
+            "error" | "not-held" => Response::Error {
+                req: Some(req),
+                message: ev.get(3)?,
+            },
+            other => return Err(format!("gate: unknown reply {other:?}").into()),
+        };
+        // The request ends with its answer, except a grant (the hold goes on) and a
+        // refused release (the request still waits, or its first release is under
+        // way: its grant or `released` comes later and must find the route).
+        if !matches!(tag, "granted" | "fenced" | "not-held") {
+            st.routes.remove(&id);
+            if let Some(s) = st.sessions.get_mut(&sid) {
+                s.reqs.remove(&req);
+            }
+        }
+        if let Some(s) = st.sessions.get(&sid) {
+            let _ = s.tx.send((resp, None));
         }
         Ok(())
     }
-
-    /// How long to hold a grant whose fence's previous value (`ev`'s 4th value) was
-    /// written by a node this one's detector holds crashed: the longest lease and the
-    /// takeover margin (see [`crate::guard`]). `None`: no wait.
-    fn takeover_wait(&self, ev: &Event) -> Option<Duration> {
-        let prev: u64 = ev.get::<Option<u64>>(3).ok().flatten()?;
-        let by = (prev & 0xff) as usize;
-        let m = self.local.membership.get()?;
-        (prev > 0 && by != self.node && m.is_crashed(by))
-            .then(|| self.local.max_ttl + m.takeover_margin())
-    }
-}
-
-/// A front reply (or a fence) for the session that asked: its answer.
-fn answer(state: &Mutex<State>, tag: &str, ev: &Event) -> HandlerResult {
-    let id: i64 = ev.get(1)?;
-    let mut st = lock(state);
-    let epoch = st.epoch.unwrap_or(0);
-    let Some(&(sid, req)) = st.routes.get(&id) else {
-        return Ok(());
-    };
-    if !st.sessions.contains_key(&sid) {
-        // The session is gone (expired or closed) and the front has its cancel: forget
-        // the route once the front is done with the request.
-        if !matches!(tag, "granted" | "fenced" | "not-held") {
-            st.routes.remove(&id);
-        }
-        return Ok(());
-    }
-    let resp = match tag {
-        "granted" | "fenced" => {
-            let raw: u64 = ev.get(if tag == "fenced" { 2 } else { 3 })?;
-            let fence = (epoch << EPOCH_SHIFT) | raw;
-            if let Some(h) = st.sessions.get_mut(&sid).and_then(|s| s.reqs.get_mut(&req)) {
-                h.fence = Some(fence);
-            }
-            Response::Granted { req, fence }
-        }
-        "would-block" => Response::WouldBlock { req },
-        "cancelled" => Response::Cancelled { req },
-        "released" => Response::Released { req },
-        "error" | "not-held" => Response::Error {
-            req: Some(req),
-            message: ev.get(3)?,
-        },
-        other => return Err(format!("gate: unknown reply {other:?}").into()),
-    };
-    // The request ends with its answer, except a grant (the hold goes on) and a refused
-    // release (the request still waits, or its first release is under way: its grant or
-    // `released` comes later and must find the route).
-    if !matches!(tag, "granted" | "fenced" | "not-held") {
-        st.routes.remove(&id);
-        if let Some(s) = st.sessions.get_mut(&sid) {
-            s.reqs.remove(&req);
-        }
-    }
-    if let Some(s) = st.sessions.get(&sid) {
-        let _ = s.tx.send((resp, None));
-    }
-    Ok(())
 }
 
 /// One of the gate's open sessions, counted until dropped.
@@ -464,10 +413,7 @@ impl Net {
             hello.from.chars().take(128).collect()
         };
         let ttl_ms = match tokio::time::timeout(HANDSHAKE_TIMEOUT, proto::read(&mut conn)).await {
-            Ok(Ok(Some(Request::Open { ttl_ms }))) => {
-                let max = (self.local.max_ttl.as_millis() as u64).clamp(MIN_TTL_MS, MAX_TTL_MS);
-                ttl_ms.clamp(MIN_TTL_MS, max)
-            }
+            Ok(Ok(Some(Request::Open { ttl_ms }))) => ttl_ms.clamp(MIN_TTL_MS, MAX_TTL_MS),
             Ok(Ok(Some(other))) => {
                 let message = format!("the first request must be Open, not {other:?}");
                 proto::write(&mut conn, &Response::Error { req: None, message }).await?;
@@ -560,16 +506,7 @@ impl Net {
             let st = &mut *st;
             let s = st.sessions.get_mut(&sid)?;
             match r {
-                // Renewed only while a majority vouched for this node lately: a node the
-                // others may hold crashed (paused, cut off) renews nothing.
-                Request::KeepAlive => {
-                    let vouched = self.local.membership.get();
-                    return Some(if vouched.is_none_or(|m| m.vouched(self.node)) {
-                        Response::Alive
-                    } else {
-                        Response::Unsure
-                    });
-                }
+                Request::KeepAlive => return Some(Response::Alive),
                 Request::Open { .. } => {
                     return Some(Response::Error {
                         req: None,

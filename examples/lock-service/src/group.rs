@@ -13,7 +13,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use leda_core::prelude::*;
 use leda_mutex::Algorithm;
@@ -219,21 +218,10 @@ pub fn registry() -> Registry {
 /// the group crashed ([`crate::guard`]).
 pub fn serve_registry(gate: Arc<GateLocal>, data_dir: PathBuf) -> Registry {
     registry()
-        .with(DETECTOR_KIND, {
-            let gate = gate.clone();
-            move |a| {
-                let n: usize = a.get_as("n")?;
-                let us = |k: &str| a.get_as::<u64>(k).map(Duration::from_micros);
-                let config = DetectorConfig {
-                    period: us("period_us")?,
-                    timeout: us("timeout_us")?,
-                };
-                let guard = Arc::new(crate::guard::MajorityGuard::new(n, config));
-                // (The first detector built here is this node's: its gate's membership.)
-                let _ = gate.membership.set(guard.clone());
-                let guard: Arc<dyn NoticeObserver> = guard;
-                Ok(detector_stage_observed(a, Some(guard))?)
-            }
+        .with(DETECTOR_KIND, |a| {
+            let n: usize = a.get_as("n")?;
+            let guard: Arc<dyn NoticeObserver> = Arc::new(crate::guard::MajorityGuard::new(n));
+            Ok(detector_stage_observed(a, Some(guard))?)
         })
         .with(GATE_KIND, move |a| {
             Ok(gate_stage(a.get_as("node")?, Some(gate.clone())))

@@ -10,9 +10,8 @@
 //! - The first request is [`Request::Open`]: the session's lease TTL. The node answers
 //!   [`Response::Opened`] with the TTL it granted (clamped to [`MIN_TTL_MS`]..=[`MAX_TTL_MS`]).
 //! - The lease stays alive while the node hears from the client: any request counts, and an
-//!   idle client sends [`Request::KeepAlive`] (answered with [`Response::Alive`], which renews
-//!   the hold's validity, or [`Response::Unsure`] from a node that cannot vouch for it now)
-//!   about three times per TTL. When a TTL passes in silence, or the connection closes, the node withdraws
+//!   idle client sends [`Request::KeepAlive`] (answered with [`Response::Alive`]) about three
+//!   times per TTL. When a TTL passes in silence, or the connection closes, the node withdraws
 //!   every request of the session and releases every lock it holds; a client still connected
 //!   gets [`Response::Expired`] for each lock it held, with the moment (CLOCK_MONOTONIC ns of
 //!   the node's host), and the connection is closed.
@@ -109,10 +108,6 @@ pub enum Response {
     },
     /// The lease is alive.
     Alive,
-    /// The keep-alive was heard, but the node cannot vouch for the lease now (it has not
-    /// heard from a majority of its group lately: it may be cut off, or held crashed by the
-    /// others): the lease is not renewed by it.
-    Unsure,
     /// A request was refused (`req` when it names one).
     Error {
         /// The acquisition, if the request named one.

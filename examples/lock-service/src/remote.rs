@@ -153,11 +153,6 @@ impl Inner {
                 }
                 return;
             }
-            Response::Unsure => {
-                // Not renewed: the hold stays valid only until the last renewal's end.
-                lock(&self.pings).pop_front();
-                return;
-            }
             Response::Error { req: None, message } => {
                 self.end(message.clone());
                 return;

@@ -213,16 +213,9 @@ pub enum DetectorOutput {
         /// How this process learned it.
         evidence: Evidence,
     },
-    /// A message from `from` showed that `from` held this process correct when it sent it
-    /// (a test, or an answer whose counter for this process is even): what a process that
-    /// must know it is still a member (a lease holder's node) counts.
-    Heard {
-        /// The process heard from.
-        from: NodeId,
-    },
-    /// An answer from `from` holds this process crashed: the others took it for crashed
-    /// (a pause or a partition longer than the timeout) and, crash-stop, go on without
-    /// it. Delivered once. The process should stop (its own counter is otherwise ignored).
+    /// An answer from `by` holds this process crashed: the others took it for crashed (a
+    /// pause or a partition longer than the timeout) and, crash-stop, go on without it.
+    /// Delivered once. The process should stop (its own counter is otherwise ignored).
     Excluded {
         /// The process whose counters say so.
         by: NodeId,
@@ -375,8 +368,6 @@ impl Detector {
         }
         match msg {
             DetectorMsg::AreYouAlive { seq } => {
-                // (A process tests only processes it holds correct.)
-                out.push(DetectorOutput::Heard { from });
                 out.push(DetectorOutput::Send {
                     to: from,
                     msg: DetectorMsg::Alive {
@@ -401,12 +392,8 @@ impl Detector {
                 if self.probes.get(&from).is_some_and(|p| p.seq == seq) {
                     self.probes.remove(&from);
                 }
-                if ts[self.id] % 2 == 1 {
-                    if !std::mem::replace(&mut self.excluded, true) {
-                        out.push(DetectorOutput::Excluded { by: from });
-                    }
-                } else {
-                    out.push(DetectorOutput::Heard { from });
+                if ts[self.id] % 2 == 1 && !std::mem::replace(&mut self.excluded, true) {
+                    out.push(DetectorOutput::Excluded { by: from });
                 }
                 for (k, &theirs) in ts.iter().enumerate() {
                     if k == self.id || theirs <= self.ts[k] {
@@ -480,10 +467,6 @@ impl Detector {
 pub trait NoticeObserver: Send + Sync + 'static {
     /// Detector `observer` held `crashed` crashed at `time` (seconds, virtual in simulation).
     fn crashed(&self, time: f64, observer: NodeId, crashed: NodeId, evidence: Evidence);
-
-    /// Detector `observer` heard from `from`, which then held it correct
-    /// ([`DetectorOutput::Heard`]). Called for every such message.
-    fn heard(&self, _time: f64, _observer: NodeId, _from: NodeId) {}
 
     /// `by`'s counters hold `observer` crashed ([`DetectorOutput::Excluded`]), once.
     fn excluded(&self, _time: f64, _observer: NodeId, _by: NodeId) {}
@@ -595,11 +578,6 @@ impl DetectorState {
                     match ctx.send("notice", ("failure", node as i64)) {
                         Ok(()) | Err(SendError::NotConnected { .. }) => {}
                         Err(e) => return Err(e.into()),
-                    }
-                }
-                DetectorOutput::Heard { from } => {
-                    if let Some(o) = &self.observer {
-                        o.heard(ctx.gettime(), me, from);
                     }
                 }
                 DetectorOutput::Excluded { by } => {

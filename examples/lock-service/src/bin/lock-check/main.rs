@@ -331,10 +331,7 @@ fn start_leda(run: &Run, service: &Path) -> anyhow::Result<(Vec<Option<Proc>>, V
                 .arg("--audit")
                 .arg(dir.join(format!("audit{i}.jsonl")))
                 .args(["--algorithm", &cli.algorithm])
-                .args(["--locks", &cli.locks.join(",")])
-                // The clients' TTL is the longest: a node taking over a crashed node's lock
-                // waits that long (and a margin), not the default 30 s.
-                .args(["--max-ttl-ms", &cli.ttl_ms.to_string()]);
+                .args(["--locks", &cli.locks.join(",")]);
             c.spawn()
         })
         .map_err(|e| {

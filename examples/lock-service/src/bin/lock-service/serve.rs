@@ -12,7 +12,6 @@ use leda_core::prelude::*;
 use leda_lock_service::epoch::attach_epochs;
 use leda_lock_service::gate::GateLocal;
 use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with, serve_registry};
-use leda_lock_service::proto::MIN_TTL_MS;
 use leda_lock_service::remote::{ConnectOptions, LockClient};
 use leda_net::{Daemon, DaemonConfig, Launcher, Secret};
 
@@ -50,12 +49,6 @@ pub struct ServeArgs {
     /// Node 0: seconds to wait for the other nodes to be up.
     #[arg(long, default_value_t = 30)]
     wait_s: u64,
-    /// The longest lease TTL this node grants, milliseconds (longer requests are clamped).
-    /// Give every node the same: with a crash-tolerant algorithm a node that takes over a
-    /// lock last granted by a node it holds crashed waits this (and a margin) first, as
-    /// that node's client may still hold it.
-    #[arg(long, default_value_t = leda_lock_service::gate::DEFAULT_MAX_TTL.as_millis() as u64)]
-    max_ttl_ms: u64,
     #[command(flatten)]
     secret: leda_net::cli::SecretArgs,
 }
@@ -78,8 +71,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         listener: Mutex::new(Some(listener)),
         secret: client_secret,
         audit: args.audit,
-        max_ttl: Duration::from_millis(args.max_ttl_ms.max(MIN_TTL_MS)),
-        membership: Default::default(),
     });
     println!("CLIENTS {clients}");
     if args.id > 0 {
@@ -105,13 +96,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         nodes: n,
         resources: args.locks.clone(),
     };
-    let mut sides = vec![Side::Gate(Some(local.clone()))];
+    let mut sides = vec![Side::Gate(Some(local))];
     sides.extend((1..n).map(|_| Side::Gate(None)));
     let mut detection = Detection::for_algorithm(algorithm);
-    if let Some(config) = detection.config {
-        let guard = Arc::new(leda_lock_service::guard::MajorityGuard::new(n, config));
-        let _ = local.membership.set(guard.clone());
-        detection.observer = Some(guard);
+    if detection.config.is_some() {
+        detection.observer = Some(Arc::new(leda_lock_service::guard::MajorityGuard::new(n)));
     }
     let mut built = build_group_with(&cfg, &sides, None, &detection)?;
     let mut dirs = vec![Some(args.data_dir)];
