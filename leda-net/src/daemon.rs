@@ -299,8 +299,11 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
             };
             let accepted =
                 handshake::server(&mut stream, &peer, &config.key, config.handshake_timeout).await;
-            // Authenticated (or refused): no longer a handshake that may be dropped.
-            drop(slot);
+            // Authenticated (or refused): no longer a handshake that may be dropped, unless
+            // it was chosen to make room meanwhile.
+            if !slot.release() {
+                return;
+            }
             match accepted {
                 Ok(acc) => {
                     let _ = tx

@@ -103,17 +103,37 @@ struct Pending {
     live: std::collections::VecDeque<(u64, tokio::task::AbortHandle)>,
 }
 
-/// A handshake's place in [`Slots`]: dropping it (once authenticated or refused) ends
-/// the handshake's exposure to being dropped for a newer connection.
+/// A handshake's place in [`Slots`]. Once authenticated, the task gives it up with
+/// [`Slot::release`], and goes on only if that says it was still held: a handshake
+/// chosen to make room may finish before its abort lands, and must not go on then.
+/// Dropped otherwise (refused, failed), it frees the place.
 pub struct Slot {
     all: std::sync::Arc<std::sync::Mutex<Pending>>,
     id: u64,
 }
 
+impl Slot {
+    /// Gives the place up; `false` if the handshake was already dropped to make room
+    /// (its task is being aborted: it must end without serving the connection).
+    pub fn release(mut self) -> bool {
+        let held = self.take();
+        // (Ids start at 1: the drop below finds nothing.)
+        self.id = 0;
+        held
+    }
+
+    /// Removes this slot's entry; `true` if it was there.
+    fn take(&self) -> bool {
+        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        let before = all.live.len();
+        all.live.retain(|(id, _)| *id != self.id);
+        all.live.len() != before
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
-        all.live.retain(|(id, _)| *id != self.id);
+        self.take();
     }
 }
 
@@ -127,7 +147,8 @@ impl Slots {
     }
 
     /// Spawns the task `f(slot)` on the current tokio runtime for the connection from
-    /// `peer`, first dropping the oldest handshake in progress if `max` are.
+    /// `peer`, first dropping the oldest handshake in progress if `max` are. `f` runs
+    /// under the lock of the slots: it must move `slot` into its future, not drop it.
     pub fn spawn<F, Fut>(&self, peer: &str, f: F)
     where
         F: FnOnce(Slot) -> Fut,

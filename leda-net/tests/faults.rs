@@ -223,3 +223,44 @@ fn silent_connections_do_not_lock_out_a_peer_with_the_secret() {
     }
     drop(silent);
 }
+
+/// A handshake chosen to make room for a newer connection, but finishing before its
+/// abort lands, must not go on as authenticated (review finding: `Slots` popped it under
+/// the lock and aborted it after, so a task past its handshake could be cancelled
+/// mid-session, leaving a lock-service session that never expired).
+#[test]
+fn a_handshake_dropped_for_a_newer_one_does_not_go_on() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // 1: went on after its slot; 2: told it was dropped.
+    let outcome = Arc::new(AtomicU8::new(0));
+    let seen = outcome.clone();
+    rt.block_on(async move {
+        let slots = leda_net::handshake::Slots::new(1);
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        slots.spawn("a", move |slot| async move {
+            let _ = go_rx.await;
+            if slot.release() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                seen.store(1, SeqCst);
+            } else {
+                seen.store(2, SeqCst);
+            }
+        });
+        // The second connection takes the only place while the first finishes its
+        // handshake: `f` runs under the slots' lock, so the first's release waits for
+        // the choice, then learns of it.
+        slots.spawn("b", move |slot| {
+            let _ = go_tx.send(());
+            std::thread::sleep(Duration::from_millis(200));
+            async move { drop(slot) }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    });
+    assert_eq!(outcome.load(SeqCst), 2, "the dropped handshake went on");
+}

@@ -143,15 +143,17 @@ impl Root {
     /// as it is now: the open itself stays beneath the root and follows no symlink (a
     /// canonical path has none), so a directory swapped for a symlink since the
     /// resolution is refused (`ELOOP`), never followed out of the root. Where the
-    /// kernel lacks `openat2`, the file is opened by path (`O_NOFOLLOW`) and refused
-    /// unless `/proc/self/fd` shows the descriptor at `canonical`.
+    /// kernel lacks `openat2` (or a seccomp filter refuses it), the file is opened by path
+    /// (`O_NOFOLLOW`) and refused unless `/proc/self/fd` shows the descriptor at
+    /// `canonical`.
     pub fn open(&self, canonical: &Path) -> std::io::Result<std::fs::File> {
         let outside = || std::io::Error::new(ErrorKind::PermissionDenied, "not under the root");
         let rel = canonical.strip_prefix(&self.path).map_err(|_| outside())?;
         if let Some(dir) = &self.dir {
             let rel = std::ffi::CString::new(rel.as_os_str().as_bytes())?;
             match sys::open_beneath(dir.as_fd(), &rel, libc::O_RDONLY) {
-                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+                // No `openat2` (old kernel), or one a seccomp filter refuses.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {}
                 opened => return opened.map(std::fs::File::from),
             }
         }

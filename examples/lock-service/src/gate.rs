@@ -397,7 +397,9 @@ impl Net {
         let hello = handshake::server(&mut conn, &peer, &self.local.secret, HANDSHAKE_TIMEOUT)
             .await?
             .hello;
-        drop(slot);
+        if !slot.release() {
+            return Err("handshake dropped for a newer connection".into());
+        }
         // Authenticated connections are bounded.
         if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
             self.open.fetch_sub(1, Ordering::SeqCst);
