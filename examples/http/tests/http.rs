@@ -478,7 +478,7 @@ fn cgi_timeout_holds_where_a_page_cannot_yield() {
     // `load` with a reader function still compiles what it gives, and still answers a
     // reader's error with nil and the message.
     let mut pages = Pages::new(|_| {});
-    let reader = "local parts, i = {'return ', '4', '2'}, 0
+    let reader = "local parts, i = {'return ', 4, '2'}, 0
         local f = load(function() i = i + 1 return parts[i] end)
         local g, e = load(function() error('bad', 0) end)
         local h, e2 = load(function() return {} end)

@@ -174,11 +174,14 @@ impl Cgi {
             .load(
                 r#"
                 local pcall, type, error, concat = pcall, type, error, table.concat
+                local tostring = tostring
                 local function read_all(reader)
                   local parts = {}
                   while true do
                     local piece = reader()
                     if piece == nil or piece == "" then return concat(parts) end
+                    -- (A number is taken as its text, as `load` does.)
+                    if type(piece) == "number" then piece = tostring(piece) end
                     if type(piece) ~= "string" then
                       error("reader function must return a string", 0)
                     end
