@@ -117,6 +117,14 @@ impl Root {
         r
     }
 
+    /// The shared [`Root`] of the configured document root `dir` (canonicalized first:
+    /// a stage's setting may name it through a symlink or relatively).
+    pub fn of(dir: &Path) -> Result<Arc<Root>, String> {
+        std::fs::canonicalize(dir)
+            .map(Root::shared)
+            .map_err(|e| format!("document root {}: {e}", dir.display()))
+    }
+
     /// Its canonical path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -125,8 +125,7 @@ pub struct PageRequest {
 impl Cgi {
     /// A fresh sandboxed Lua state with the settings of `cfg`.
     pub fn new(cfg: Config) -> Result<Cgi, BoxError> {
-        let root = std::fs::canonicalize(&cfg.root)
-            .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
+        let root = Root::of(&cfg.root)?;
         let lua = Lua::new_with(std_libs(), LuaOptions::default())?;
         // Before the sandbox hides `jit`, which it may use.
         let timeout = Timeout::install(&lua)?;
@@ -336,7 +335,7 @@ impl Cgi {
             patterns,
             lua,
             cfg,
-            root: Root::shared(root),
+            root,
             pages: HashMap::new(),
             env_meta,
             readonly,

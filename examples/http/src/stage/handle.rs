@@ -33,12 +33,8 @@ pub fn stage() -> Stage {
         "handle_request",
         |attrs: &Attrs| {
             let cfg = Config::from_attrs(attrs)?;
-            let root = std::fs::canonicalize(&cfg.root)
-                .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
-            Ok(Arc::new(Handle {
-                cfg,
-                root: Root::shared(root),
-            }))
+            let root = Root::of(&cfg.root)?;
+            Ok(Arc::new(Handle { cfg, root }))
         },
         |h: &mut Arc<Handle>, mut ev: Event, ctx: &mut Ctx| {
             let conn = take_conn(&mut ev, "handle_request")?;

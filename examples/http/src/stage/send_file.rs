@@ -6,8 +6,9 @@
 //!   sending the same file).
 //! * A **miss**: the file is opened here, beneath the root and through no symlink
 //!   ([`Root::open`]: the canonical path has none, so a directory or file swapped for
-//!   one since `handle_request` resolved it is refused, never followed) and `fstat`ed. A file the cache keeps in memory is read from that descriptor, written
-//!   with one `writev`, and sent back to the cache (port `insert`, `put`) — by one miss
+//!   one since `handle_request` resolved it is refused, never followed) and `fstat`ed.
+//!   A file the cache keeps in memory is read from that descriptor, written with one
+//!   `writev`, and sent back to the cache (port `insert`, `put`) — by one miss
 //!   per file at a time, the others are sent with `sendfile` meanwhile; a larger file
 //!   is sent with `sendfile` and its descriptor given to the cache (`insert`, `open`).
 //!
@@ -51,9 +52,8 @@ pub fn stage() -> Stage {
         "send_file",
         |attrs: &Attrs| -> Result<(Arc<Config>, Arc<Root>), BoxError> {
             let cfg = Config::from_attrs(attrs)?;
-            let root = std::fs::canonicalize(&cfg.root)
-                .map_err(|e| format!("document root {}: {e}", cfg.root.display()))?;
-            Ok((Arc::new(cfg), Root::shared(root)))
+            let root = Root::of(&cfg.root)?;
+            Ok((Arc::new(cfg), root))
         },
         |(cfg, root): &mut (Arc<Config>, Arc<Root>), mut ev: Event, ctx: &mut Ctx| {
             let hit = ev.take_attachment::<FileHit>();
