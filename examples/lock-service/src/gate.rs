@@ -98,6 +98,14 @@ struct Session {
     reqs: HashMap<u64, Held>,
 }
 
+impl Session {
+    /// Queues `resp` for the client (an answer not among the [`DIRECT_MAX`]); a session
+    /// whose writer ended drops it, as its end reports the session's requests.
+    fn send(&self, resp: Response) {
+        let _ = self.tx.send((resp, None));
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// `None` until the epoch is agreed (with an epoch stage).
@@ -246,13 +254,10 @@ impl Gate {
                 ctx.send("front", ("cancel", id, name.as_str()))?;
                 if let Some(s) = lock(&self.state).sessions.get(&sid) {
                     let message = format!("no fence for the grant: {e}");
-                    let _ = s.tx.send((
-                        Response::Error {
-                            req: Some(req),
-                            message,
-                        },
-                        None,
-                    ));
+                    s.send(Response::Error {
+                        req: Some(req),
+                        message,
+                    });
                 }
             }
             return Ok(());
@@ -285,7 +290,7 @@ impl Gate {
             }
         }
         if let Some(s) = st.sessions.get(&sid) {
-            let _ = s.tx.send((resp, None));
+            s.send(resp);
         }
         Ok(())
     }
@@ -332,13 +337,10 @@ fn forward(state: &Mutex<State>, ev: Event, ctx: &mut Ctx) {
         // and the session's end withdraws it.
         if let Some(s) = st.sessions.get(&sid) {
             let message = format!("the node is overloaded: {e}");
-            let _ = s.tx.send((
-                Response::Error {
-                    req: Some(req),
-                    message,
-                },
-                None,
-            ));
+            s.send(Response::Error {
+                req: Some(req),
+                message,
+            });
         }
     }
 }
@@ -557,13 +559,13 @@ impl Net {
 
     /// Ends session `sid`: every request withdrawn, every hold released and reported.
     async fn expire(&self, sid: u64, why: &str, ctx: &mut Ctx) {
-        let Some(s) = lock(&self.state).sessions.remove(&sid) else {
+        let Some(mut s) = lock(&self.state).sessions.remove(&sid) else {
             return;
         };
         let at_ns = monotonic_ns();
-        for (req, h) in s.reqs {
+        for (req, h) in std::mem::take(&mut s.reqs) {
             if let Some(fence) = h.fence {
-                let _ = s.tx.send((Response::Expired { req, at_ns }, None));
+                s.send(Response::Expired { req, at_ns });
                 self.audit(&s.name, &h.lock, fence, at_ns, why);
                 tracing::info!(
                     node = self.node,
@@ -592,7 +594,7 @@ impl Net {
             }
         }
         let message = format!("session ended ({why})");
-        let _ = s.tx.send((Response::Error { req: None, message }, None));
+        s.send(Response::Error { req: None, message });
     }
 
     fn audit(&self, client: &str, name: &str, fence: u64, at_ns: u64, why: &str) {
