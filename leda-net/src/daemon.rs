@@ -167,6 +167,10 @@ pub(crate) fn net_runtime(name: &str) -> Result<tokio::runtime::Runtime, NetErro
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(name)
+        // A deployment's wait runs on a blocking thread; one started while the last
+        // deployment's was still on its way back to idle would otherwise linger 10 s
+        // (tokio's default), so a daemon between runs holds threads it does not use.
+        .thread_keep_alive(Duration::from_secs(1))
         .enable_all()
         .build()
         .map_err(|e| NetError::io("starting the network runtime", e))

@@ -424,11 +424,21 @@ fn a_daemon_frees_each_finished_deployment() {
     }
     // Each run's workers are joined, its links closed (a straggler may still be
     // closing: allow one).
+    let names = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{}/task", a.pid()))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|n| n.trim().to_string())
+            .collect()
+    };
     assert!(
         eventually(Duration::from_secs(5), || count("task") <= threads
             && count("fd") <= fds + 1),
-        "threads {threads} -> {}, fds {fds} -> {}",
+        "threads {threads} -> {} {:?}, fds {fds} -> {}",
         count("task"),
+        names(),
         count("fd")
     );
 }
