@@ -24,14 +24,37 @@
 //! quorum algorithms can hand a crashed holder's fence to its successor (the holder never
 //! published it), and in a service the crashed node's client lives on and may still write
 //! with it. When the front grants a lock to a gate's client, the gate asks its epoch stage
-//! `("fence", id, lock)`; the stage reads the largest fence of `lock` from a majority
+//! `("fence", id, lock, ttl_ms)`; the stage reads the lock's entry from a majority
 //! (`fread`/`fval`), takes the next counter, writes it to a majority (`fwrite`/`fack`), and
-//! answers `("fenced", id, value)`; only then does the client learn of its grant. A grant
-//! whose fence a majority stored is seen by every later read, so a successor's fence is
-//! larger even if the holder's node crashed right after. Values are `counter << 8 | node`,
-//! so two grants that overlap (which mutual exclusion forbids, but a false suspicion could
-//! cause) still get distinct fences. Cost: two round trips to a majority per grant. The
-//! values live in memory: a restarted group has a larger epoch, which orders above them.
+//! answers `("fenced", id, value, wait_ms)`. A grant whose fence a majority stored is seen by
+//! every later read, so a successor's fence is larger even if the holder's node crashed right
+//! after. Values are `counter << 8 | node`, so two grants that overlap (which mutual
+//! exclusion forbids, but a false suspicion could cause) still get distinct fences.
+//!
+//! **No overlap across a node's pause or crash.** An entry is the largest fence granted, the
+//! lease TTL that goes with it, and the largest fence released; each part only grows, so
+//! replicas merge by taking the larger. Three rules use it (the gate keeps them):
+//!
+//! - a hold's end (release, cancel, lease expiry) is written to a majority
+//!   (`("release", id, lock, fence)` → `fmark` → `("release-stored", id)`) before the front
+//!   lets the lock go, so the next grant after a normal release waits for nothing;
+//! - a grant whose read finds the largest fence not released (its node crashed, paused or
+//!   cut off with the lock) is told to its client only [`takeover_wait_ms`] of that hold's
+//!   TTL after its own fence was stored (`wait_ms`; the TTL written with the new fence is the
+//!   larger of the two, for whoever comes next);
+//! - a keep-alive of a session holding locks is answered only once a majority read
+//!   (`("check", session, locks)` → `("checked", session, fences)`) shows no larger fence
+//!   of them: a node cut off from a majority renews nothing, a resumed one finds the later
+//!   grant.
+//!
+//! Why that suffices: a renewal's read and the next grant's write meet on one node, so every
+//! renewal vouched for was sent (the client counts its lease from the keep-alive's send time)
+//! before the next grant's fence was stored, and its lease ends within the wait that follows.
+//! Operations whose messages were lost with a connection are sent again to the nodes that
+//! have not answered on each `tick` (the gate sends one every 250 ms); answers are counted
+//! once per node. Cost: two majority round trips per grant, one per release, one per
+//! keep-alive of a holding session. The values live in memory: a restarted group has a
+//! larger epoch, which orders above them.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -85,24 +108,69 @@ struct Epoch {
     /// Node 0: the epoch chosen, and who stored it.
     chosen: Option<(u64, Vec<usize>)>,
     done: bool,
-    /// The fence register: the largest value stored here, per lock.
-    fences: BTreeMap<String, u64>,
-    /// This node's fence operations in flight, by number.
-    ops: BTreeMap<u64, FenceOp>,
+    /// This node's replica of the register, per lock.
+    fences: BTreeMap<String, Reg>,
+    /// This node's register operations in flight, by number.
+    ops: BTreeMap<u64, RegOp>,
     next_op: u64,
 }
 
-/// A fence operation of this node's gate: read a majority, then write a majority.
+/// One lock's entry in the register: the largest fence granted, the lease TTL a grant
+/// after it must wait out while it is not released, and the largest fence released. Each
+/// part only grows, so replicas merge by taking the larger.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Reg {
+    fence: u64,
+    ttl_ms: u64,
+    released: u64,
+}
+
+impl Reg {
+    fn merge(&mut self, o: Reg) {
+        if o.fence > self.fence {
+            self.fence = o.fence;
+            self.ttl_ms = o.ttl_ms;
+        } else if o.fence == self.fence {
+            self.ttl_ms = self.ttl_ms.max(o.ttl_ms);
+        }
+        self.released = self.released.max(o.released);
+    }
+
+    /// A grant no release has followed: its hold may still be valid.
+    fn open(&self) -> bool {
+        self.fence > self.released
+    }
+}
+
+/// How long a grant waits after an unreleased one whose lease is `ttl_ms`: the TTL, plus
+/// 2 % and 20 ms for the rates of the clocks that measure it (the client's counts from a
+/// keep-alive's send, this node's from the register's answer).
+pub fn takeover_wait_ms(ttl_ms: u64) -> u64 {
+    ttl_ms + ttl_ms / 50 + 20
+}
+
+/// A register operation of this node's gate.
 #[derive(Debug)]
-struct FenceOp {
-    /// The gate's request id.
-    id: i64,
-    lock: String,
-    /// Answers so far in this phase.
-    answers: usize,
-    /// Read phase: the largest value read; write phase: the value written.
-    value: u64,
+struct RegOp {
+    what: OpKind,
+    /// This phase's message, sent again on each tick to the nodes that have not answered
+    /// (a message lost with a connection must not wedge the operation).
+    msg: Event,
+    /// The nodes that answered this phase.
+    answered: Vec<bool>,
+    /// The entries read from a majority (merged), one per lock.
+    read: Vec<Reg>,
     writing: bool,
+}
+
+#[derive(Debug)]
+enum OpKind {
+    /// A grant's fence: read a majority, write the next fence to a majority.
+    Fence { id: i64, lock: String, ttl_ms: u64 },
+    /// A hold's end: write its fence as released to a majority.
+    Release { id: i64 },
+    /// A lease renewal's check: read the session's locks from a majority.
+    Check { session: u64 },
 }
 
 /// Largest number of nodes: fence values keep the node in their low 8 bits.
@@ -133,6 +201,48 @@ impl Epoch {
     fn broadcast(&mut self, ev: &Event, ctx: &mut Ctx) -> HandlerResult {
         for j in 0..self.n {
             self.send_to(j, ev.clone_args(), ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Starts operation `what`: reading (`fread`) or writing first; `first` makes its
+    /// first message from the operation's number and this node's.
+    fn start_op(
+        &mut self,
+        what: OpKind,
+        reading: bool,
+        first: impl FnOnce(i64, i64) -> Event,
+        ctx: &mut Ctx,
+    ) -> HandlerResult {
+        let op = self.next_op;
+        self.next_op += 1;
+        let first = first(op as i64, self.node as i64);
+        self.ops.insert(
+            op,
+            RegOp {
+                what,
+                msg: first.clone_args(),
+                answered: vec![false; self.n],
+                read: Vec::new(),
+                writing: !reading,
+            },
+        );
+        self.broadcast(&first, ctx)
+    }
+
+    /// Sends each operation's phase again to the nodes that have not answered it.
+    fn resend(&mut self, ctx: &mut Ctx) -> HandlerResult {
+        let again: Vec<(usize, Event)> = self
+            .ops
+            .values()
+            .flat_map(|o| {
+                (0..self.n)
+                    .filter(|&j| !o.answered[j])
+                    .map(|j| (j, o.msg.clone_args()))
+            })
+            .collect();
+        for (j, ev) in again {
+            self.send_to(j, ev, ctx)?;
         }
         Ok(())
     }
@@ -177,64 +287,57 @@ impl Epoch {
                 }
                 Ok(())
             }
+            // The gate's operations.
             "fence" => {
-                let (id, lock): (i64, String) = (ev.get(1)?, ev.get(2)?);
-                let op = self.next_op;
-                self.next_op += 1;
-                self.ops.insert(
-                    op,
-                    FenceOp {
-                        id,
-                        lock: lock.clone(),
-                        answers: 0,
-                        value: 0,
-                        writing: false,
-                    },
-                );
-                let me = self.node as i64;
-                self.broadcast(&("fread", me, op as i64, lock.as_str()).into(), ctx)
+                let (id, lock, ttl_ms): (i64, String, u64) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+                let locks = vec![Value::from(lock.as_str())];
+                let first = |op, me| ("fread", op, me, locks).into();
+                self.start_op(OpKind::Fence { id, lock, ttl_ms }, true, first, ctx)
             }
+            "release" => {
+                let (id, lock, fence): (i64, String, u64) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+                let first = |op, me| ("fmark", op, me, lock.as_str(), fence as i64).into();
+                self.start_op(OpKind::Release { id }, false, first, ctx)
+            }
+            "check" => {
+                let (session, locks): (u64, Vec<String>) = (ev.get(1)?, ev.get(2)?);
+                let locks: Vec<Value> = locks.into_iter().map(Value::from).collect();
+                let first = |op, me| ("fread", op, me, locks).into();
+                self.start_op(OpKind::Check { session }, true, first, ctx)
+            }
+            // A peer's operation on this replica.
             "fread" => {
-                let (from, op, lock): (usize, i64, String) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
-                let v = self.fences.get(&lock).copied().unwrap_or(0);
-                self.send_to(from, ("fval", op, v as i64).into(), ctx)
+                let (op, from, locks): (i64, usize, Vec<String>) =
+                    (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+                let mut flat = Vec::with_capacity(3 * locks.len());
+                for lock in &locks {
+                    let r = self.fences.get(lock).copied().unwrap_or_default();
+                    flat.extend([r.fence, r.ttl_ms, r.released].map(|v| Value::from(v as i64)));
+                }
+                let me = self.node as i64;
+                self.send_to(from, ("fval", op, me, flat).into(), ctx)
             }
-            "fwrite" => {
-                let (from, op, lock, v): (usize, i64, String, u64) =
-                    (ev.get(1)?, ev.get(2)?, ev.get(3)?, ev.get(4)?);
-                let stored = self.fences.entry(lock).or_default();
-                *stored = (*stored).max(v);
-                self.send_to(from, ("fack", op).into(), ctx)
-            }
-            "fval" | "fack" => {
-                let op: u64 = ev.get(1)?;
-                let majority = self.majority();
-                let Some(o) = self.ops.get_mut(&op) else {
-                    // A late answer to a finished phase.
-                    return Ok(());
+            "fwrite" | "fmark" => {
+                let (op, from, lock): (i64, usize, String) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+                let fence: u64 = ev.get(4)?;
+                let theirs = if tag == "fwrite" {
+                    Reg {
+                        fence,
+                        ttl_ms: ev.get(5)?,
+                        released: 0,
+                    }
+                } else {
+                    Reg {
+                        released: fence,
+                        ..Reg::default()
+                    }
                 };
-                if (tag == "fack") != o.writing {
-                    return Ok(());
-                }
-                if tag == "fval" {
-                    o.value = o.value.max(ev.get(2)?);
-                }
-                o.answers += 1;
-                if o.answers < majority {
-                    return Ok(());
-                }
-                if !o.writing {
-                    o.writing = true;
-                    o.answers = 0;
-                    o.value = next_fence(o.value, self.node);
-                    let (me, v, lock) = (self.node as i64, o.value as i64, o.lock.clone());
-                    return self
-                        .broadcast(&("fwrite", me, op as i64, lock.as_str(), v).into(), ctx);
-                }
-                let o = self.ops.remove(&op).expect("the op is here");
-                ctx.send("gate", ("fenced", o.id, o.value as i64))?;
-                Ok(())
+                self.fences.entry(lock).or_default().merge(theirs);
+                let me = self.node as i64;
+                self.send_to(from, ("fack", op, me).into(), ctx)
             }
+            "fval" | "fack" => self.answer(&tag, ev, ctx),
+            "tick" => self.resend(ctx),
             "go" => {
                 let e: u64 = ev.get(1)?;
                 if !std::mem::replace(&mut self.done, true) {
@@ -245,6 +348,88 @@ impl Epoch {
             }
             other => Err(format!("epoch{}: unexpected event {other:?}", self.node).into()),
         }
+    }
+
+    /// An answer to one of this node's operations: its next phase once a majority gave one.
+    fn answer(&mut self, tag: &str, ev: Event, ctx: &mut Ctx) -> HandlerResult {
+        let (op, from): (u64, usize) = (ev.get(1)?, ev.get(2)?);
+        let majority = self.majority();
+        let Some(o) = self.ops.get_mut(&op) else {
+            // A late answer to a finished operation.
+            return Ok(());
+        };
+        if (tag == "fack") != o.writing || o.answered.get(from) != Some(&false) {
+            // Another phase's, or this node's answer again (a message sent again).
+            return Ok(());
+        }
+        o.answered[from] = true;
+        if tag == "fval" {
+            let flat: Vec<u64> = ev.get(3)?;
+            let theirs = flat.chunks_exact(3).map(|c| Reg {
+                fence: c[0],
+                ttl_ms: c[1],
+                released: c[2],
+            });
+            if o.read.is_empty() {
+                o.read = theirs.collect();
+            } else {
+                for (mine, t) in o.read.iter_mut().zip(theirs) {
+                    mine.merge(t);
+                }
+            }
+        }
+        if o.answered.iter().filter(|&&a| a).count() < majority {
+            return Ok(());
+        }
+        let me = self.node;
+        if let (OpKind::Fence { lock, ttl_ms, .. }, false) = (&o.what, o.writing) {
+            // Read: the next fence, and what a grant after it will have to wait.
+            let read = o.read.first().copied().unwrap_or_default();
+            let fence = next_fence(read.fence, me);
+            let ttl = if read.open() {
+                read.ttl_ms.max(*ttl_ms)
+            } else {
+                *ttl_ms
+            };
+            let lock = lock.clone();
+            let mut first: Event = ("fwrite", op as i64, me as i64, lock.as_str()).into();
+            first.push(fence as i64);
+            first.push(ttl as i64);
+            o.writing = true;
+            o.answered = vec![false; self.n];
+            o.msg = first.clone_args();
+            // The written entry, kept to answer the gate once a majority stored it.
+            o.read = vec![
+                Reg {
+                    fence,
+                    ttl_ms: ttl,
+                    released: 0,
+                },
+                read,
+            ];
+            return self.broadcast(&first, ctx);
+        }
+        let o = self.ops.remove(&op).expect("the op is here");
+        match o.what {
+            OpKind::Fence { id, .. } => {
+                // A grant after an unreleased one waits out that hold's lease, counted
+                // from now: a renewal the other node checked was sent before this write.
+                let (written, read) = (o.read[0], o.read[1]);
+                let wait = if read.open() {
+                    takeover_wait_ms(read.ttl_ms)
+                } else {
+                    0
+                };
+                ctx.send_or_wait("gate", ("fenced", id, written.fence as i64, wait as i64))?;
+            }
+            OpKind::Release { id } => ctx.send_or_wait("gate", ("release-stored", id))?,
+            OpKind::Check { session } => {
+                let fences: Vec<Value> =
+                    o.read.iter().map(|r| Value::from(r.fence as i64)).collect();
+                ctx.send_or_wait("gate", ("checked", session as i64, fences))?;
+            }
+        }
+        Ok(())
     }
 }
 

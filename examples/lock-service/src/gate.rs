@@ -24,9 +24,14 @@
 //! the first release, still comes.
 //!
 //! Fences leave the gate as `epoch << 40 | fence`. With an epoch stage wired
-//! ([`crate::epoch`]), requests wait until the group's epoch is agreed and each grant's fence
-//! comes from the epoch stages' majority register (port `fence`, answered `("fenced", id, v)`);
-//! without one the epoch is 0 and fences are the algorithm's own.
+//! ([`crate::epoch`]), requests wait until the group's epoch is agreed, each grant's fence
+//! comes from the epoch stages' majority register (port `fence`), a grant after an unreleased
+//! hold waits out that hold's lease on the gate's timer (a cancel or lease end meanwhile is
+//! held until the wait is over), a hold's end is stored in the register before the front
+//! lets the lock go, and a keep-alive of a session holding locks is answered once the
+//! register shows no later grant of them (one check at a time; the keep-alives that arrive
+//! meanwhile wait for the next). Without one the epoch is 0 and fences are the algorithm's
+//! own.
 //!
 //! Network threads: the listener and the sessions run on a small tokio runtime of the gate's
 //! own (started by the stage's first event), which hands requests to the graph with
@@ -69,6 +74,10 @@ const DIRECT_MAX: usize = 64;
 /// place among the [`DIRECT_MAX`].
 type Out = (Response, Option<tokio::sync::OwnedSemaphorePermit>);
 
+/// How often the register's operations in flight are sent again to the nodes that have
+/// not answered them.
+const REGISTER_TICK: Duration = Duration::from_millis(250);
+
 /// Fences carry the epoch in their bits from this one up.
 pub const EPOCH_SHIFT: u32 = 40;
 
@@ -89,6 +98,9 @@ struct Held {
     id: i64,
     lock: String,
     fence: Option<u64>,
+    /// Cancelled before any grant: a grant crossing the cancel is not the client's (the
+    /// front answers the cancel by letting it go).
+    cancelled: bool,
 }
 
 #[derive(Debug)]
@@ -96,6 +108,15 @@ struct Session {
     name: String,
     tx: mpsc::UnboundedSender<Out>,
     reqs: HashMap<u64, Held>,
+    ttl_ms: u64,
+    /// Keep-alives waiting for a check of this session's holds.
+    pings: usize,
+    /// The check under way: the keep-alives it answers, and the holds (lock, fence) it
+    /// looks at.
+    checking: Option<(usize, Vec<(String, u64)>)>,
+    /// A hold of this session was granted to another since: its leases are no longer
+    /// renewed.
+    superseded: bool,
 }
 
 impl Session {
@@ -117,8 +138,36 @@ struct State {
     sessions: HashMap<u64, Session>,
     /// Front ids (negative) → (session, req).
     routes: HashMap<i64, (u64, u64)>,
+    /// Grants between the front and the client, by front id (with an epoch stage).
+    grants: HashMap<i64, Grant>,
     next_session: u64,
     next_id: i64,
+}
+
+/// A grant the front made to a session's request, from its fence to its release
+/// ([`crate::epoch`]'s register).
+#[derive(Debug)]
+struct Grant {
+    sid: u64,
+    req: u64,
+    lock: String,
+    /// The fence (without the epoch), once the register stored it.
+    raw: u64,
+    phase: Phase,
+    /// What the front is told once the hold's end is stored: `release` or `cancel`.
+    then: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// The register is storing its fence.
+    Fencing,
+    /// Stored after a hold that was not released: waiting out that hold's lease.
+    Waiting,
+    /// The client holds it (or would, its session ended).
+    Held,
+    /// The register is storing its release; then the front lets the lock go.
+    Releasing,
 }
 
 struct Gate {
@@ -127,6 +176,8 @@ struct Gate {
     state: Arc<Mutex<State>>,
     audit: Option<Arc<Mutex<std::fs::File>>>,
     started: bool,
+    /// The gate's network runtime (for the waits of grants).
+    rt: Option<tokio::runtime::Handle>,
 }
 
 /// The registry kind of gate stages.
@@ -165,6 +216,7 @@ pub fn gate_stage(node: usize, local: Option<Arc<GateLocal>>) -> Stage {
                 })),
                 audit,
                 started: false,
+                rt: None,
             })
         },
         |g: &mut Gate, ev: Event, ctx: &mut Ctx| g.handle(ev, ctx),
@@ -193,8 +245,77 @@ impl Gate {
                 }
                 Ok(())
             }
+            "fenced" => self.fenced(&ev, ctx),
+            "release-stored" => {
+                let id: i64 = ev.get(1)?;
+                let Some(g) = lock(&self.state).grants.remove(&id) else {
+                    return Ok(());
+                };
+                let then = g.then.unwrap_or("release");
+                ctx.send_or_wait("front", (then, id, g.lock.as_str()))?;
+                Ok(())
+            }
+            "checked" => {
+                let (sid, fences): (u64, Vec<u64>) = (ev.get(1)?, ev.get(2)?);
+                let mut st = lock(&self.state);
+                let Some(s) = st.sessions.get_mut(&sid) else {
+                    return Ok(());
+                };
+                let Some((answers, holds)) = s.checking.take() else {
+                    return Ok(());
+                };
+                if let Some(((name, _), _)) = holds.iter().zip(&fences).find(|((_, f), r)| *r > f) {
+                    // A later grant of the lock: this node was held crashed, or cut off.
+                    tracing::warn!(
+                        node = self.node,
+                        lock = name,
+                        client = s.name,
+                        "a hold was granted to another: the session's lease ends"
+                    );
+                    s.superseded = true;
+                    let message = format!("lock {name} was granted to another holder");
+                    s.send(Response::Error { req: None, message });
+                    return Ok(());
+                }
+                for _ in 0..answers {
+                    s.send(Response::Alive);
+                }
+                check_pings(&mut st, sid, ctx);
+                Ok(())
+            }
             _ => self.reply(&tag, &ev, ctx),
         }
+    }
+
+    /// The register stored a grant's fence: the client learns of it now, or once the
+    /// lease of an unreleased hold before it has run out.
+    fn fenced(&self, ev: &Event, ctx: &mut Ctx) -> HandlerResult {
+        let (id, raw, wait_ms): (i64, u64, u64) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
+        {
+            let mut st = lock(&self.state);
+            let Some(g) = st.grants.get_mut(&id) else {
+                return Ok(());
+            };
+            g.raw = raw;
+            if wait_ms > 0 {
+                g.phase = Phase::Waiting;
+                tracing::info!(
+                    node = self.node,
+                    lock = g.lock,
+                    wait_ms,
+                    "granted after a hold that was not released: waiting out its lease"
+                );
+                let rt = self.rt.as_ref().ok_or("gate: no runtime")?;
+                let (state, mut ctx) = (self.state.clone(), ctx.clone());
+                rt.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                    settle(&state, id, &mut ctx);
+                });
+                return Ok(());
+            }
+        }
+        settle(&self.state, id, ctx);
+        Ok(())
     }
 
     fn forward(&self, ev: Event, ctx: &mut Ctx) {
@@ -214,6 +335,17 @@ impl Gate {
             .thread_name(format!("gate{}", self.node))
             .enable_all()
             .build()?;
+        self.rt = Some(rt.handle().clone());
+        if lock(&self.state).keeper {
+            // The register's operations send their phase again on each tick.
+            let mut ctx = ctx.clone();
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(REGISTER_TICK).await;
+                    let _ = ctx.send("fence", "tick");
+                }
+            });
+        }
         let net = Net {
             node: self.node,
             local: self.local.clone(),
@@ -236,20 +368,37 @@ impl Gate {
         let Some(&(sid, req)) = st.routes.get(&id) else {
             return Ok(());
         };
-        if !st.sessions.contains_key(&sid) {
+        let Some(h) = st.sessions.get(&sid).and_then(|s| s.reqs.get(&req)) else {
             // The session is gone (expired or closed) and the front has its cancel: forget
             // the route once the front is done with the request.
-            if !matches!(tag, "granted" | "fenced" | "not-held") {
+            if !matches!(tag, "granted" | "not-held") {
                 st.routes.remove(&id);
+                st.grants.remove(&id);
             }
+            return Ok(());
+        };
+        if tag == "granted" && h.cancelled {
+            // The grant crossed the client's cancel: the front answers the cancel by
+            // letting the lock go, and that answer ends the request.
             return Ok(());
         }
         if tag == "granted" && st.keeper {
             // The fence comes from the majority register ([`crate::epoch`]); the client
             // learns of its grant once a majority stored it.
             let name: String = ev.get(2)?;
+            let ttl_ms = st.sessions.get(&sid).map_or(0, |s| s.ttl_ms);
+            let grant = Grant {
+                sid,
+                req,
+                lock: name.clone(),
+                raw: 0,
+                phase: Phase::Fencing,
+                then: None,
+            };
+            st.grants.insert(id, grant);
             drop(st);
-            if let Err(e) = ctx.send("fence", ("fence", id, name.as_str())) {
+            if let Err(e) = ctx.send("fence", ("fence", id, name.as_str(), ttl_ms as i64)) {
+                lock(&self.state).grants.remove(&id);
                 // No fence, no grant: give the lock back and tell the client.
                 ctx.send("front", ("cancel", id, name.as_str()))?;
                 if let Some(s) = lock(&self.state).sessions.get(&sid) {
@@ -263,8 +412,8 @@ impl Gate {
             return Ok(());
         }
         let resp = match tag {
-            "granted" | "fenced" => {
-                let raw: u64 = ev.get(if tag == "fenced" { 2 } else { 3 })?;
+            "granted" => {
+                let raw: u64 = ev.get(3)?;
                 let fence = (epoch << EPOCH_SHIFT) | raw;
                 if let Some(h) = st.sessions.get_mut(&sid).and_then(|s| s.reqs.get_mut(&req)) {
                     h.fence = Some(fence);
@@ -283,8 +432,9 @@ impl Gate {
         // The request ends with its answer, except a grant (the hold goes on) and a
         // refused release (the request still waits, or its first release is under
         // way: its grant or `released` comes later and must find the route).
-        if !matches!(tag, "granted" | "fenced" | "not-held") {
+        if !matches!(tag, "granted" | "not-held") {
             st.routes.remove(&id);
+            st.grants.remove(&id);
             if let Some(s) = st.sessions.get_mut(&sid) {
                 s.reqs.remove(&req);
             }
@@ -293,6 +443,78 @@ impl Gate {
             s.send(resp);
         }
         Ok(())
+    }
+}
+
+/// Has the register store the end of grant `id` (phase `Held`); the front lets the lock
+/// go when it answers (`release-stored`).
+fn store_release(id: i64, g: &mut Grant, ctx: &mut Ctx) -> Result<(), SendError> {
+    ctx.send("fence", ("release", id, g.lock.as_str(), g.raw as i64))?;
+    g.phase = Phase::Releasing;
+    Ok(())
+}
+
+/// A grant's fence is stored (and its wait over): the client learns of it, or, the
+/// request withdrawn meanwhile, the register stores its end.
+fn settle(state: &Mutex<State>, id: i64, ctx: &mut Ctx) {
+    let mut st = lock(state);
+    let epoch = st.epoch.unwrap_or(0);
+    let st = &mut *st;
+    let Some(g) = st.grants.get_mut(&id) else {
+        return;
+    };
+    let sid = g.sid;
+    g.phase = Phase::Held;
+    if g.then.is_some() {
+        if let Err(e) = store_release(id, g, ctx) {
+            // The lock is given back unreleased: its next holder waits out this lease.
+            tracing::warn!(lock = g.lock, error = %e, "gate: cannot store a release");
+            let ev: Event = (g.then.unwrap_or("cancel"), id, g.lock.as_str()).into();
+            st.grants.remove(&id);
+            if let Err(e) = ctx.send("front", ev) {
+                tracing::error!(error = %e, "gate: cannot withdraw a request");
+            }
+        }
+    } else if let Some(s) = st.sessions.get_mut(&sid) {
+        let fence = (epoch << EPOCH_SHIFT) | g.raw;
+        if let Some(h) = s.reqs.get_mut(&g.req) {
+            h.fence = Some(fence);
+        }
+        s.send(Response::Granted { req: g.req, fence });
+    }
+    check_pings(st, sid, ctx);
+}
+
+/// Starts a check of session `sid`'s holds for the keep-alives waiting, unless one runs
+/// or a fence is being stored (the check must see it); a session holding nothing is
+/// answered at once.
+fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
+    let Some(s) = st.sessions.get_mut(&sid) else {
+        return;
+    };
+    if s.checking.is_some() || s.pings == 0 || s.superseded {
+        return;
+    }
+    let mine = s.reqs.values().filter_map(|h| st.grants.get(&h.id));
+    let mut holds = Vec::new();
+    for g in mine {
+        match g.phase {
+            Phase::Fencing => return,
+            Phase::Waiting | Phase::Held => holds.push((g.lock.clone(), g.raw)),
+            Phase::Releasing => {}
+        }
+    }
+    if holds.is_empty() {
+        for _ in 0..std::mem::take(&mut s.pings) {
+            s.send(Response::Alive);
+        }
+        return;
+    }
+    let locks: Vec<Value> = holds.iter().map(|(l, _)| Value::from(l.as_str())).collect();
+    match ctx.send("fence", ("check", sid as i64, locks)) {
+        Ok(()) => s.checking = Some((std::mem::take(&mut s.pings), holds)),
+        // The next keep-alive tries again.
+        Err(e) => tracing::debug!(error = %e, "gate: no check of a session's holds"),
     }
 }
 
@@ -439,6 +661,10 @@ impl Net {
                     name: name.clone(),
                     tx: tx.clone(),
                     reqs: HashMap::new(),
+                    ttl_ms,
+                    pings: 0,
+                    checking: None,
+                    superseded: false,
                 },
             );
             sid
@@ -510,7 +736,26 @@ impl Net {
             let st = &mut *st;
             let s = st.sessions.get_mut(&sid)?;
             match r {
-                Request::KeepAlive => return Some(Response::Alive),
+                Request::KeepAlive => {
+                    // A session holding a lock is renewed only once the register shows no
+                    // later grant of it (and this node can reach a majority).
+                    let holds = s.reqs.values().any(|h| st.grants.contains_key(&h.id));
+                    if !st.keeper || (!holds && s.pings == 0 && s.checking.is_none()) {
+                        return Some(Response::Alive);
+                    }
+                    if s.superseded {
+                        return None;
+                    }
+                    if s.pings + s.checking.as_ref().map_or(0, |c| c.0) >= DIRECT_MAX {
+                        return Some(Response::Error {
+                            req: None,
+                            message: "keep-alives unanswered: the node reaches no majority".into(),
+                        });
+                    }
+                    s.pings += 1;
+                    check_pings(st, sid, ctx);
+                    return None;
+                }
                 Request::Open { .. } => {
                     return Some(Response::Error {
                         req: None,
@@ -536,6 +781,7 @@ impl Net {
                             id,
                             lock: lock.clone(),
                             fence: None,
+                            cancelled: false,
                         },
                     );
                     ("acquire", id, lock.as_str(), !wait).into()
@@ -549,6 +795,28 @@ impl Net {
                     } else {
                         "cancel"
                     };
+                    if let Some(g) = st.grants.get_mut(&h.id) {
+                        // Granted: the front lets the lock go once the register stored the
+                        // hold's end (at once, for a hold still on its way).
+                        if g.then.is_some() {
+                            return refuse(req, format!("request {req} is being released"));
+                        }
+                        g.then = Some(tag);
+                        if g.phase == Phase::Held
+                            && let Err(e) = store_release(h.id, g, ctx)
+                        {
+                            g.then = None;
+                            return refuse(req, format!("the node is overloaded: {e}"));
+                        }
+                        return None;
+                    }
+                    if tag == "cancel" {
+                        // Not granted yet (as far as this gate knows).
+                        if let Some(h) = s.reqs.get_mut(&req) {
+                            h.cancelled = true;
+                        }
+                    }
+                    let h = &s.reqs[&req];
                     (tag, h.id, h.lock.as_str()).into()
                 }
             }
@@ -580,9 +848,25 @@ impl Net {
             // A full front queue is waited out: the lock must be given back.
             let ev: Event = ("cancel", h.id, h.lock.as_str()).into();
             {
+                let mut st = lock(&self.state);
+                if let Some(g) = st.grants.get_mut(&h.id) {
+                    // Granted: the register stores the hold's end first (a release under
+                    // way goes on).
+                    if g.then.is_none() {
+                        g.then = Some("cancel");
+                        if g.phase == Phase::Held && store_release(h.id, g, ctx).is_err() {
+                            // The lock is given back unreleased: its next holder waits
+                            // out this lease.
+                            st.grants.remove(&h.id);
+                        } else {
+                            continue;
+                        }
+                    } else {
+                        continue;
+                    }
+                }
                 // Before the epoch, the acquire itself still waits in `early`: queue the
                 // cancel behind it.
-                let mut st = lock(&self.state);
                 if st.epoch.is_none() {
                     st.early.push(ev);
                     continue;

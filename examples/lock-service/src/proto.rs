@@ -10,8 +10,11 @@
 //! - The first request is [`Request::Open`]: the session's lease TTL. The node answers
 //!   [`Response::Opened`] with the TTL it granted (clamped to [`MIN_TTL_MS`]..=[`MAX_TTL_MS`]).
 //! - The lease stays alive while the node hears from the client: any request counts, and an
-//!   idle client sends [`Request::KeepAlive`] (answered with [`Response::Alive`]) about three
-//!   times per TTL. When a TTL passes in silence, or the connection closes, the node withdraws
+//!   idle client sends [`Request::KeepAlive`] (answered with [`Response::Alive`], in order)
+//!   about three times per TTL. A client counts its lease from the *send* time of the
+//!   keep-alive an `Alive` answers; a node answers the keep-alive of a session holding locks
+//!   only once a majority of the group shows no later grant of them, so a node paused or cut
+//!   off renews nothing. When a TTL passes in silence, or the connection closes, the node withdraws
 //!   every request of the session and releases every lock it holds; a client still connected
 //!   gets [`Response::Expired`] for each lock it held, with the moment (CLOCK_MONOTONIC ns of
 //!   the node's host), and the connection is closed.
