@@ -8,8 +8,8 @@
 //! (a process) and `--clients` clients (processes) that acquire a lock, read-modify-write
 //! the register under it carrying the fence, and release, over and over. Meanwhile it injects
 //! faults on a seeded schedule: SIGSTOP of a client past its lease (then SIGCONT), kill -9 of
-//! a client (restarted under a new name), SIGSTOP of a node (then SIGCONT), for the
-//! crash-tolerant algorithms and etcd kill -9 of a minority of the nodes (not restarted: the
+//! a client (restarted under a new name), SIGSTOP of a node for 50-150 ms or, where a crashed
+//! minority is tolerated, 0.4-1 s (then SIGCONT), for the crash-tolerant algorithms and etcd kill -9 of a minority of the nodes (not restarted: the
 //! algorithms are crash-stop), and partitions (below). `--target etcd` drives an etcd cluster
 //! the same way, `--target both` runs both and prints them side by side. At the end it
 //! writes the history (JSON lines, see `leda_lock_service::check`), checks it, prints
@@ -684,8 +684,18 @@ fn drive(
                 p.signal(libc::SIGSTOP);
                 p.stopped = true;
                 faults.push(fault("stop", &p.name));
-                // Shorter than the failure detector's timeout: a slow node, not a crash.
-                let pause = Duration::from_millis(50 + rng.next_u64() % 100);
+                // Half the time shorter than the failure detector's timeout (a slow node),
+                // else, where a crashed minority is tolerated, 0.4-1 s: the others take it
+                // for crashed and go on, and its clients must not hold on meanwhile (our
+                // node, resumed, stops: it counts as a crash).
+                let r = rng.next_u64() % 100;
+                let long = j != 0 && crash_tolerant && (killed_nodes + 1) * 2 < cli.nodes;
+                let pause = if long && r >= 50 {
+                    killed_nodes += 1;
+                    Duration::from_millis(400 + (r - 50) * 12)
+                } else {
+                    Duration::from_millis(50 + r)
+                };
                 later.push((now + pause, Action::ContNode(j)));
             }
             _ => {
