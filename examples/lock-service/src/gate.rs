@@ -14,10 +14,10 @@
 //! session (the front turns the cancel of a granted lock into its release), tells a client
 //! still connected [`Response::Expired`] for each lock it held, writes one audit line per
 //! such lock (`{"kind":"expired","node":i,"client":NAME,"lock":L,"fence":F,"at_ns":T,
-//! "why":"ttl"|"closed"|"not reading its answers"}`) when an audit file is set, and closes
-//! the connection. A client that does not read: once `DIRECT_MAX` of the gate's own
-//! answers wait to be written, the session stops reading it, and ends when an answer
-//! waits a TTL (bounded memory per session).
+//! "why":"ttl"|"closed"|"not reading its answers"|...}`) when an audit file is set, and
+//! closes the connection. A client that does not read: once `DIRECT_MAX` of the gate's own
+//! answers wait to be written (keep-alives waiting for their check included), the session
+//! stops reading it, and ends when none frees up within a TTL (bounded memory per session).
 //!
 //! A refused release (of a request still waiting, or released already) answers the
 //! client with an error and leaves the request as it was: its grant, or the answer to
@@ -72,7 +72,10 @@ const DIRECT_MAX: usize = 64;
 
 /// What a session's writer sends: an answer, and for one the gate gave itself, its
 /// place among the [`DIRECT_MAX`].
-type Out = (Response, Option<tokio::sync::OwnedSemaphorePermit>);
+type Out = (Response, Option<Place>);
+
+/// A place among the [`DIRECT_MAX`] answers the gate gives itself.
+type Place = tokio::sync::OwnedSemaphorePermit;
 
 /// How often the register's operations in flight are sent again to the nodes that have
 /// not answered them.
@@ -109,14 +112,23 @@ struct Session {
     tx: mpsc::UnboundedSender<Out>,
     reqs: HashMap<u64, Held>,
     ttl_ms: u64,
-    /// Keep-alives waiting for a check of this session's holds.
-    pings: usize,
-    /// The check under way: the keep-alives it answers, and the holds (lock, fence) it
-    /// looks at.
-    checking: Option<(usize, Vec<(String, u64)>)>,
+    /// Keep-alives waiting for a check of this session's holds, each with its place among
+    /// the [`DIRECT_MAX`] answers.
+    pings: Vec<Place>,
+    /// The check under way.
+    checking: Option<Check>,
     /// A hold of this session was granted to another since: its leases are no longer
     /// renewed.
     superseded: bool,
+}
+
+/// A check of a session's holds in the register, for keep-alives.
+#[derive(Debug)]
+struct Check {
+    /// The keep-alives it answers.
+    pings: Vec<Place>,
+    /// The holds it looks at: lock, fence.
+    holds: Vec<(String, u64)>,
 }
 
 impl Session {
@@ -261,7 +273,7 @@ impl Gate {
                 let Some(s) = st.sessions.get_mut(&sid) else {
                     return Ok(());
                 };
-                let Some((answers, holds)) = s.checking.take() else {
+                let Some(Check { pings, holds }) = s.checking.take() else {
                     return Ok(());
                 };
                 if let Some(((name, _), _)) = holds.iter().zip(&fences).find(|((_, f), r)| *r > f) {
@@ -277,8 +289,8 @@ impl Gate {
                     s.send(Response::Error { req: None, message });
                     return Ok(());
                 }
-                for _ in 0..answers {
-                    s.send(Response::Alive);
+                for place in pings {
+                    let _ = s.tx.send((Response::Alive, Some(place)));
                 }
                 check_pings(&mut st, sid, ctx);
                 Ok(())
@@ -492,7 +504,7 @@ fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
     let Some(s) = st.sessions.get_mut(&sid) else {
         return;
     };
-    if s.checking.is_some() || s.pings == 0 || s.superseded {
+    if s.checking.is_some() || s.pings.is_empty() || s.superseded {
         return;
     }
     let mine = s.reqs.values().filter_map(|h| st.grants.get(&h.id));
@@ -505,14 +517,17 @@ fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
         }
     }
     if holds.is_empty() {
-        for _ in 0..std::mem::take(&mut s.pings) {
-            s.send(Response::Alive);
+        for place in std::mem::take(&mut s.pings) {
+            let _ = s.tx.send((Response::Alive, Some(place)));
         }
         return;
     }
     let locks: Vec<Value> = holds.iter().map(|(l, _)| Value::from(l.as_str())).collect();
     match ctx.send("fence", ("check", sid as i64, locks)) {
-        Ok(()) => s.checking = Some((std::mem::take(&mut s.pings), holds)),
+        Ok(()) => {
+            let pings = std::mem::take(&mut s.pings);
+            s.checking = Some(Check { pings, holds });
+        }
         // The next keep-alive tries again.
         Err(e) => tracing::debug!(error = %e, "gate: no check of a session's holds"),
     }
@@ -662,7 +677,7 @@ impl Net {
                     tx: tx.clone(),
                     reqs: HashMap::new(),
                     ttl_ms,
-                    pings: 0,
+                    pings: Vec::new(),
                     checking: None,
                     superseded: false,
                 },
@@ -703,16 +718,17 @@ impl Net {
                     break "closed";
                 }
                 Ok(Ok(Some(r))) => {
-                    if let Some(resp) = self.request(sid, r, &mut ctx) {
-                        // Past `DIRECT_MAX` unwritten answers, reading waits for the
-                        // writer; a client that reads none of them for a TTL is let go.
-                        let place = tokio::time::timeout(ttl, direct.clone().acquire_owned());
-                        let Ok(Ok(place)) = place.await else {
-                            break "not reading its answers";
-                        };
-                        if tx.send((resp, Some(place))).is_err() {
-                            break "not reading its answers";
-                        }
+                    // Past `DIRECT_MAX` answers of the gate's own unwritten (keep-alives
+                    // waiting for their check included), reading waits for the writer; a
+                    // client that reads none of them for a TTL is let go.
+                    let place = tokio::time::timeout(ttl, direct.clone().acquire_owned());
+                    let Ok(Ok(place)) = place.await else {
+                        break "not reading its answers, or its keep-alives unanswered";
+                    };
+                    if let Some(resp) = self.request(sid, r, place, &mut ctx)
+                        && tx.send(resp).is_err()
+                    {
+                        break "not reading its answers";
                     }
                 }
             }
@@ -724,7 +740,20 @@ impl Net {
     }
 
     /// One request of session `sid`; the answer, when the gate gives it itself.
-    fn request(&self, sid: u64, r: Request, ctx: &mut Ctx) -> Option<Response> {
+    fn request(&self, sid: u64, r: Request, place: Place, ctx: &mut Ctx) -> Option<Out> {
+        let mut place = Some(place);
+        let resp = self.answer(sid, r, &mut place, ctx)?;
+        Some((resp, place))
+    }
+
+    /// [`Net::request`]'s work: a keep-alive waiting for its check keeps `place`.
+    fn answer(
+        &self,
+        sid: u64,
+        r: Request,
+        place: &mut Option<Place>,
+        ctx: &mut Ctx,
+    ) -> Option<Response> {
         let refuse = |req, message: String| {
             Some(Response::Error {
                 req: Some(req),
@@ -740,19 +769,13 @@ impl Net {
                     // A session holding a lock is renewed only once the register shows no
                     // later grant of it (and this node can reach a majority).
                     let holds = s.reqs.values().any(|h| st.grants.contains_key(&h.id));
-                    if !st.keeper || (!holds && s.pings == 0 && s.checking.is_none()) {
+                    if !st.keeper || (!holds && s.pings.is_empty() && s.checking.is_none()) {
                         return Some(Response::Alive);
                     }
                     if s.superseded {
                         return None;
                     }
-                    if s.pings + s.checking.as_ref().map_or(0, |c| c.0) >= DIRECT_MAX {
-                        return Some(Response::Error {
-                            req: None,
-                            message: "keep-alives unanswered: the node reaches no majority".into(),
-                        });
-                    }
-                    s.pings += 1;
+                    s.pings.extend(place.take());
                     check_pings(st, sid, ctx);
                     return None;
                 }

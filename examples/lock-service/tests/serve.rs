@@ -550,6 +550,15 @@ fn a_client_that_never_reads_costs_the_node_bounded_memory() {
     let pid = nodes[1].0.id();
     let before = rss_kib(pid);
     let mut r = Raw::open(&s, &addrs[1], "hog", 3_000);
+    // Holding a lock, so that each keep-alive waits for a check of the hold.
+    let acquire = Request::Acquire {
+        req: 1,
+        lock: "held".into(),
+        wait: true,
+    };
+    r.rt.block_on(leda_lock_service::proto::write(&mut r.conn, &acquire))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
     let mut frame = Vec::new();
     r.rt.block_on(leda_lock_service::proto::write(
         &mut frame,
