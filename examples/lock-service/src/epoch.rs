@@ -136,6 +136,14 @@ impl Reg {
         self.released = self.released.max(o.released);
     }
 
+    /// Whether this replica takes a write of `fence` by a grant that read `read` as the
+    /// largest: only if no larger fence was stored since (its own write sent again aside),
+    /// so that of two grants whose operations overlap, one learns of the other on the node
+    /// where their write majorities meet.
+    fn takes(&self, fence: u64, read: u64) -> bool {
+        self.fence <= read || self.fence == fence
+    }
+
     /// A grant no release has followed: its hold may still be valid.
     fn open(&self) -> bool {
         self.fence > self.released
@@ -205,12 +213,14 @@ impl Epoch {
         Ok(())
     }
 
-    /// Starts operation `what`: reading (`fread`) or writing first; `first` makes its
-    /// first message from the operation's number and this node's.
+    /// Starts operation `what`: reading (`fread`, from what `read` holds already) or
+    /// writing first; `first` makes its first message from the operation's number and
+    /// this node's.
     fn start_op(
         &mut self,
         what: OpKind,
         reading: bool,
+        read: Vec<Reg>,
         first: impl FnOnce(i64, i64) -> Event,
         ctx: &mut Ctx,
     ) -> HandlerResult {
@@ -223,7 +233,7 @@ impl Epoch {
                 what,
                 msg: first.clone_args(),
                 answered: vec![false; self.n],
-                read: Vec::new(),
+                read,
                 writing: !reading,
             },
         );
@@ -292,18 +302,24 @@ impl Epoch {
                 let (id, lock, ttl_ms): (i64, String, u64) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let locks = vec![Value::from(lock.as_str())];
                 let first = |op, me| ("fread", op, me, locks).into();
-                self.start_op(OpKind::Fence { id, lock, ttl_ms }, true, first, ctx)
+                self.start_op(
+                    OpKind::Fence { id, lock, ttl_ms },
+                    true,
+                    Vec::new(),
+                    first,
+                    ctx,
+                )
             }
             "release" => {
                 let (id, lock, fence): (i64, String, u64) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let first = |op, me| ("fmark", op, me, lock.as_str(), fence as i64).into();
-                self.start_op(OpKind::Release { id }, false, first, ctx)
+                self.start_op(OpKind::Release { id }, false, Vec::new(), first, ctx)
             }
             "check" => {
                 let (session, locks): (u64, Vec<String>) = (ev.get(1)?, ev.get(2)?);
                 let locks: Vec<Value> = locks.into_iter().map(Value::from).collect();
                 let first = |op, me| ("fread", op, me, locks).into();
-                self.start_op(OpKind::Check { session }, true, first, ctx)
+                self.start_op(OpKind::Check { session }, true, Vec::new(), first, ctx)
             }
             // A peer's operation on this replica.
             "fread" => {
@@ -321,6 +337,16 @@ impl Epoch {
                 let (op, from, lock): (i64, usize, String) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let fence: u64 = ev.get(4)?;
                 let theirs = if tag == "fwrite" {
+                    let read: u64 = ev.get(6)?;
+                    let stored = self.fences.get(&lock).copied().unwrap_or_default();
+                    if !stored.takes(fence, read) {
+                        let me = self.node as i64;
+                        let mut nack: Event = ("fnack", op, me).into();
+                        for v in [stored.fence, stored.ttl_ms, stored.released] {
+                            nack.push(v as i64);
+                        }
+                        return self.send_to(from, nack, ctx);
+                    }
                     Reg {
                         fence,
                         ttl_ms: ev.get(5)?,
@@ -337,6 +363,28 @@ impl Epoch {
                 self.send_to(from, ("fack", op, me).into(), ctx)
             }
             "fval" | "fack" => self.answer(&tag, ev, ctx),
+            "fnack" => {
+                // A grant stored a larger fence since this one's read: read again (the next
+                // write then orders above it, and waits out its lease if it is not released).
+                // The new read starts from the entry that refused this write, so it orders
+                // above it whichever majority answers.
+                let op: u64 = ev.get(1)?;
+                if !self.ops.get(&op).is_some_and(|o| o.writing) {
+                    return Ok(());
+                }
+                let o = self.ops.remove(&op).expect("the op is here");
+                let OpKind::Fence { lock, .. } = &o.what else {
+                    return Ok(());
+                };
+                let theirs = Reg {
+                    fence: ev.get(3)?,
+                    ttl_ms: ev.get(4)?,
+                    released: ev.get(5)?,
+                };
+                let locks = vec![Value::from(lock.as_str())];
+                let first = |op, me| ("fread", op, me, locks).into();
+                self.start_op(o.what, true, vec![theirs], first, ctx)
+            }
             "tick" => self.resend(ctx),
             "go" => {
                 let e: u64 = ev.get(1)?;
@@ -395,6 +443,7 @@ impl Epoch {
             let mut first: Event = ("fwrite", op as i64, me as i64, lock.as_str()).into();
             first.push(fence as i64);
             first.push(ttl as i64);
+            first.push(read.fence as i64);
             o.writing = true;
             o.answered = vec![false; self.n];
             o.msg = first.clone_args();
@@ -510,6 +559,34 @@ mod tests {
         assert!(next_fence(512 + 255, 1) > 512 + 255);
         // Two nodes reading the same largest value get distinct fences.
         assert_ne!(next_fence(700, 1), next_fence(700, 2));
+    }
+
+    #[test]
+    fn a_replica_merges_by_the_larger_and_refuses_a_write_over_a_later_grant() {
+        let mut r = Reg::default();
+        r.merge(Reg {
+            fence: 512,
+            ttl_ms: 2_000,
+            released: 0,
+        });
+        assert!(r.open(), "granted, not released");
+        r.merge(Reg {
+            fence: 256,
+            ttl_ms: 9_000,
+            released: 512,
+        });
+        assert_eq!((r.fence, r.ttl_ms, r.released), (512, 2_000, 512));
+        assert!(!r.open(), "released");
+        // Two grants read 256 as the largest, and node 1's write (513) was stored here
+        // first: node 0's (512) is refused, node 1's sent again is taken, and so is a
+        // write that read 513.
+        let stored = Reg {
+            fence: next_fence(256, 1),
+            ..Reg::default()
+        };
+        assert!(!stored.takes(next_fence(256, 0), 256));
+        assert!(stored.takes(next_fence(256, 1), 256), "its own write again");
+        assert!(stored.takes(next_fence(stored.fence, 0), stored.fence));
     }
 
     #[test]

@@ -820,18 +820,30 @@ impl Net {
                     };
                     if let Some(g) = st.grants.get_mut(&h.id) {
                         // Granted: the front lets the lock go once the register stored the
-                        // hold's end (at once, for a hold still on its way).
+                        // hold's end.
                         if g.then.is_some() {
                             return refuse(req, format!("request {req} is being released"));
                         }
-                        g.then = Some(tag);
-                        if g.phase == Phase::Held
-                            && let Err(e) = store_release(h.id, g, ctx)
-                        {
-                            g.then = None;
-                            return refuse(req, format!("the node is overloaded: {e}"));
+                        if g.phase == Phase::Held {
+                            g.then = Some(tag);
+                            if let Err(e) = store_release(h.id, g, ctx) {
+                                g.then = None;
+                                return refuse(req, format!("the node is overloaded: {e}"));
+                            }
+                            return None;
                         }
-                        return None;
+                        // A grant the client has not seen (its fence being stored, or the
+                        // lease of a hold before it waited out): not the client's to release;
+                        // cancelled at once, while the lock stays here until the grant
+                        // settles and then goes back.
+                        if tag == "release" {
+                            return refuse(req, format!("request {req} is not granted yet"));
+                        }
+                        g.then = Some("cancel");
+                        let id = h.id;
+                        s.reqs.remove(&req);
+                        st.routes.remove(&id);
+                        return Some(Response::Cancelled { req });
                     }
                     if tag == "cancel" {
                         // Not granted yet (as far as this gate knows).

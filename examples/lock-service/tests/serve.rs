@@ -678,3 +678,33 @@ fn a_paused_node_s_holder_and_the_next_holder_never_overlap() {
     assert!(!held.is_valid(), "the stopped node's client still holds");
     b.release(h).unwrap();
 }
+
+/// A client whose acquire times out while its grant waits out a paused node's lease gets
+/// its answer within its timeout, and the lock goes on to the next client once the wait is
+/// over (review finding: the cancel was answered only after the wait, so a 1.2 s acquire
+/// took 2.3 s, and up to the earlier hold's TTL, 10 minutes at most).
+#[test]
+fn an_acquire_timing_out_during_a_takeover_wait_returns_in_time() {
+    let s = Scratch::new("rcw");
+    let (nodes, addrs) = group(&s, 3, "quorum-grid");
+    let a = LockClient::connect(&addrs[1], s.opts("a", Duration::from_secs(2))).unwrap();
+    let _held = a.acquire("lock", Duration::from_secs(10)).unwrap();
+    let b = LockClient::connect(&addrs[2], s.opts("b", Duration::from_secs(10))).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&nodes[1], libc::SIGSTOP);
+    let t = Instant::now();
+    let timed_out = b.acquire("lock", Duration::from_millis(1200));
+    let took = t.elapsed();
+    assert!(
+        timed_out.is_err(),
+        "granted {took:?} after the pause, within the first hold's TTL"
+    );
+    assert!(
+        took < Duration::from_millis(1700),
+        "acquire with a 1.2 s timeout took {took:?}"
+    );
+    let c = LockClient::connect(&addrs[0], s.opts("c", Duration::from_secs(10))).unwrap();
+    let next = c.acquire("lock", Duration::from_secs(10));
+    signal(&nodes[1], libc::SIGCONT);
+    assert!(next.is_ok(), "{:?}", next.err());
+}
