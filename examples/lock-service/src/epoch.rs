@@ -115,9 +115,10 @@ struct Epoch {
     next_op: u64,
 }
 
-/// One lock's entry in the register: the largest fence granted, the lease TTL a grant
-/// after it must wait out while it is not released, and the largest fence released. Each
-/// part only grows, so replicas merge by taking the larger.
+/// One lock's entry in the register: the largest fence written, the longest lease TTL of
+/// the fences written since the last release (what a grant after them must wait out), and
+/// the largest fence released. Fences and releases only grow, so replicas merge by taking
+/// the larger.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Reg {
     fence: u64,
@@ -125,15 +126,28 @@ struct Reg {
     released: u64,
 }
 
+/// A fence's counter. The grants that read the same entry write fences of one counter
+/// (the node in the low bits), and a majority stores at most one of them
+/// ([`Reg::takes`]): a fence of the released one's counter was that grant's or never told.
+pub(crate) fn counter(fence: u64) -> u64 {
+    fence >> 8
+}
+
 impl Reg {
     fn merge(&mut self, o: Reg) {
-        if o.fence > self.fence {
-            self.fence = o.fence;
-            self.ttl_ms = o.ttl_ms;
-        } else if o.fence == self.fence {
-            self.ttl_ms = self.ttl_ms.max(o.ttl_ms);
-        }
-        self.released = self.released.max(o.released);
+        let released = self.released.max(o.released);
+        let open = |r: &Reg| counter(r.fence) > counter(released);
+        // Every open fence's lease must be waited out, not only the largest's: a refused
+        // write can order above the grant that refused it.
+        self.ttl_ms = match (open(self), open(&o)) {
+            (true, true) => self.ttl_ms.max(o.ttl_ms),
+            (true, false) => self.ttl_ms,
+            (false, true) => o.ttl_ms,
+            (false, false) if o.fence > self.fence => o.ttl_ms,
+            (false, false) => self.ttl_ms,
+        };
+        self.fence = self.fence.max(o.fence);
+        self.released = released;
     }
 
     /// Whether this replica takes a write of `fence` by a grant that read `read` as the
@@ -146,7 +160,7 @@ impl Reg {
 
     /// A grant no release has followed: its hold may still be valid.
     fn open(&self) -> bool {
-        self.fence > self.released
+        counter(self.fence) > counter(self.released)
     }
 }
 
@@ -166,6 +180,9 @@ struct RegOp {
     msg: Event,
     /// The nodes that answered this phase.
     answered: Vec<bool>,
+    /// Write phase: the replicas' entries that refused it (merged), and how many did.
+    refused: Option<Reg>,
+    nacks: usize,
     /// The entries read from a majority (merged), one per lock.
     read: Vec<Reg>,
     writing: bool,
@@ -206,11 +223,14 @@ impl Epoch {
         Ok(())
     }
 
+    /// Sends `ev` to every node, this one last (its answer, handled at once, may finish
+    /// the phase: the others have the message by then).
     fn broadcast(&mut self, ev: &Event, ctx: &mut Ctx) -> HandlerResult {
-        for j in 0..self.n {
+        let me = self.node;
+        for j in (0..self.n).filter(|&j| j != me) {
             self.send_to(j, ev.clone_args(), ctx)?;
         }
-        Ok(())
+        self.send_to(self.node, ev.clone_args(), ctx)
     }
 
     /// Starts operation `what`: reading (`fread`, from what `read` holds already) or
@@ -233,6 +253,8 @@ impl Epoch {
                 what,
                 msg: first.clone_args(),
                 answered: vec![false; self.n],
+                refused: None,
+                nacks: 0,
                 read,
                 writing: !reading,
             },
@@ -362,29 +384,7 @@ impl Epoch {
                 let me = self.node as i64;
                 self.send_to(from, ("fack", op, me).into(), ctx)
             }
-            "fval" | "fack" => self.answer(&tag, ev, ctx),
-            "fnack" => {
-                // A grant stored a larger fence since this one's read: read again (the next
-                // write then orders above it, and waits out its lease if it is not released).
-                // The new read starts from the entry that refused this write, so it orders
-                // above it whichever majority answers.
-                let op: u64 = ev.get(1)?;
-                if !self.ops.get(&op).is_some_and(|o| o.writing) {
-                    return Ok(());
-                }
-                let o = self.ops.remove(&op).expect("the op is here");
-                let OpKind::Fence { lock, .. } = &o.what else {
-                    return Ok(());
-                };
-                let theirs = Reg {
-                    fence: ev.get(3)?,
-                    ttl_ms: ev.get(4)?,
-                    released: ev.get(5)?,
-                };
-                let locks = vec![Value::from(lock.as_str())];
-                let first = |op, me| ("fread", op, me, locks).into();
-                self.start_op(o.what, true, vec![theirs], first, ctx)
-            }
+            "fval" | "fack" | "fnack" => self.answer(&tag, ev, ctx),
             "tick" => self.resend(ctx),
             "go" => {
                 let e: u64 = ev.get(1)?;
@@ -406,11 +406,20 @@ impl Epoch {
             // A late answer to a finished operation.
             return Ok(());
         };
-        if (tag == "fack") != o.writing || o.answered.get(from) != Some(&false) {
+        if (tag != "fval") != o.writing || o.answered.get(from) != Some(&false) {
             // Another phase's, or this node's answer again (a message sent again).
             return Ok(());
         }
         o.answered[from] = true;
+        if tag == "fnack" {
+            let theirs = Reg {
+                fence: ev.get(3)?,
+                ttl_ms: ev.get(4)?,
+                released: ev.get(5)?,
+            };
+            o.refused.get_or_insert(theirs).merge(theirs);
+            o.nacks += 1;
+        }
         if tag == "fval" {
             let flat: Vec<u64> = ev.get(3)?;
             let theirs = flat.chunks_exact(3).map(|c| Reg {
@@ -426,8 +435,21 @@ impl Epoch {
                 }
             }
         }
-        if o.answered.iter().filter(|&&a| a).count() < majority {
+        let answers = o.answered.iter().filter(|&&a| a).count();
+        if answers < majority {
             return Ok(());
+        }
+        if o.writing && answers - o.nacks < majority {
+            // A majority answered, not all taking the write: a grant stored a larger fence
+            // since this one's read. Read again, from the entries that refused it, so that
+            // the next write orders above them (and waits out their leases if open).
+            let o = self.ops.remove(&op).expect("the op is here");
+            let (OpKind::Fence { lock, .. }, Some(refused)) = (&o.what, o.refused) else {
+                return Err("epoch: a refused write that is no fence".into());
+            };
+            let locks = vec![Value::from(lock.as_str())];
+            let first = |op, me| ("fread", op, me, locks).into();
+            return self.start_op(o.what, true, vec![refused], first, ctx);
         }
         let me = self.node;
         if let (OpKind::Fence { lock, ttl_ms, .. }, false) = (&o.what, o.writing) {
@@ -587,6 +609,53 @@ mod tests {
         assert!(!stored.takes(next_fence(256, 0), 256));
         assert!(stored.takes(next_fence(256, 1), 256), "its own write again");
         assert!(stored.takes(next_fence(stored.fence, 0), stored.fence));
+    }
+
+    /// Second review of the register: a grant refused by a replica (its node paused between
+    /// its read and its write) still stored its write on its own replica, above the grant
+    /// that refused it; its read again must wait out that grant's lease, not its own.
+    #[test]
+    fn a_refused_grant_waits_out_the_lease_of_the_grant_that_refused_it() {
+        let init = Reg {
+            fence: 256,
+            ttl_ms: 1_000,
+            released: 256,
+        };
+        let mut rep = [init; 3];
+        let write = |r: &mut Reg, fence, ttl_ms, read| {
+            r.takes(fence, read).then(|| {
+                r.merge(Reg {
+                    fence,
+                    ttl_ms,
+                    released: 0,
+                })
+            })
+        };
+        // A (node 2, TTL 1 s) read 256 and was paused; B (node 1, TTL 10 s) is granted.
+        let a_read = rep[2];
+        let fa = next_fence(a_read.fence, 2);
+        let fb = next_fence(rep[1].fence, 1);
+        write(&mut rep[1], fb, 10_000, 256).unwrap();
+        write(&mut rep[0], fb, 10_000, 256).unwrap();
+        // A resumes: its own replica takes its write, node 0 refuses it.
+        write(&mut rep[2], fa, 1_000, a_read.fence).unwrap();
+        assert!(write(&mut rep[0], fa, 1_000, a_read.fence).is_none());
+        // A reads again from the refusal and a majority ({2, 0}).
+        let mut read = rep[0];
+        read.merge(rep[2]);
+        read.merge(rep[0]);
+        assert!(read.open());
+        assert!(
+            takeover_wait_ms(read.ttl_ms) >= takeover_wait_ms(10_000),
+            "A would be told {} ms after its fence is stored, while B's 10 s lease runs",
+            takeover_wait_ms(read.ttl_ms)
+        );
+        // Once B releases, the refused write of B's counter holds nothing up.
+        read.merge(Reg {
+            released: fb,
+            ..Reg::default()
+        });
+        assert!(!read.open(), "{read:?}");
     }
 
     #[test]

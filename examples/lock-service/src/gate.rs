@@ -53,6 +53,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
+use crate::epoch::counter;
 use crate::proto::{
     self, MAX_LOCK_NAME, MAX_REQUESTS, MAX_TTL_MS, MIN_TTL_MS, Request, Response, monotonic_ns,
 };
@@ -117,9 +118,9 @@ struct Session {
     pings: Vec<Place>,
     /// The check under way.
     checking: Option<Check>,
-    /// A hold of this session was granted to another since: its leases are no longer
-    /// renewed.
-    superseded: bool,
+    /// A hold of this session was granted to another since (why): its leases are no
+    /// longer renewed, and its next request ends it.
+    superseded: Option<String>,
 }
 
 /// A check of a session's holds in the register, for keep-alives.
@@ -127,8 +128,8 @@ struct Session {
 struct Check {
     /// The keep-alives it answers.
     pings: Vec<Place>,
-    /// The holds it looks at: lock, fence.
-    holds: Vec<(String, u64)>,
+    /// The holds it looks at: front id, lock, fence.
+    holds: Vec<(i64, String, u64)>,
 }
 
 impl Session {
@@ -270,29 +271,37 @@ impl Gate {
             "checked" => {
                 let (sid, fences): (u64, Vec<u64>) = (ev.get(1)?, ev.get(2)?);
                 let mut st = lock(&self.state);
+                let st = &mut *st;
                 let Some(s) = st.sessions.get_mut(&sid) else {
                     return Ok(());
                 };
                 let Some(Check { pings, holds }) = s.checking.take() else {
                     return Ok(());
                 };
-                if let Some(((name, _), _)) = holds.iter().zip(&fences).find(|((_, f), r)| *r > f) {
-                    // A later grant of the lock: this node was held crashed, or cut off.
+                // A later grant of a lock still held (not released meanwhile): this node
+                // was held crashed, or cut off.
+                let later = holds.iter().zip(&fences).find(|((id, _, raw), read)| {
+                    counter(**read) > counter(*raw)
+                        && st.grants.get(id).is_some_and(|g| {
+                            g.raw == *raw && matches!(g.phase, Phase::Held | Phase::Waiting)
+                        })
+                });
+                if let Some(((_, name, _), _)) = later {
                     tracing::warn!(
                         node = self.node,
                         lock = name,
                         client = s.name,
                         "a hold was granted to another: the session's lease ends"
                     );
-                    s.superseded = true;
                     let message = format!("lock {name} was granted to another holder");
+                    s.superseded = Some(message.clone());
                     s.send(Response::Error { req: None, message });
                     return Ok(());
                 }
                 for place in pings {
                     let _ = s.tx.send((Response::Alive, Some(place)));
                 }
-                check_pings(&mut st, sid, ctx);
+                check_pings(st, sid, ctx);
                 Ok(())
             }
             _ => self.reply(&tag, &ev, ctx),
@@ -504,15 +513,18 @@ fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
     let Some(s) = st.sessions.get_mut(&sid) else {
         return;
     };
-    if s.checking.is_some() || s.pings.is_empty() || s.superseded {
+    if s.checking.is_some() || s.pings.is_empty() || s.superseded.is_some() {
         return;
     }
-    let mine = s.reqs.values().filter_map(|h| st.grants.get(&h.id));
+    let mine = s
+        .reqs
+        .values()
+        .filter_map(|h| Some((h, st.grants.get(&h.id)?)));
     let mut holds = Vec::new();
-    for g in mine {
+    for (h, g) in mine {
         match g.phase {
             Phase::Fencing => return,
-            Phase::Waiting | Phase::Held => holds.push((g.lock.clone(), g.raw)),
+            Phase::Waiting | Phase::Held => holds.push((h.id, g.lock.clone(), g.raw)),
             Phase::Releasing => {}
         }
     }
@@ -522,7 +534,10 @@ fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
         }
         return;
     }
-    let locks: Vec<Value> = holds.iter().map(|(l, _)| Value::from(l.as_str())).collect();
+    let locks: Vec<Value> = holds
+        .iter()
+        .map(|(_, l, _)| Value::from(l.as_str()))
+        .collect();
     match ctx.send("fence", ("check", sid as i64, locks)) {
         Ok(()) => {
             let pings = std::mem::take(&mut s.pings);
@@ -679,7 +694,7 @@ impl Net {
                     ttl_ms,
                     pings: Vec::new(),
                     checking: None,
-                    superseded: false,
+                    superseded: None,
                 },
             );
             sid
@@ -725,10 +740,15 @@ impl Net {
                     let Ok(Ok(place)) = place.await else {
                         break "not reading its answers, or its keep-alives unanswered";
                     };
-                    if let Some(resp) = self.request(sid, r, place, &mut ctx)
-                        && tx.send(resp).is_err()
-                    {
-                        break "not reading its answers";
+                    if let Some(out) = self.request(sid, r, place, &mut ctx) {
+                        // An error of the whole session ends it.
+                        let last = matches!(out.0, Response::Error { req: None, .. });
+                        if tx.send(out).is_err() {
+                            break "not reading its answers";
+                        }
+                        if last {
+                            break "ended by the node";
+                        }
                     }
                 }
             }
@@ -764,6 +784,10 @@ impl Net {
             let mut st = lock(&self.state);
             let st = &mut *st;
             let s = st.sessions.get_mut(&sid)?;
+            if let Some(why) = &s.superseded {
+                let message = why.clone();
+                return Some(Response::Error { req: None, message });
+            }
             match r {
                 Request::KeepAlive => {
                     // A session holding a lock is renewed only once the register shows no
@@ -771,9 +795,6 @@ impl Net {
                     let holds = s.reqs.values().any(|h| st.grants.contains_key(&h.id));
                     if !st.keeper || (!holds && s.pings.is_empty() && s.checking.is_none()) {
                         return Some(Response::Alive);
-                    }
-                    if s.superseded {
-                        return None;
                     }
                     s.pings.extend(place.take());
                     check_pings(st, sid, ctx);

@@ -683,7 +683,6 @@ fn drive(
                 }
                 p.signal(libc::SIGSTOP);
                 p.stopped = true;
-                faults.push(fault("stop", &p.name));
                 // Half the time shorter than the failure detector's timeout (a slow node),
                 // else, where a crashed minority is tolerated, 0.4-1 s: the others take it
                 // for crashed and go on, and its clients must not hold on meanwhile (our
@@ -692,8 +691,10 @@ fn drive(
                 let long = j != 0 && crash_tolerant && (killed_nodes + 1) * 2 < cli.nodes;
                 let pause = if long && r >= 50 {
                     killed_nodes += 1;
+                    faults.push(fault("pause", &p.name));
                     Duration::from_millis(400 + (r - 50) * 12)
                 } else {
+                    faults.push(fault("stop", &p.name));
                     Duration::from_millis(50 + r)
                 };
                 later.push((now + pause, Action::ContNode(j)));
