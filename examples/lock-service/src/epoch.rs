@@ -31,21 +31,30 @@
 //! after. Values are `counter << 8 | node`, so two grants that overlap (which mutual
 //! exclusion forbids, but a false suspicion could cause) still get distinct fences.
 //!
-//! **No overlap across a node's pause or crash.** An entry is the largest fence granted, the
-//! lease TTL that goes with it, and the largest fence released; each part only grows, so
-//! replicas merge by taking the larger. Three rules use it (the gate keeps them):
+//! **No overlap across a node's pause or crash.** An entry is the largest fence written, the
+//! longest lease TTL of the fences written since the last release, and the largest fence
+//! released; fences and releases only grow, so replicas merge by taking the larger. Three
+//! rules use it (the gate keeps them):
 //!
 //! - a hold's end (release, cancel, lease expiry) is written to a majority
 //!   (`("release", id, lock, fence)` → `fmark` → `("release-stored", id)`) before the front
 //!   lets the lock go, so the next grant after a normal release waits for nothing;
-//! - a grant whose read finds the largest fence not released (its node crashed, paused or
-//!   cut off with the lock) is told to its client only [`takeover_wait_ms`] of that hold's
-//!   TTL after its own fence was stored (`wait_ms`; the TTL written with the new fence is the
-//!   larger of the two, for whoever comes next);
+//! - a grant whose read finds the entry open (a fence written after the last release: its
+//!   node crashed, paused or cut off with the lock) is told to its client only
+//!   [`takeover_wait_ms`] of the entry's TTL after its own fence was stored (`wait_ms`; the
+//!   TTL written with the new fence is the larger of the two, for whoever comes next);
 //! - a keep-alive of a session holding locks is answered only once a majority read
-//!   (`("check", session, locks)` → `("checked", session, fences)`) shows no larger fence
+//!   (`("check", session, locks)` → `("checked", session, fences)`) shows no later grant
 //!   of them: a node cut off from a majority renews nothing, a resumed one finds the later
-//!   grant.
+//!   grant and ends the session.
+//!
+//! A write is taken only over the fence its writer read (or its own, sent again): of two
+//! grants whose operations overlap (a node paused between its read and its write), the one
+//! that loses on the node where their write majorities meet learns of the other (`fnack`,
+//! carrying that replica's entry) and reads again from it. Grants that read the same entry
+//! write fences of one counter (`fence >> 8`), and a majority stores at most one of them, so
+//! "open" and "later grant" compare counters: a refused write left on a minority holds
+//! nothing up and ends no session, but its TTL still counts while it is open.
 //!
 //! Why that suffices: a renewal's read and the next grant's write meet on one node, so every
 //! renewal vouched for was sent (the client counts its lease from the keep-alive's send time)
