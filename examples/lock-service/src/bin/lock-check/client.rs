@@ -42,6 +42,9 @@ pub struct ClientArgs {
     /// Lease TTL, milliseconds.
     #[arg(long)]
     ttl_ms: u64,
+    /// Longest work under a lock, milliseconds.
+    #[arg(long, default_value_t = 20)]
+    work_ms: u64,
     /// This client's log.
     #[arg(long)]
     log: PathBuf,
@@ -117,7 +120,9 @@ fn run_leda(args: ClientArgs, mut log: Log) -> anyhow::Result<()> {
             // Read, work a little, write: a pause in between (SIGSTOP past the lease) makes
             // the write stale, and the register's fence check must refuse it.
             let v = register.read(lock)?;
-            std::thread::sleep(Duration::from_micros(rng.next_u64() % 20_000));
+            std::thread::sleep(Duration::from_micros(
+                rng.next_u64() % (args.work_ms * 1000).max(1),
+            ));
             register.write(lock, &args.name, fence, v + 1)?;
         }
         finish(&client, hold, &mut log, lock)?;
@@ -270,7 +275,9 @@ mod etcd {
                 .line(format!("A {lock} {fence} {}", monotonic_ns()))?;
             if l.valid() {
                 let v = register.read(lock)?;
-                std::thread::sleep(Duration::from_micros(rng.next_u64() % 20_000));
+                std::thread::sleep(Duration::from_micros(
+                    rng.next_u64() % (args.work_ms * 1000).max(1),
+                ));
                 register.write(lock, &args.name, fence, v + 1)?;
             }
             if l.valid() {

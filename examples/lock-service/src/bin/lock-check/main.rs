@@ -70,6 +70,11 @@ struct Cli {
     /// The clients' lease TTL, milliseconds.
     #[arg(long, default_value_t = 500)]
     ttl_ms: u64,
+    /// Longest work under a lock, between the register's read and write, milliseconds
+    /// (each hold picks up to this much at random). Past the failure detector's timeout a
+    /// holder's node paused mid-hold shows whether the next grant waits for it.
+    #[arg(long, default_value_t = 20)]
+    work_ms: u64,
     /// Milliseconds between faults.
     #[arg(long, default_value_t = 1000)]
     fault_every_ms: u64,
@@ -276,6 +281,8 @@ impl Run<'_> {
             .arg(self.cli.locks.join(","))
             .arg("--ttl-ms")
             .arg(self.ttl_ms.to_string())
+            .arg("--work-ms")
+            .arg(self.cli.work_ms.to_string())
             .arg("--log")
             .arg(self.dir.join(format!("{name}.log")))
             .arg("--stop")
