@@ -119,7 +119,7 @@ fn run_leda(args: ClientArgs, mut log: Log) -> anyhow::Result<()> {
         if hold.is_valid() {
             // Read, work a little, write: a pause in between (SIGSTOP past the lease) makes
             // the write stale, and the register's fence check must refuse it.
-            let v = register.read(lock)?;
+            let v = register.read(lock, fence)?;
             std::thread::sleep(Duration::from_micros(
                 rng.next_u64() % (args.work_ms * 1000).max(1),
             ));
@@ -274,7 +274,7 @@ mod etcd {
                 .unwrap()
                 .line(format!("A {lock} {fence} {}", monotonic_ns()))?;
             if l.valid() {
-                let v = register.read(lock)?;
+                let v = register.read(lock, fence)?;
                 std::thread::sleep(Duration::from_micros(
                     rng.next_u64() % (args.work_ms * 1000).max(1),
                 ));

@@ -1,10 +1,14 @@
 //! The fenced register: the resource the locks protect, a process of its own.
 //!
-//! Line protocol on loopback (a test fixture, not a product): `R LOCK` → `V N`;
+//! Line protocol on loopback (a test fixture, not a product): `R LOCK FENCE` → `V N`;
 //! `W LOCK CLIENT FENCE VALUE` → `OK` if `FENCE` is at least the largest fence the register
-//! has accepted for `LOCK` (the value becomes `VALUE`), else `STALE MAX`; `F` → the register
-//! writes a `final` line per lock and answers `DONE`. Each write is appended to the history
-//! file in the register's order, as it is decided.
+//! has seen for `LOCK`, in a read or an accepted write (the value becomes `VALUE`), else
+//! `STALE MAX`; `F` → the register writes a `final` line per lock and answers `DONE`. Each
+//! write is appended to the history file in the register's order, as it is decided.
+//!
+//! Reads count: a holder paused between its read and its write (its lease lost meanwhile)
+//! must not have its increment accepted after the next holder read the same value, or one
+//! of the two increments is lost although each write's fence was the largest so far.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -17,7 +21,7 @@ use leda_lock_service::check::Record;
 
 #[derive(Default)]
 struct State {
-    /// Per lock: (value, largest accepted fence).
+    /// Per lock: (value, largest fence read or accepted).
     locks: BTreeMap<String, (u64, u64)>,
     out: Option<std::fs::File>,
 }
@@ -39,7 +43,12 @@ fn serve_conn(stream: TcpStream, state: Arc<Mutex<State>>) -> anyhow::Result<boo
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
         let st = &mut *st;
         let answer = match parts.as_slice() {
-            ["R", lock] => format!("V {}", st.locks.get(*lock).map_or(0, |l| l.0)),
+            ["R", lock, fence] => {
+                let fence: u64 = fence.parse()?;
+                let entry = st.locks.entry((*lock).to_owned()).or_default();
+                entry.1 = entry.1.max(fence);
+                format!("V {}", entry.0)
+            }
             ["W", lock, client, fence, value] => {
                 let (fence, value): (u64, u64) = (fence.parse()?, value.parse()?);
                 let entry = st.locks.entry((*lock).to_owned()).or_default();
@@ -135,9 +144,9 @@ impl Register {
         Ok(answer.trim().to_owned())
     }
 
-    /// The value guarded by `lock`.
-    pub fn read(&mut self, lock: &str) -> anyhow::Result<u64> {
-        let a = self.ask(&format!("R {lock}"))?;
+    /// The value guarded by `lock`, read by the holder of `fence`.
+    pub fn read(&mut self, lock: &str, fence: u64) -> anyhow::Result<u64> {
+        let a = self.ask(&format!("R {lock} {fence}"))?;
         a.strip_prefix("V ")
             .and_then(|v| v.parse().ok())
             .with_context(|| format!("register said {a:?}"))
