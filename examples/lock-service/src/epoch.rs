@@ -54,7 +54,11 @@
 //! carrying that replica's entry) and reads again from it. Grants that read the same entry
 //! write fences of one counter (`fence >> 8`), and a majority stores at most one of them, so
 //! "open" and "later grant" compare counters: a refused write left on a minority holds
-//! nothing up and ends no session, but its TTL still counts while it is open.
+//! nothing up and ends no session, but its TTL still counts while it is open. A write's
+//! acknowledgement carries the replica's entry as it was before the write, and the grant
+//! waits out what those show open too: a grant stored concurrently that its read missed is
+//! on one of them (on any node of both write majorities, that grant's write came first, or
+//! the node would have refused it).
 //!
 //! Why that suffices: a renewal's read and the next grant's write meet on one node, so every
 //! renewal vouched for was sent (the client counts its lease from the keep-alive's send time)
@@ -118,7 +122,7 @@ struct Epoch {
     chosen: Option<(u64, Vec<usize>)>,
     done: bool,
     /// This node's replica of the register, per lock.
-    fences: BTreeMap<String, Reg>,
+    fences: BTreeMap<String, Slot>,
     /// This node's register operations in flight, by number.
     ops: BTreeMap<u64, RegOp>,
     next_op: u64,
@@ -133,6 +137,38 @@ struct Reg {
     fence: u64,
     ttl_ms: u64,
     released: u64,
+}
+
+/// One lock on one replica: its entry, and the entry as it was before its largest fence
+/// was written.
+#[derive(Debug, Default, Clone, Copy)]
+struct Slot {
+    now: Reg,
+    before: Reg,
+}
+
+impl Slot {
+    /// A fence write (`fence`, `ttl_ms`, by a grant that read `read` as the largest): the
+    /// entry before it, or the entry that refuses it ([`Reg::takes`]). The writer waits out
+    /// what the entries before its write show open too: a grant stored concurrently, which
+    /// its read missed, is there on some node of its write majority (on any node of both
+    /// majorities that grant's write came first, or this one would have refused it).
+    fn write(&mut self, fence: u64, ttl_ms: u64, read: u64) -> Result<Reg, Reg> {
+        if self.now.fence == fence {
+            // Sent again: the answer is the first one's.
+            return Ok(self.before);
+        }
+        if !self.now.takes(fence, read) {
+            return Err(self.now);
+        }
+        self.before = self.now;
+        self.now.merge(Reg {
+            fence,
+            ttl_ms,
+            released: 0,
+        });
+        Ok(self.before)
+    }
 }
 
 /// A fence's counter. The grants that read the same entry write fences of one counter
@@ -358,7 +394,7 @@ impl Epoch {
                     (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let mut flat = Vec::with_capacity(3 * locks.len());
                 for lock in &locks {
-                    let r = self.fences.get(lock).copied().unwrap_or_default();
+                    let r = self.fences.get(lock).copied().unwrap_or_default().now;
                     flat.extend([r.fence, r.ttl_ms, r.released].map(|v| Value::from(v as i64)));
                 }
                 let me = self.node as i64;
@@ -367,31 +403,24 @@ impl Epoch {
             "fwrite" | "fmark" => {
                 let (op, from, lock): (i64, usize, String) = (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let fence: u64 = ev.get(4)?;
-                let theirs = if tag == "fwrite" {
-                    let read: u64 = ev.get(6)?;
-                    let stored = self.fences.get(&lock).copied().unwrap_or_default();
-                    if !stored.takes(fence, read) {
-                        let me = self.node as i64;
-                        let mut nack: Event = ("fnack", op, me).into();
-                        for v in [stored.fence, stored.ttl_ms, stored.released] {
-                            nack.push(v as i64);
-                        }
-                        return self.send_to(from, nack, ctx);
-                    }
-                    Reg {
-                        fence,
-                        ttl_ms: ev.get(5)?,
-                        released: 0,
+                let slot = self.fences.entry(lock).or_default();
+                let (tag, entry) = if tag == "fwrite" {
+                    match slot.write(fence, ev.get(5)?, ev.get(6)?) {
+                        Ok(before) => ("fack", before),
+                        Err(refusing) => ("fnack", refusing),
                     }
                 } else {
-                    Reg {
+                    slot.now.merge(Reg {
                         released: fence,
                         ..Reg::default()
-                    }
+                    });
+                    ("fack", Reg::default())
                 };
-                self.fences.entry(lock).or_default().merge(theirs);
-                let me = self.node as i64;
-                self.send_to(from, ("fack", op, me).into(), ctx)
+                let mut answer: Event = (tag, op, self.node as i64).into();
+                for v in [entry.fence, entry.ttl_ms, entry.released] {
+                    answer.push(v as i64);
+                }
+                self.send_to(from, answer, ctx)
             }
             "fval" | "fack" | "fnack" => self.answer(&tag, ev, ctx),
             "tick" => self.resend(ctx),
@@ -420,14 +449,19 @@ impl Epoch {
             return Ok(());
         }
         o.answered[from] = true;
-        if tag == "fnack" {
+        if tag != "fval" {
             let theirs = Reg {
                 fence: ev.get(3)?,
                 ttl_ms: ev.get(4)?,
                 released: ev.get(5)?,
             };
-            o.refused.get_or_insert(theirs).merge(theirs);
-            o.nacks += 1;
+            if tag == "fnack" {
+                o.refused.get_or_insert(theirs).merge(theirs);
+                o.nacks += 1;
+            } else if let (OpKind::Fence { .. }, [_, read]) = (&o.what, o.read.as_mut_slice()) {
+                // What the replica held before this write: to be waited out as well.
+                read.merge(theirs);
+            }
         }
         if tag == "fval" {
             let flat: Vec<u64> = ev.get(3)?;
@@ -665,6 +699,60 @@ mod tests {
             ..Reg::default()
         });
         assert!(!read.open(), "{read:?}");
+    }
+
+    /// Third review of the register: grant L read a refused sibling (G) and missed a grant
+    /// (H) whose write was still on its way, and replicas holding H took L's write (H is
+    /// below what L read). L must learn of H from the entries its write replaced, and wait
+    /// out H's lease.
+    #[test]
+    fn a_grant_waits_out_a_concurrent_grant_its_read_missed() {
+        let init = Reg {
+            fence: 256,
+            ttl_ms: 1_000,
+            released: 256,
+        };
+        let mut rep = [Slot {
+            now: init,
+            before: init,
+        }; 5];
+        let read = |rep: &[Slot; 5], from: [usize; 3]| {
+            let mut m = rep[from[0]].now;
+            for &j in &from[1..] {
+                m.merge(rep[j].now);
+            }
+            m
+        };
+        // G (node 4, TTL 1 s) reads, then pauses; H (node 0, TTL 10 s) reads and stores on
+        // node 0, then node 0 pauses with its other writes queued.
+        let g_read = read(&rep, [4, 3, 2]);
+        let fg = next_fence(g_read.fence, 4);
+        let h_read = read(&rep, [0, 1, 2]);
+        let fh = next_fence(h_read.fence, 0);
+        rep[0].write(fh, 10_000, h_read.fence).unwrap();
+        // G resumes: stored on 4 and 3, refused by 0 (it restarts).
+        rep[4].write(fg, 1_000, g_read.fence).unwrap();
+        rep[3].write(fg, 1_000, g_read.fence).unwrap();
+        assert!(rep[0].write(fg, 1_000, g_read.fence).is_err());
+        // L (node 1, TTL 1 s) reads G, not H.
+        let l_read = read(&rep, [1, 2, 3]);
+        let fl = next_fence(l_read.fence, 1);
+        // H's writes reach 1 and 2: a majority, told with no wait.
+        rep[1].write(fh, 10_000, h_read.fence).unwrap();
+        rep[2].write(fh, 10_000, h_read.fence).unwrap();
+        // L's writes are taken by 1, 2 and 3; what they held before goes into L's wait.
+        let mut seen = l_read;
+        for j in [1, 2, 3] {
+            seen.merge(rep[j].write(fl, 1_000, l_read.fence).unwrap());
+        }
+        assert!(seen.open());
+        assert!(
+            takeover_wait_ms(seen.ttl_ms) >= takeover_wait_ms(10_000),
+            "L ({fl}) told {} ms after its store while H ({fh}, TTL 10 s) may hold",
+            takeover_wait_ms(seen.ttl_ms)
+        );
+        // A write sent again gets the first answer.
+        assert_eq!(rep[1].write(fl, 1_000, l_read.fence), Ok(rep[1].before));
     }
 
     #[test]
