@@ -26,12 +26,12 @@
 //! Fences leave the gate as `epoch << 40 | fence`. With an epoch stage wired
 //! ([`crate::epoch`]), requests wait until the group's epoch is agreed, each grant's fence
 //! comes from the epoch stages' majority register (port `fence`), a grant after an unreleased
-//! hold waits out that hold's lease on the gate's timer (a cancel or lease end meanwhile is
-//! held until the wait is over), a hold's end is stored in the register before the front
-//! lets the lock go, and a keep-alive of a session holding locks is answered once the
-//! register shows no later grant of them (one check at a time; the keep-alives that arrive
-//! meanwhile wait for the next). Without one the epoch is 0 and fences are the algorithm's
-//! own.
+//! hold waits out that hold's lease on the gate's timer (a client's cancel meanwhile is
+//! answered at once, the lock given back when the wait is over), a hold's end is stored in
+//! the register before the front lets the lock go, and a keep-alive of a session holding
+//! locks is answered once the register shows no later grant of them (one check at a time;
+//! the keep-alives that arrive meanwhile wait for the next). Without one the epoch is 0 and
+//! fences are the algorithm's own.
 //!
 //! Network threads: the listener and the sessions run on a small tokio runtime of the gate's
 //! own (started by the stage's first event), which hands requests to the graph with
