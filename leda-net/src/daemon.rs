@@ -29,7 +29,8 @@
 //!
 //! A run ends with a `quit` anywhere, the end of the launcher's run, or the loss of a
 //! process ([`crate::link`]'s liveness: a daemon also ends the run when it loses its
-//! launcher, killed or silent, within the launcher's silence bound). The daemon then
+//! launcher, killed or silent, within the launcher's silence bound, unless the run
+//! outlives its launcher: `Run::outlive_launcher`). The daemon then
 //! frees the run (its links, worker threads, stages) and waits for the next
 //! deployment; a launcher that dies in the middle of a deployment leaves it waiting
 //! too (the deployment steps are bounded by `deploy_timeout`).

@@ -79,6 +79,10 @@ pub struct Deployment {
     pub liveness: crate::link::Liveness,
     /// What every process does when another is lost.
     pub on_loss: leda_core::runtime::OnProcessLoss,
+    /// Under `Continue`, the daemons go on when the launcher is lost too
+    /// ([`leda_core::runtime::Run::outlive_launcher`]).
+    #[serde(default)]
+    pub outlive_launcher: bool,
 }
 
 /// One route: a distinct (from, to) pair of stages, identified on the wire by its index.
@@ -166,6 +170,7 @@ impl Deployment {
             threads,
             liveness: crate::link::Liveness::default(),
             on_loss: leda_core::runtime::OnProcessLoss::End,
+            outlive_launcher: false,
         })
     }
 

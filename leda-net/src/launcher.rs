@@ -230,6 +230,7 @@ impl Launcher {
             .map_err(NetError::Deploy)?;
         base.liveness = self.liveness;
         base.on_loss = run.process_loss().clone();
+        base.outlive_launcher = run.outlives_launcher();
         let mine = base
             .cluster_of_process(&self.addr)
             .ok_or_else(|| NetError::Deploy(format!("{} runs no cluster", self.addr)))?;

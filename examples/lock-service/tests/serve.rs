@@ -709,3 +709,28 @@ fn an_acquire_timing_out_during_a_takeover_wait_returns_in_time() {
     signal(&nodes[1], libc::SIGCONT);
     assert!(next.is_ok(), "{:?}", next.err());
 }
+
+/// A crash-tolerant group goes on without node 0, the node that launched its run
+/// (review finding: the run ended on every node with its launcher, so killing node 0, or
+/// pausing it past the detector's timeout, took the whole service down).
+#[test]
+fn the_group_serves_on_after_node_0_is_killed() {
+    let s = Scratch::new("node0");
+    let (mut nodes, addrs) = group(&s, 3, "quorum-grid");
+    let c = LockClient::connect(&addrs[1], s.opts("c", Duration::from_secs(2))).unwrap();
+    let h = c.acquire("lock", Duration::from_secs(10)).unwrap();
+    c.release(h).unwrap();
+    signal(&nodes[0], libc::SIGKILL);
+    let _ = nodes[0].0.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    for (i, n) in nodes.iter_mut().enumerate().skip(1) {
+        let st = n.0.try_wait().unwrap();
+        assert!(st.is_none(), "node {i} ended with node 0: {st:?}");
+    }
+    let d = LockClient::connect(&addrs[2], s.opts("d", Duration::from_secs(2))).unwrap();
+    for who in [&c, &d] {
+        let h = who.acquire("lock", Duration::from_secs(10));
+        let h = h.unwrap_or_else(|e| panic!("no lock without node 0: {e}"));
+        who.release(h).unwrap();
+    }
+}

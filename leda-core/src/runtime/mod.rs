@@ -54,6 +54,7 @@ pub struct Run {
     executor: Option<Arc<dyn Executor>>,
     dashboard: Option<DashboardConfig>,
     on_process_loss: OnProcessLoss,
+    outlive_launcher: bool,
 }
 
 /// What the processes of a run do when one of them is lost (killed, frozen, cut off by
@@ -90,6 +91,7 @@ impl Default for Run {
             executor: None,
             dashboard: None,
             on_process_loss: OnProcessLoss::End,
+            outlive_launcher: false,
         }
     }
 }
@@ -200,6 +202,19 @@ impl Run {
     /// The policy set by [`Run::on_process_loss`].
     pub fn process_loss(&self) -> &OnProcessLoss {
         &self.on_process_loss
+    }
+
+    /// Under [`OnProcessLoss::Continue`], the other processes go on when the launcher's
+    /// process is lost too (a long-lived service whose launcher is one of its nodes). By
+    /// default a launcher's loss ends the run everywhere: a run does not outlive it.
+    pub fn outlive_launcher(mut self) -> Self {
+        self.outlive_launcher = true;
+        self
+    }
+
+    /// Whether [`Run::outlive_launcher`] was asked.
+    pub fn outlives_launcher(&self) -> bool {
+        self.outlive_launcher
     }
 }
 

@@ -165,8 +165,18 @@ pub(crate) struct Topology {
     pub(crate) cluster_of: HashMap<String, usize>,
     pub(crate) clusters: Vec<Vec<String>>,
     /// The launcher's address (a daemon ends its run when it loses the launcher,
-    /// whatever the policy: a daemon does not outlive its launcher).
+    /// whatever the policy, unless the run outlives its launcher).
     pub(crate) launcher: Option<String>,
+    /// Under `Continue`, the run goes on when the launcher is lost too.
+    pub(crate) outlive_launcher: bool,
+}
+
+impl Topology {
+    /// Whether losing `process` ends the run here whatever the policy: it is the
+    /// launcher, and the run does not outlive it.
+    pub(crate) fn ends_with(&self, process: &str) -> bool {
+        !self.outlive_launcher && self.launcher.as_deref() == Some(process)
+    }
 }
 
 impl Transport {
@@ -238,7 +248,7 @@ impl Transport {
             }
             all.push(lost.clone());
         }
-        let is_launcher = self.topology.launcher.as_deref() == Some(lost.process.as_str());
+        let is_launcher = self.topology.ends_with(&lost.process);
         match (&self.policy, is_launcher) {
             (OnProcessLoss::End, _) | (_, true) => {
                 if noticed_here && !is_launcher {

@@ -417,6 +417,7 @@ impl Transport {
                 .collect(),
             clusters: d.clusters.clone(),
             launcher: (d.launcher != me).then(|| d.launcher.clone()),
+            outlive_launcher: d.outlive_launcher,
         };
         Transport::build(me, d.routes(), rt, d.liveness, d.on_loss.clone(), topology)
     }
@@ -524,7 +525,7 @@ impl Transport {
         self.handle_tx.send_replace(Some(h.clone()));
         let launcher_lost = lock(&self.lost)
             .iter()
-            .any(|l| self.topology.launcher.as_ref() == Some(&l.process));
+            .any(|l| self.topology.ends_with(&l.process));
         if !lock(&self.lost).is_empty() && (self.policy == OnProcessLoss::End || launcher_lost) {
             h.quit(Event::new());
         }

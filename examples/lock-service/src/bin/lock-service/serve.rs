@@ -111,7 +111,9 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let run = || {
         let run = Run::default().threads(2);
         if detection.config.is_some() {
+            // A crashed minority is tolerated, node 0 (this launcher) included.
             run.on_process_loss(OnProcessLoss::Continue { notify: None })
+                .outlive_launcher()
         } else {
             run
         }
