@@ -695,7 +695,7 @@ fn drive(
                 // for crashed and go on, and its clients must not hold on meanwhile (our
                 // node, resumed, stops: it counts as a crash).
                 let r = rng.next_u64() % 100;
-                let long = j != 0 && crash_tolerant && (killed_nodes + 1) * 2 < cli.nodes;
+                let long = crash_tolerant && (killed_nodes + 1) * 2 < cli.nodes;
                 let pause = if long && r >= 50 {
                     killed_nodes += 1;
                     faults.push(fault("pause", &p.name));
@@ -707,11 +707,11 @@ fn drive(
                 later.push((now + pause, Action::ContNode(j)));
             }
             _ => {
-                // A minority of the nodes, never node 0 (it started the group).
+                // A minority of the nodes (node 0 too: the group's run outlives it).
                 if !crash_tolerant || (killed_nodes + 1) * 2 >= cli.nodes {
                     continue;
                 }
-                let j = 1 + rng.next_u64() as usize % (cli.nodes - 1);
+                let j = rng.next_u64() as usize % cli.nodes;
                 let Some(mut p) = nodes[j].take() else {
                     continue;
                 };
