@@ -203,6 +203,23 @@ impl Reg {
         self.fence <= read || self.fence == fence
     }
 
+    /// The entry as a message carries it.
+    fn wire(self) -> [Value; 3] {
+        [self.fence, self.ttl_ms, self.released].map(|v| Value::from(v as i64))
+    }
+
+    /// An entry from its message form ([`Reg::wire`]).
+    fn from_wire(v: &[u64]) -> Result<Reg, BoxError> {
+        match v {
+            &[fence, ttl_ms, released] => Ok(Reg {
+                fence,
+                ttl_ms,
+                released,
+            }),
+            _ => Err(format!("epoch: an entry of {} values", v.len()).into()),
+        }
+    }
+
     /// A grant no release has followed: its hold may still be valid.
     fn open(&self) -> bool {
         counter(self.fence) > counter(self.released)
@@ -394,8 +411,14 @@ impl Epoch {
                     (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 let mut flat = Vec::with_capacity(3 * locks.len());
                 for lock in &locks {
-                    let r = self.fences.get(lock).copied().unwrap_or_default().now;
-                    flat.extend([r.fence, r.ttl_ms, r.released].map(|v| Value::from(v as i64)));
+                    flat.extend(
+                        self.fences
+                            .get(lock)
+                            .copied()
+                            .unwrap_or_default()
+                            .now
+                            .wire(),
+                    );
                 }
                 let me = self.node as i64;
                 self.send_to(from, ("fval", op, me, flat).into(), ctx)
@@ -416,10 +439,7 @@ impl Epoch {
                     });
                     ("fack", Reg::default())
                 };
-                let mut answer: Event = (tag, op, self.node as i64).into();
-                for v in [entry.fence, entry.ttl_ms, entry.released] {
-                    answer.push(v as i64);
-                }
+                let answer = (tag, op, self.node as i64, entry.wire().to_vec()).into();
                 self.send_to(from, answer, ctx)
             }
             "fval" | "fack" | "fnack" => self.answer(&tag, ev, ctx),
@@ -449,33 +469,24 @@ impl Epoch {
             return Ok(());
         }
         o.answered[from] = true;
-        if tag != "fval" {
-            let theirs = Reg {
-                fence: ev.get(3)?,
-                ttl_ms: ev.get(4)?,
-                released: ev.get(5)?,
-            };
+        let flat: Vec<u64> = ev.get(3)?;
+        if tag == "fval" {
+            let theirs = flat.chunks(3).map(Reg::from_wire);
+            if o.read.is_empty() {
+                o.read = theirs.collect::<Result<_, _>>()?;
+            } else {
+                for (mine, t) in o.read.iter_mut().zip(theirs) {
+                    mine.merge(t?);
+                }
+            }
+        } else {
+            let theirs = Reg::from_wire(&flat)?;
             if tag == "fnack" {
                 o.refused.get_or_insert(theirs).merge(theirs);
                 o.nacks += 1;
             } else if let (OpKind::Fence { .. }, [_, read]) = (&o.what, o.read.as_mut_slice()) {
                 // What the replica held before this write: to be waited out as well.
                 read.merge(theirs);
-            }
-        }
-        if tag == "fval" {
-            let flat: Vec<u64> = ev.get(3)?;
-            let theirs = flat.chunks_exact(3).map(|c| Reg {
-                fence: c[0],
-                ttl_ms: c[1],
-                released: c[2],
-            });
-            if o.read.is_empty() {
-                o.read = theirs.collect();
-            } else {
-                for (mine, t) in o.read.iter_mut().zip(theirs) {
-                    mine.merge(t);
-                }
             }
         }
         let answers = o.answered.iter().filter(|&&a| a).count();

@@ -138,6 +138,13 @@ impl Session {
     fn send(&self, resp: Response) {
         let _ = self.tx.send((resp, None));
     }
+
+    /// Answers the keep-alives that held `pings`: each `Alive` in its place.
+    fn alive(&self, pings: Vec<Place>) {
+        for place in pings {
+            let _ = self.tx.send((Response::Alive, Some(place)));
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -298,9 +305,7 @@ impl Gate {
                     s.send(Response::Error { req: None, message });
                     return Ok(());
                 }
-                for place in pings {
-                    let _ = s.tx.send((Response::Alive, Some(place)));
-                }
+                s.alive(pings);
                 check_pings(st, sid, ctx);
                 Ok(())
             }
@@ -529,9 +534,8 @@ fn check_pings(st: &mut State, sid: u64, ctx: &mut Ctx) {
         }
     }
     if holds.is_empty() {
-        for place in std::mem::take(&mut s.pings) {
-            let _ = s.tx.send((Response::Alive, Some(place)));
-        }
+        let pings = std::mem::take(&mut s.pings);
+        s.alive(pings);
         return;
     }
     let locks: Vec<Value> = holds
