@@ -54,18 +54,18 @@ fn nul_terminated(bytes: &[u8]) -> Vec<u8> {
     z
 }
 
-/// Match ranges (the whole match, then each capture) of `pattern` in the text of `text_z`
-/// (NUL-terminated) from byte `from` on, relative to `from`.
+/// Match ranges (the whole match, then each capture) of `pattern` (checked, and
+/// NUL-terminated in `pattern_z`) in the text of `text_z` (NUL-terminated) from byte
+/// `from` on, relative to `from`.
 fn find(
     pattern: &str,
+    pattern_z: &[u8],
     text_z: &[u8],
     from: usize,
 ) -> Result<Option<Vec<std::ops::Range<usize>>>, String> {
-    check_pattern(pattern)?;
     if pattern.is_empty() {
         return Ok(Some(std::iter::once(0..0).collect()));
     }
-    let pattern_z = nul_terminated(pattern.as_bytes());
     let text = &text_z[from..text_z.len() - 1];
     let mut p =
         LuaPattern::from_bytes_try(&pattern_z[..pattern.len()]).map_err(|e| format!("{e:?}"))?;
@@ -83,7 +83,12 @@ fn find(
 /// Lua's `string.match(text, pattern)`: `None` if no match; otherwise the captures,
 /// or the whole match when the pattern has no captures.
 pub fn lua_match(pattern: &str, text: &str) -> Result<Option<Vec<String>>, String> {
-    let Some(ranges) = find(pattern, &nul_terminated(text.as_bytes()), 0)? else {
+    check_pattern(pattern)?;
+    let (pattern_z, text_z) = (
+        nul_terminated(pattern.as_bytes()),
+        nul_terminated(text.as_bytes()),
+    );
+    let Some(ranges) = find(pattern, &pattern_z, &text_z, 0)? else {
         return Ok(None);
     };
     let b = text.as_bytes();
@@ -106,13 +111,13 @@ pub fn gsub(pattern: &str, text: &str, repl: &str) -> Result<String, String> {
     let anchored = pattern.starts_with('^');
     let mut out: Vec<u8> = Vec::with_capacity(text.len());
     let b = text.as_bytes();
-    let text_z = nul_terminated(b);
+    let (pattern_z, text_z) = (nul_terminated(pattern.as_bytes()), nul_terminated(b));
     let mut at = 0;
     loop {
         if at > b.len() {
             break;
         }
-        let Some(ranges) = find(pattern, &text_z, at)? else {
+        let Some(ranges) = find(pattern, &pattern_z, &text_z, at)? else {
             out.extend_from_slice(&b[at..]);
             break;
         };
