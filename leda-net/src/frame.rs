@@ -152,6 +152,10 @@ pub mod kind {
     pub const HEARTBEAT: u8 = 17;
     /// A process of the deployment was lost (the run ends).
     pub const LOST: u8 = 18;
+    /// The sender lets the receiver read its memory ([`crate::link`], peer memory).
+    pub const MEMORY: u8 = 19;
+    /// The receiver reads the sender's memory from now on.
+    pub const MEMORY_OK: u8 = 20;
 }
 
 /// A decoded frame.
@@ -189,6 +193,10 @@ pub enum Frame {
     Heartbeat,
     /// The sender noticed the loss of a process and ends the run.
     Lost(Box<crate::link::ProcessLost>),
+    /// The sender lets the receiver read the binaries it sends from its memory.
+    Memory(Box<crate::link::MemoryOffer>),
+    /// The receiver read the offered token: references may be sent.
+    MemoryOk(Box<crate::link::MemoryOk>),
 }
 
 impl Frame {
@@ -211,6 +219,8 @@ impl Frame {
             Frame::Observed(_) => kind::OBSERVED,
             Frame::Heartbeat => kind::HEARTBEAT,
             Frame::Lost(_) => kind::LOST,
+            Frame::Memory(_) => kind::MEMORY,
+            Frame::MemoryOk(_) => kind::MEMORY_OK,
         }
     }
 
@@ -239,6 +249,8 @@ pub fn kind_name(k: u8) -> &'static str {
         kind::OBSERVED => "observed",
         kind::HEARTBEAT => "heartbeat",
         kind::LOST => "lost",
+        kind::MEMORY => "memory",
+        kind::MEMORY_OK => "memory-ok",
         _ => "unknown",
     }
 }
@@ -311,6 +323,8 @@ pub fn encode_into(buf: &mut Vec<u8>, frame: &Frame) -> Result<(), FrameError> {
         Frame::Observe(o) => body(buf, k, o),
         Frame::Observed(o) => body(buf, k, o),
         Frame::Lost(l) => body(buf, k, l),
+        Frame::Memory(m) => body(buf, k, m),
+        Frame::MemoryOk(m) => body(buf, k, m),
     }
 }
 
@@ -375,6 +389,8 @@ pub fn decode(buf: &[u8]) -> Result<Frame, FrameError> {
             Frame::Heartbeat
         }
         kind::LOST => Frame::Lost(Box::new(de(k, body)?)),
+        kind::MEMORY => Frame::Memory(Box::new(de(k, body)?)),
+        kind::MEMORY_OK => Frame::MemoryOk(Box::new(de(k, body)?)),
         other => return Err(FrameError::UnknownType(other)),
     })
 }

@@ -30,7 +30,7 @@ use crate::frame::{Frame, HANDSHAKE_MAX_FRAME, Hello, Role, Welcome, read_frame,
 pub const MAGIC: [u8; 4] = *b"LEDA";
 
 /// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Default time a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -14,7 +14,7 @@
 //! * [`observe`]: peers' statistics and control actions for the launcher's dashboard;
 //! * [`daemon`], [`launcher`]: the two ends of a deployment.
 //!
-//! # Wire protocol (version 2)
+//! # Wire protocol (version 3)
 //!
 //! * Handshake, both sides at once: `"LEDA"`, `u16` LE version, `u16` LE flags (bit 0:
 //!   secret required), 32-byte nonce; then client `Hello {role, from, deployment,
@@ -31,6 +31,10 @@
 //!   absent, so a launcher accepts an older daemon's answer (and checks that daemon
 //!   by its `accepted` counter alone); an older launcher rejects the longer answer as
 //!   malformed, so launcher and daemons should be upgraded together.
+//! * Peer memory (version 3): `Memory {pid, host, addr, token}` offers the receiver to
+//!   read this process's memory, `MemoryOk {pid, host}` says it can; then binaries of
+//!   64 KiB or more travel as references, msgpack extension `0x4c` (`fixext 16`:
+//!   address and length), read with `process_vm_readv` ([`link`], module `memory`).
 //!
 //! One TCP connection per process pair carries every connector between the two: the
 //! launcher's deployment connection to each daemon stays open as their link, and of

@@ -29,14 +29,17 @@
 //!
 //! It decodes exactly what the serde path would for the same bytes
 //! (`Vec<(u32, Vec<Vec<Value>>)>` through `rmp_serde`), except msgpack extension
-//! types, which Leda values never use and which are refused here; a test checks the
-//! two against each other.
+//! types, which Leda values never use and which are refused here, but for one: a
+//! reference to a binary in the sender's memory (`link::memory`), read only on a link
+//! whose peer's memory this process reads, within the frame's byte limit; a test checks
+//! the two decoders against each other.
 
 use bytes::{Bytes, BytesMut};
 use leda_core::event::Event;
 use leda_core::value::Value;
 
 use crate::frame::{MAX_DEPTH, MAX_FRAME, kind};
+use crate::link::memory::REF_EXT;
 
 /// Binaries at least this long are decoded as slices of the frame buffer.
 pub const ZERO_COPY_MIN: usize = 4096;
@@ -142,6 +145,12 @@ struct Reader<'a> {
     owner: Option<&'a Bytes>,
     /// The chunks small binaries are copied into.
     arena: &'a mut Arena,
+    /// The sender's pid, if this process reads referenced binaries from its memory
+    /// (`link::memory`); references are refused otherwise.
+    peer: Option<i32>,
+    /// Referenced bytes this frame may still bring (a frame's references and its own
+    /// bytes together are bounded like an inline frame).
+    ref_budget: usize,
 }
 
 /// The decoders' results: errors boxed, so that a result carrying a length or a count
@@ -247,6 +256,36 @@ impl<'a> Reader<'a> {
         }))
     }
 
+    /// A reference to a binary in the sender's memory (after its `fixext 16` marker).
+    fn reference(&mut self) -> R<Value> {
+        let ty = self.byte()? as i8;
+        let addr = u64::from_be_bytes(self.be()?);
+        let len = u64::from_be_bytes(self.be()?);
+        if ty != REF_EXT {
+            return Err(Box::new(format!(
+                "extension type {ty} (marker 0xd8) in an event"
+            )));
+        }
+        let Some(pid) = self.peer else {
+            return Err(Box::new(
+                "a reference to the sender's memory, which this link does not read".into(),
+            ));
+        };
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&n| n > 0 && n <= self.ref_budget)
+            .ok_or_else(|| {
+                format!(
+                    "a referenced binary of {len} bytes where the frame has {} left",
+                    self.ref_budget
+                )
+            })?;
+        self.ref_budget -= len;
+        let v = crate::link::memory::read(pid, addr, len)
+            .map_err(|e| format!("reading {len} bytes of the sender's memory: {e}"))?;
+        Ok(Value::Bytes(Bytes::from(v)))
+    }
+
     fn str(&mut self, n: usize) -> R<Value> {
         let r = self.take(n)?;
         // As rmp-serde does: a string that is not UTF-8 arrives as bytes.
@@ -338,6 +377,7 @@ impl<'a> Reader<'a> {
                 let n = self.len32()?;
                 self.map(n, depth)?
             }
+            0xd8 => self.reference()?,
             0xc1 => return Err(Box::new("reserved marker 0xc1".into())),
             _ => {
                 return Err(Box::new(format!(
@@ -364,6 +404,12 @@ pub(crate) struct Outgoing {
     spliced: usize,
     /// Binaries at least this long are spliced rather than copied.
     splice_min: usize,
+    /// Binaries at least this long are sent as references to this process's memory
+    /// (`link::memory`; `None`: never). Only for events that stay alive until
+    /// acknowledged.
+    pub(crate) refs_from: Option<usize>,
+    /// Total length of the referenced binaries.
+    refs: usize,
 }
 
 /// A position in an [`Outgoing`] buffer, to truncate back to.
@@ -372,6 +418,7 @@ struct Mark {
     bytes: usize,
     splices: usize,
     spliced: usize,
+    refs: usize,
 }
 
 impl Outgoing {
@@ -382,12 +429,20 @@ impl Outgoing {
             splices: Vec::new(),
             spliced: 0,
             splice_min,
+            refs_from: None,
+            refs: 0,
         }
     }
 
     /// Length of the byte stream, spliced binaries included.
     pub(crate) fn len(&self) -> usize {
         self.bytes.len() + self.spliced
+    }
+
+    /// What the buffer costs the receiver: the stream's length and the referenced
+    /// binaries'.
+    pub(crate) fn weight(&self) -> usize {
+        self.len() + self.refs
     }
 
     /// `true` if there is nothing to write.
@@ -400,6 +455,7 @@ impl Outgoing {
         self.bytes.clear();
         self.splices.clear();
         self.spliced = 0;
+        self.refs = 0;
     }
 
     fn mark(&self) -> Mark {
@@ -407,6 +463,7 @@ impl Outgoing {
             bytes: self.bytes.len(),
             splices: self.splices.len(),
             spliced: self.spliced,
+            refs: self.refs,
         }
     }
 
@@ -414,6 +471,7 @@ impl Outgoing {
         self.bytes.truncate(m.bytes);
         self.splices.truncate(m.splices);
         self.spliced = m.spliced;
+        self.refs = m.refs;
     }
 
     /// The byte stream as one buffer (spliced binaries copied in).
@@ -546,6 +604,12 @@ fn put_value(out: &mut Outgoing, v: &Value, depth: usize) -> Result<(), EncodeEr
             put_len(buf, s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb)?;
             buf.extend_from_slice(s.as_bytes());
         }
+        Value::Bytes(b) if out.refs_from.is_some_and(|min| b.len() >= min) => {
+            buf.extend_from_slice(&[0xd8, REF_EXT as u8]);
+            buf.extend_from_slice(&(b.as_ptr() as u64).to_be_bytes());
+            buf.extend_from_slice(&(b.len() as u64).to_be_bytes());
+            out.refs += b.len();
+        }
         Value::Bytes(b) => {
             put_len(buf, b.len(), None, Some(0xc4), 0xc5, 0xc6)?;
             if b.len() >= out.splice_min {
@@ -580,6 +644,8 @@ pub(crate) struct EventsFrame {
     start: usize,
     /// Stream length (spliced binaries included) where the frame starts.
     stream_start: usize,
+    /// The buffer's referenced bytes where the frame starts.
+    refs_start: usize,
     groups: u32,
     /// Offset of the open group's event count.
     count_at: usize,
@@ -594,11 +660,13 @@ impl EventsFrame {
     pub(crate) fn open(out: &mut Outgoing) -> EventsFrame {
         let start = out.bytes.len();
         let stream_start = out.len();
+        let refs_start = out.refs;
         out.bytes
             .extend_from_slice(&[0, 0, 0, 0, kind::EVENTS, 0xdd, 0, 0, 0, 0]);
         EventsFrame {
             start,
             stream_start,
+            refs_start,
             groups: 0,
             count_at: 0,
             route: 0,
@@ -615,6 +683,12 @@ impl EventsFrame {
     /// Bytes of the frame so far, length prefix and spliced binaries included.
     pub(crate) fn size(&self, out: &Outgoing) -> usize {
         out.len() - self.stream_start
+    }
+
+    /// What the frame costs its receiver: [`EventsFrame::size`] and the referenced
+    /// binaries' length.
+    pub(crate) fn weight(&self, out: &Outgoing) -> usize {
+        self.size(out) + out.refs - self.refs_start
     }
 
     /// `true` if the frame holds no event yet.
@@ -674,7 +748,7 @@ impl EventsFrame {
         for v in args {
             put_value(out, v, ARG_DEPTH)?;
         }
-        let len = self.size(out) - 4;
+        let len = self.weight(out) - 4;
         if len > MAX_FRAME as usize {
             return Err(Box::new(format!(
                 "{len} bytes exceed the {MAX_FRAME}-byte frame limit"
@@ -708,7 +782,14 @@ impl EventsFrame {
 /// frame buffer `body` lies in), large binaries are slices of it.
 pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, Vec<Event>)>> {
     let (mut groups, mut events) = (Vec::new(), Vec::new());
-    decode_events_into(body, owner, &mut Arena::default(), &mut groups, &mut events)?;
+    decode_events_into(
+        body,
+        owner,
+        None,
+        &mut Arena::default(),
+        &mut groups,
+        &mut events,
+    )?;
     let mut events = events.into_iter();
     Ok(groups
         .into_iter()
@@ -719,10 +800,12 @@ pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, V
 /// Like [`decode_events`], into reusable buffers (kept warm from frame to frame): the
 /// events of every group in order into `events`, and `(route, count)` per group into
 /// `groups`. Both are cleared first; after an error their contents are unspecified.
-/// Small binaries are copied into `arena` (kept from frame to frame).
+/// Small binaries are copied into `arena` (kept from frame to frame). With `peer`, the
+/// sender's pid, references to binaries in its memory are read (see `link::memory`).
 pub(crate) fn decode_events_into(
     body: &[u8],
     owner: Option<&Bytes>,
+    peer: Option<i32>,
     arena: &mut Arena,
     groups: &mut Vec<(u32, usize)>,
     events: &mut Vec<Event>,
@@ -734,6 +817,8 @@ pub(crate) fn decode_events_into(
         pos: 0,
         owner,
         arena,
+        peer,
+        ref_budget: (MAX_FRAME as usize).saturating_sub(body.len()),
     };
     let n_groups = r.array()?;
     groups.reserve(r.room(n_groups));
@@ -811,7 +896,7 @@ pub fn decode_events_live(body: &[u8]) -> Result<usize, String> {
     let owner = Bytes::copy_from_slice(body);
     STATE.with(|s| {
         let (arena, groups, events) = &mut *s.borrow_mut();
-        let r = decode_events_into(&owner, Some(&owner), arena, groups, events);
+        let r = decode_events_into(&owner, Some(&owner), None, arena, groups, events);
         let n = events.len();
         events.clear();
         r.map(|()| n).map_err(|e| *e)
@@ -1001,7 +1086,8 @@ mod tests {
         let (mut groups, mut got) = (Vec::new(), Vec::new());
         let mut chunks = std::collections::HashSet::new();
         for _ in 0..2 {
-            decode_events_into(&body, Some(&body), &mut arena, &mut groups, &mut got).unwrap();
+            decode_events_into(&body, Some(&body), None, &mut arena, &mut groups, &mut got)
+                .unwrap();
             assert_eq!(groups, vec![(2, evs.len())]);
             for (a, b) in got.iter().zip(&evs) {
                 assert_eq!(a.args(), b.args());
@@ -1016,7 +1102,7 @@ mod tests {
         let evs: Vec<Event> = (0..200).map(|i| Event::from(medium(i))).collect();
         let mut buf = Vec::new();
         crate::frame::encode_events(&mut buf, &[(0, evs)]).unwrap();
-        decode_events_into(&buf[5..], None, &mut arena, &mut groups, &mut got).unwrap();
+        decode_events_into(&buf[5..], None, None, &mut arena, &mut groups, &mut got).unwrap();
         let mut chunks = std::collections::HashSet::new();
         for (i, ev) in got.iter().enumerate() {
             let b = ev.args()[0].as_bytes().unwrap();
@@ -1024,6 +1110,58 @@ mod tests {
             chunks.insert(b.as_ptr() as usize / MEDIUM_CHUNK);
         }
         assert!(chunks.len() < 20, "{} chunks", chunks.len());
+    }
+
+    /// With references on, a large binary goes as its address and length (not its
+    /// bytes), counts in the frame's weight, and a link that reads the sender's memory
+    /// (here this very process) decodes it into a buffer of its own; a link that does
+    /// not, or a reference past the frame's byte budget or to no memory, is an error.
+    #[test]
+    fn large_binaries_go_as_references_read_from_the_sender() {
+        use crate::link::memory::REF_MIN;
+        let big = Bytes::from((0..REF_MIN + 5).map(|i| i as u8).collect::<Vec<u8>>());
+        let small = Bytes::from(vec![9u8; 100]);
+        let ev = Event::from_values([
+            Value::Bytes(big.clone()),
+            Value::Array(vec![Value::Bytes(small.clone()), Value::Bytes(big.clone())]),
+        ]);
+        let mut out = Outgoing::new(512, 0);
+        out.refs_from = Some(REF_MIN);
+        let mut f = EventsFrame::open(&mut out);
+        f.push(&mut out, 3, &ev).unwrap();
+        assert!(out.len() < 200, "{} bytes on the stream", out.len());
+        assert_eq!(f.weight(&out), f.size(&out) + 2 * big.len());
+        f.close(&mut out);
+        let body = out.to_vec()[5..].to_vec();
+        let me = std::process::id() as i32;
+        let (mut groups, mut got) = (Vec::new(), Vec::new());
+        let mut arena = Arena::default();
+        decode_events_into(&body, None, Some(me), &mut arena, &mut groups, &mut got).unwrap();
+        assert_eq!(groups, vec![(3, 1)]);
+        assert_eq!(got[0].args(), ev.args());
+        let b = got[0].args()[0].as_bytes().unwrap();
+        assert_ne!(b.as_ptr(), big.as_ptr(), "a copy of its own");
+        // A link that does not read the sender's memory refuses references.
+        let e = decode_events_into(&body, None, None, &mut arena, &mut groups, &mut got);
+        assert!(e.unwrap_err().contains("does not read"));
+        // A reference to more than a frame may carry, or to unmapped memory.
+        let forge = |addr: u64, len: u64| {
+            let mut b = vec![0x91, 0x92, 0x00, 0x91, 0x91, 0xd8, REF_EXT as u8];
+            b.extend_from_slice(&addr.to_be_bytes());
+            b.extend_from_slice(&len.to_be_bytes());
+            b
+        };
+        let too_big = forge(big.as_ptr() as u64, MAX_FRAME as u64);
+        let e = decode_events_into(&too_big, None, Some(me), &mut arena, &mut groups, &mut got);
+        assert!(e.unwrap_err().contains("left"));
+        let nowhere = forge(16, 4096);
+        let e = decode_events_into(&nowhere, None, Some(me), &mut arena, &mut groups, &mut got);
+        assert!(e.unwrap_err().contains("sender's memory"));
+        // An event whose references exceed the frame limit is refused at the sender.
+        let huge = Bytes::from(vec![0u8; MAX_FRAME as usize / 2 + 1]);
+        let ev = Event::from_values([Value::Bytes(huge.clone()), Value::Bytes(huge)]);
+        let mut f = EventsFrame::open(&mut out);
+        assert!(f.push(&mut out, 0, &ev).is_err());
     }
 
     #[test]

@@ -66,6 +66,7 @@
 const NOT_LISTENING: u64 = u64::MAX;
 
 mod loss;
+pub(crate) mod memory;
 mod outbox;
 mod reader;
 mod sink;
@@ -75,6 +76,7 @@ mod writer;
 
 pub(crate) use loss::Topology;
 pub use loss::{Liveness, OnProcessLoss, ProcessLost};
+pub use memory::{MemoryOffer, MemoryOk, peer_memory_read};
 use outbox::{Outbox, RouteOut};
 use reader::read_loop;
 use sink::Sink;
@@ -606,7 +608,8 @@ impl Transport {
         // Sending workers write plain TCP themselves, through a second descriptor of
         // the same socket (non-blocking, like the first); the writer task writes what
         // they cannot write without waiting, and everything under TLS.
-        let plain = (!stream.is_tls()).then(|| stream.tcp());
+        let plain_tcp = !stream.is_tls();
+        let plain = plain_tcp.then(|| stream.tcp());
         let direct = plain.and_then(|s| {
             use std::os::fd::AsFd;
             s.as_fd()
@@ -647,6 +650,8 @@ impl Transport {
                 spare: Some(Outgoing::new(SPLICE_MIN, FRAME_TARGET)),
                 partial: None,
                 direct,
+                refs_from: None,
+                reader: None,
             })),
             wake: Notify::new(),
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -677,6 +682,10 @@ impl Transport {
             .rt
             .spawn(write_loop(self.clone(), link.clone(), wr, reader));
         *lock(&link.writer) = Some(writer);
+        // On one host the peer may read large binaries from this process's memory.
+        if let Some(offer) = plain_tcp.then(memory::offer).flatten() {
+            link.send_frame(Frame::Memory(Box::new(offer)));
+        }
         tracing::debug!(me = %self.me, peer, "link up");
         link
     }

@@ -64,6 +64,11 @@ pub(super) struct Outbox {
     /// The socket, for sending workers to write without waiting (plain TCP only; a
     /// TLS stream has one writer, the task). Dropped when the link goes down.
     pub(super) direct: Option<Arc<std::net::TcpStream>>,
+    /// Binaries at least this long go as references to this process's memory (the
+    /// peer reads it: [`memory`]).
+    pub(super) refs_from: Option<usize>,
+    /// The peer process reading this process's memory, if it does.
+    pub(super) reader: Option<Arc<memory::Reader>>,
 }
 
 impl Outbox {
@@ -150,11 +155,13 @@ impl Outbox {
         if self
             .open
             .as_ref()
-            .is_some_and(|f| f.size(&self.buf) >= FRAME_TARGET || f.events() >= FRAME_EVENTS)
+            .is_some_and(|f| f.weight(&self.buf) >= FRAME_TARGET || f.events() >= FRAME_EVENTS)
         {
             self.close_open();
         }
         let buf = &mut self.buf;
+        // (The buffers are swapped with the writer's: each takes the setting here.)
+        buf.refs_from = self.refs_from;
         let f = self.open.get_or_insert_with(|| EventsFrame::open(buf));
         let r = f.push(buf, route, ev);
         if r.is_err() && !f.is_empty() {

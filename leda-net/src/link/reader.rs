@@ -79,6 +79,9 @@ pub(super) struct Inbound {
     /// Activations the delivered events claimed, run by this task once the frames at
     /// hand are delivered and acknowledged ([`Inbound::run_claimed`]).
     pub(super) claimed: Vec<Claimed>,
+    /// The peer's pid once its memory offer was checked: referenced binaries in its
+    /// `events` frames are read from its memory ([`memory`]).
+    pub(super) peer: Option<i32>,
 }
 
 impl Drop for Inbound {
@@ -320,6 +323,7 @@ pub(super) async fn read_loop(
         sent_seen: 0,
         ack_due: None,
         claimed: Vec::new(),
+        peer: None,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -401,6 +405,7 @@ pub(super) async fn read_loop(
                 let decoded = crate::wire::decode_events_into(
                     &body,
                     Some(&body),
+                    inb.peer,
                     &mut inb.arena,
                     &mut groups,
                     &mut events,
@@ -825,6 +830,21 @@ pub(super) async fn handle_frame(
         Frame::Observed(reply) => crate::observe::record(link, *reply),
         Frame::Heartbeat => {}
         Frame::Lost(lost) => t.peer_reported_loss(*lost).await,
+        Frame::Memory(offer) => {
+            // Read from now on if the token is where the peer says (see `memory`).
+            if let Some((pid, ok)) = memory::accept(&offer) {
+                tracing::debug!(peer = %link.peer, pid, "reading the peer's memory");
+                inb.peer = Some(pid);
+                link.send_frame(Frame::MemoryOk(Box::new(ok)));
+            }
+        }
+        Frame::MemoryOk(ok) => {
+            if let Some(reader) = memory::Reader::open(&ok) {
+                let mut ob = lock(&link.outbox);
+                ob.refs_from = Some(memory::REF_MIN);
+                ob.reader = Some(reader);
+            }
+        }
         Frame::Error(m) => {
             tracing::warn!(peer = %link.peer, error = %m, "peer reported an error");
             link.lose(format!("it reported an error: {m}"));

@@ -119,7 +119,7 @@ impl Sink {
             if !ob.has_room(route) {
                 continue;
             }
-            let before = ob.buf.len();
+            let before = ob.buf.weight();
             if let Err(reason) = ob.push_event(self.route, &event) {
                 let error = SendError::Unreachable {
                     stage: self.to.clone(),
@@ -130,7 +130,8 @@ impl Sink {
             // Counted before the bytes can be taken by the writer (it takes them under
             // this lock), so that no status ever shows it received and not sent.
             ob.sent += 1;
-            let size = ob.buf.len().saturating_sub(before);
+            // (Referenced binaries count: their memory is held until acknowledged.)
+            let size = ob.buf.weight().saturating_sub(before);
             ob.unacked_bytes += size;
             let rs = &mut ob.routes[route];
             rs.credit -= 1;

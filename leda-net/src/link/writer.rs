@@ -245,7 +245,7 @@ pub(super) async fn write_loop(
     drop(wr);
     // Everything still queued or unacknowledged on this link is undelivered; nothing
     // more is taken (senders see `down` under the same lock).
-    let undelivered: Vec<(usize, Vec<Event>)> = {
+    let (undelivered, reader): (Vec<(usize, Vec<Event>)>, _) = {
         let mut ob = lock(&link.outbox);
         ob.down = true;
         ob.open = None;
@@ -255,7 +255,8 @@ pub(super) async fn write_loop(
         // (Events acknowledged before the end were delivered: not lost.)
         ob.absorb_all(&link.acked, &t.stats);
         ob.unacked_bytes = 0;
-        ob.routes
+        let undelivered = ob
+            .routes
             .iter_mut()
             .enumerate()
             .filter(|(_, rs)| rs.unacked.len() > rs.stale)
@@ -264,8 +265,16 @@ pub(super) async fn write_loop(
                 rs.unacked.drain(..stale);
                 (r, rs.unacked.drain(..).map(|(ev, _)| ev).collect())
             })
-            .collect()
+            .collect();
+        (undelivered, ob.reader.take())
     };
+    // The peer may still read binaries these events referenced (a frame left in its
+    // socket, a paused process resumed): their memory stays until it has exited.
+    if let Some(reader) = reader {
+        for (_, evs) in &undelivered {
+            memory::bury(&reader, evs);
+        }
+    }
     // Senders waiting for room on this link retry (and go elsewhere, or fail).
     t.room.notify_waiters();
     // The end of the run (here, or at the peer, which said `Quit`): what was not

@@ -28,6 +28,11 @@ impl Node {
     /// Starts `leda-net-test-node ARGS...`, inside network namespace `netns` if given
     /// (`ip netns exec`), and waits for its `LISTENING` line.
     pub fn start(args: &[&str], netns: Option<&str>) -> Node {
+        Node::start_env(args, netns, &[])
+    }
+
+    /// [`Node::start`] with extra environment variables.
+    pub fn start_env(args: &[&str], netns: Option<&str>, env: &[(&str, &str)]) -> Node {
         let exe = env!("CARGO_BIN_EXE_leda-net-test-node");
         let mut cmd = match netns {
             Some(ns) => {
@@ -43,6 +48,7 @@ impl Node {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
