@@ -39,7 +39,7 @@ use leda_core::event::Event;
 use leda_core::value::Value;
 
 use crate::frame::{MAX_DEPTH, MAX_FRAME, kind};
-use crate::link::memory::REF_EXT;
+use crate::link::memory::{Peer, REF_EXT, REF_MIN};
 
 /// Binaries at least this long are decoded as slices of the frame buffer.
 pub const ZERO_COPY_MIN: usize = 4096;
@@ -145,9 +145,9 @@ struct Reader<'a> {
     owner: Option<&'a Bytes>,
     /// The chunks small binaries are copied into.
     arena: &'a mut Arena,
-    /// The sender's pid, if this process reads referenced binaries from its memory
+    /// The sender, if this process reads referenced binaries from its memory
     /// (`link::memory`); references are refused otherwise.
-    peer: Option<i32>,
+    peer: Option<&'a Peer>,
     /// Referenced bytes this frame may still bring (a frame's references and its own
     /// bytes together are bounded like an inline frame).
     ref_budget: usize,
@@ -266,22 +266,24 @@ impl<'a> Reader<'a> {
                 "extension type {ty} (marker 0xd8) in an event"
             )));
         }
-        let Some(pid) = self.peer else {
+        let Some(peer) = self.peer else {
             return Err(Box::new(
                 "a reference to the sender's memory, which this link does not read".into(),
             ));
         };
         let len = usize::try_from(len)
             .ok()
-            .filter(|&n| n > 0 && n <= self.ref_budget)
+            .filter(|&n| (REF_MIN..=self.ref_budget).contains(&n))
             .ok_or_else(|| {
                 format!(
-                    "a referenced binary of {len} bytes where the frame has {} left",
+                    "a referenced binary of {len} bytes (at least {REF_MIN}, and the frame \
+                     has {} left)",
                     self.ref_budget
                 )
             })?;
         self.ref_budget -= len;
-        let v = crate::link::memory::read(pid, addr, len)
+        let v = peer
+            .read(addr, len)
             .map_err(|e| format!("reading {len} bytes of the sender's memory: {e}"))?;
         Ok(Value::Bytes(Bytes::from(v)))
     }
@@ -801,15 +803,16 @@ pub(crate) fn decode_events(body: &[u8], owner: Option<&Bytes>) -> R<Vec<(u32, V
 /// events of every group in order into `events`, and `(route, count)` per group into
 /// `groups`. Both are cleared first; after an error their contents are unspecified.
 /// Small binaries are copied into `arena` (kept from frame to frame). With `peer`, the
-/// sender's pid, references to binaries in its memory are read (see `link::memory`).
+/// sender, references to binaries in its memory are read (see `link::memory`). Returns
+/// how many bytes were so read.
 pub(crate) fn decode_events_into(
     body: &[u8],
     owner: Option<&Bytes>,
-    peer: Option<i32>,
+    peer: Option<&Peer>,
     arena: &mut Arena,
     groups: &mut Vec<(u32, usize)>,
     events: &mut Vec<Event>,
-) -> R<()> {
+) -> R<usize> {
     groups.clear();
     events.clear();
     let mut r = Reader {
@@ -880,7 +883,7 @@ pub(crate) fn decode_events_into(
     if r.pos != body.len() {
         return Err(Box::new(format!("{} trailing byte(s)", body.len() - r.pos)));
     }
-    Ok(())
+    Ok((MAX_FRAME as usize).saturating_sub(body.len()) - r.ref_budget)
 }
 
 /// Decodes an `events` body as a live link does: with the body as a shared buffer
@@ -899,7 +902,7 @@ pub fn decode_events_live(body: &[u8]) -> Result<usize, String> {
         let r = decode_events_into(&owner, Some(&owner), None, arena, groups, events);
         let n = events.len();
         events.clear();
-        r.map(|()| n).map_err(|e| *e)
+        r.map(|_| n).map_err(|e| *e)
     })
 }
 
@@ -1133,10 +1136,12 @@ mod tests {
         assert_eq!(f.weight(&out), f.size(&out) + 2 * big.len());
         f.close(&mut out);
         let body = out.to_vec()[5..].to_vec();
-        let me = std::process::id() as i32;
+        let me = crate::link::memory::Peer::itself();
+        let me = Some(&*me);
         let (mut groups, mut got) = (Vec::new(), Vec::new());
         let mut arena = Arena::default();
-        decode_events_into(&body, None, Some(me), &mut arena, &mut groups, &mut got).unwrap();
+        let read = decode_events_into(&body, None, me, &mut arena, &mut groups, &mut got).unwrap();
+        assert_eq!(read, 2 * big.len());
         assert_eq!(groups, vec![(3, 1)]);
         assert_eq!(got[0].args(), ev.args());
         let b = got[0].args()[0].as_bytes().unwrap();
@@ -1152,10 +1157,14 @@ mod tests {
             b
         };
         let too_big = forge(big.as_ptr() as u64, MAX_FRAME as u64);
-        let e = decode_events_into(&too_big, None, Some(me), &mut arena, &mut groups, &mut got);
+        let e = decode_events_into(&too_big, None, me, &mut arena, &mut groups, &mut got);
         assert!(e.unwrap_err().contains("left"));
-        let nowhere = forge(16, 4096);
-        let e = decode_events_into(&nowhere, None, Some(me), &mut arena, &mut groups, &mut got);
+        // (A reference shorter than REF_MIN would cost a system call per 18 bytes.)
+        let tiny = forge(big.as_ptr() as u64, 16);
+        let e = decode_events_into(&tiny, None, me, &mut arena, &mut groups, &mut got);
+        assert!(e.unwrap_err().contains("at least"));
+        let nowhere = forge(16, REF_MIN as u64);
+        let e = decode_events_into(&nowhere, None, me, &mut arena, &mut groups, &mut got);
         assert!(e.unwrap_err().contains("sender's memory"));
         // An event whose references exceed the frame limit is refused at the sender.
         let huge = Bytes::from(vec![0u8; MAX_FRAME as usize / 2 + 1]);

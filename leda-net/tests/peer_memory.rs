@@ -99,3 +99,131 @@ fn large_binaries_are_read_from_the_sender_s_memory_unless_turned_off() {
     let (status, out) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()), "{out}");
 }
+
+/// Sends 64 binaries of 256 KiB to a slow stage of the daemon and quits at once: most
+/// are still unacknowledged (discarded) at the end of the run. `kept` gets a copy of
+/// each (to see when this process lets go of them).
+fn quit_with_references_in_flight(node: &Node, kept: Arc<Mutex<Vec<bytes::Bytes>>>) {
+    let send = Stage::new("send", move |_: Event, ctx: &mut Ctx| {
+        for i in 0..64u8 {
+            let b = bytes::Bytes::from(vec![i; 256 * 1024]);
+            kept.lock().unwrap().push(b.clone());
+            let _ = ctx.send(1, Event::from_values([Value::Bytes(b)]));
+        }
+        ctx.quit(());
+        Ok(())
+    });
+    let slow = stages::slow("slow").attr("ms", 50).capacity(4);
+    let mut g = Graph::new("peer-memory-discard");
+    g.connect(&send, 1, &slow);
+    g.part([Cluster::of([&send]), Cluster::of([&slow])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    send.push(0);
+    // (A daemon that lives on may still be ending the previous run.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match Launcher::new(ME).run(&g, Run::default().threads(2)) {
+            Err(leda_net::NetError::Refused { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => break drop(r.expect("run")),
+        }
+    }
+}
+
+fn held(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
+    kept.lock()
+        .unwrap()
+        .iter()
+        .filter(|b| !b.is_unique())
+        .count()
+}
+
+fn wait_free(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while held(kept) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    held(kept)
+}
+
+/// Referenced binaries unacknowledged at the end of a run are kept only while the
+/// peer may still read them: freed once it has exited, and once a daemon that lives on
+/// has closed its end of the run's connection (the first version kept them until some
+/// later link went down, and from a long-lived daemon for ever: a review's finding).
+#[test]
+fn referenced_binaries_left_at_the_end_of_a_run_are_freed_once_unreadable() {
+    let node = Node::spawn(&[]);
+    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    quit_with_references_in_flight(&node, kept.clone());
+    let (status, out) = node.finish(EXIT);
+    assert!(status.is_some_and(|s| s.success()), "{out}");
+    assert_eq!(wait_free(&kept), 0, "kept after the peer exited");
+
+    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    for _ in 0..3 {
+        quit_with_references_in_flight(&node, kept.clone());
+    }
+    assert_eq!(
+        wait_free(&kept),
+        0,
+        "kept after a long-lived daemon's runs ended"
+    );
+}
+
+/// A stopped peer (SIGSTOP) whose socket is full, under a silence bound longer than the
+/// end of the run waits for the link's tasks: the run ends with those tasks cancelled
+/// before they account for the unacknowledged events, and their referenced binaries
+/// must still be kept, since the peer, resumed, reads the frames in its socket (the
+/// first version freed them: a review's finding).
+#[test]
+fn references_stay_readable_for_a_stopped_peer_when_the_link_is_cancelled() {
+    let mut node = Node::spawn(&[]);
+    let pid = node.pid() as i32;
+    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    let k2 = kept.clone();
+    let send = Stage::new("send", move |_: Event, ctx: &mut Ctx| {
+        // The peer's MemoryOk first.
+        let _ = ctx.send(1, Event::from_values([Value::Int(0)]));
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill has no memory effects here.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        for i in 0..200u32 {
+            let r = bytes::Bytes::from(vec![(i % 251) as u8; 64 * 1024]);
+            // Below the reference size: through the socket, filling it.
+            let inline = Value::Array(
+                (0..8)
+                    .map(|_| Value::Bytes(bytes::Bytes::from(vec![1u8; 32 * 1024])))
+                    .collect(),
+            );
+            k2.lock().unwrap().push(r.clone());
+            let _ = ctx.send(1, Event::from_values([Value::Bytes(r), inline]));
+        }
+        ctx.quit(());
+        Ok(())
+    });
+    let slow = stages::slow("slow").attr("ms", 1).capacity(512);
+    let mut g = Graph::new("peer-memory-stopped");
+    g.connect(&send, 1, &slow);
+    g.part([Cluster::of([&send]), Cluster::of([&slow])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    send.push(0);
+    let _ = Launcher::new(ME)
+        .liveness(leda_net::Liveness::with_silence(Duration::from_secs(30)))
+        .run(&g, Run::default().threads(2));
+    std::thread::sleep(Duration::from_millis(300));
+    let n = held(&kept);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    node.kill();
+    assert!(
+        n > 0,
+        "nothing kept although the stopped peer may still read it"
+    );
+    assert_eq!(wait_free(&kept), 0, "kept after the peer was killed");
+}

@@ -264,6 +264,11 @@ pub(crate) struct Link {
     pub(crate) observed: Mutex<Option<crate::observe::ObserveReply>>,
     pub(crate) observed_notify: Notify,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// This side's socket's addresses (plain TCP only): how the peer's process is
+    /// recognised for peer memory ([`memory`]).
+    ends: Option<memory::Ends>,
+    /// This side offered the peer to read its memory.
+    offered: bool,
 }
 
 impl Link {
@@ -609,6 +614,16 @@ impl Transport {
         // the same socket (non-blocking, like the first); the writer task writes what
         // they cannot write without waiting, and everything under TLS.
         let plain_tcp = !stream.is_tls();
+        let ends = plain_tcp
+            .then(|| {
+                Some((
+                    stream.tcp().local_addr().ok()?,
+                    stream.tcp().peer_addr().ok()?,
+                ))
+            })
+            .flatten();
+        // On one host the peer may read large binaries from this process's memory.
+        let offer = ends.and(memory::offer());
         let plain = plain_tcp.then(|| stream.tcp());
         let direct = plain.and_then(|s| {
             use std::os::fd::AsFd;
@@ -651,7 +666,7 @@ impl Transport {
                 partial: None,
                 direct,
                 refs_from: None,
-                reader: None,
+                peer: None,
             })),
             wake: Notify::new(),
             acked: self.routes.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -668,6 +683,8 @@ impl Transport {
             observed: Mutex::new(None),
             observed_notify: Notify::new(),
             writer: Mutex::new(None),
+            ends,
+            offered: offer.is_some(),
         });
         if let Some(old) = lock(&self.links).insert(peer.into(), link.clone()) {
             tracing::warn!(peer, "replacing an existing link");
@@ -682,8 +699,7 @@ impl Transport {
             .rt
             .spawn(write_loop(self.clone(), link.clone(), wr, reader));
         *lock(&link.writer) = Some(writer);
-        // On one host the peer may read large binaries from this process's memory.
-        if let Some(offer) = plain_tcp.then(memory::offer).flatten() {
+        if let Some(offer) = offer {
             link.send_frame(Frame::Memory(Box::new(offer)));
         }
         tracing::debug!(me = %self.me, peer, "link up");

@@ -68,7 +68,22 @@ pub(super) struct Outbox {
     /// peer reads it: [`memory`]).
     pub(super) refs_from: Option<usize>,
     /// The peer process reading this process's memory, if it does.
-    pub(super) reader: Option<Arc<memory::Reader>>,
+    pub(super) peer: Option<Arc<memory::Peer>>,
+}
+
+impl Drop for Outbox {
+    /// Unacknowledged events still here (the link's tasks were cancelled before the
+    /// end of the link accounted for them) may be referenced by frames the peer has yet
+    /// to read: their binaries are kept while it can (see [`memory::bury`]).
+    fn drop(&mut self) {
+        if let Some(peer) = self.peer.take() {
+            let unread = self
+                .routes
+                .iter()
+                .flat_map(|rs| rs.unacked.range(rs.stale..).map(|(ev, _)| ev));
+            memory::bury(&peer, unread);
+        }
+    }
 }
 
 impl Outbox {

@@ -79,9 +79,11 @@ pub(super) struct Inbound {
     /// Activations the delivered events claimed, run by this task once the frames at
     /// hand are delivered and acknowledged ([`Inbound::run_claimed`]).
     pub(super) claimed: Vec<Claimed>,
-    /// The peer's pid once its memory offer was checked: referenced binaries in its
+    /// The peer once its memory offer was checked: referenced binaries in its
     /// `events` frames are read from its memory ([`memory`]).
-    pub(super) peer: Option<i32>,
+    pub(super) peer: Option<Arc<memory::Peer>>,
+    /// An offer came (only the first one is looked at).
+    pub(super) offered: bool,
 }
 
 impl Drop for Inbound {
@@ -324,6 +326,7 @@ pub(super) async fn read_loop(
         ack_due: None,
         claimed: Vec::new(),
         peer: None,
+        offered: false,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -405,7 +408,7 @@ pub(super) async fn read_loop(
                 let decoded = crate::wire::decode_events_into(
                     &body,
                     Some(&body),
-                    inb.peer,
+                    inb.peer.as_deref(),
                     &mut inb.arena,
                     &mut groups,
                     &mut events,
@@ -415,7 +418,10 @@ pub(super) async fn read_loop(
                 // runs, while this task is still delivering.
                 drop(body);
                 let ok = match decoded {
-                    Ok(()) => {
+                    Ok(referenced) => {
+                        // (What was read from the peer's memory counts in its byte
+                        // window like bytes on the socket.)
+                        inb.deferred_bytes += referenced;
                         deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events).await
                     }
                     Err(reason) => {
@@ -831,18 +837,28 @@ pub(super) async fn handle_frame(
         Frame::Heartbeat => {}
         Frame::Lost(lost) => t.peer_reported_loss(*lost).await,
         Frame::Memory(offer) => {
-            // Read from now on if the token is where the peer says (see `memory`).
-            if let Some((pid, ok)) = memory::accept(&offer) {
-                tracing::debug!(peer = %link.peer, pid, "reading the peer's memory");
-                inb.peer = Some(pid);
+            // The first offer on a plain TCP link, checked (see `memory`): the peer's
+            // references are read from then on.
+            let first = !std::mem::replace(&mut inb.offered, true);
+            if let Some((peer, ok)) = link
+                .ends
+                .filter(|_| first)
+                .and_then(|e| memory::accept(&offer, e))
+            {
+                tracing::debug!(peer = %link.peer, pid = offer.pid, "reading the peer's memory");
+                inb.peer = Some(peer);
                 link.send_frame(Frame::MemoryOk(Box::new(ok)));
             }
         }
         Frame::MemoryOk(ok) => {
-            if let Some(reader) = memory::Reader::open(&ok) {
-                let mut ob = lock(&link.outbox);
+            // Only in answer to this side's offer, from the process at the other end.
+            let mut ob = lock(&link.outbox);
+            if ob.peer.is_none()
+                && link.offered
+                && let Some(peer) = link.ends.and_then(|e| memory::accepted(&ok, e))
+            {
                 ob.refs_from = Some(memory::REF_MIN);
-                ob.reader = Some(reader);
+                ob.peer = Some(peer);
             }
         }
         Frame::Error(m) => {

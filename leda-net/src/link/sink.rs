@@ -141,7 +141,7 @@ impl Sink {
                 .push_back((event, u32::try_from(size).unwrap_or(u32::MAX)));
             // A held send wakes nobody (its task's batch end writes it); held bytes
             // that grew large this worker writes now.
-            let full = held && ob.buf.len() >= HOLD_MAX;
+            let full = held && ob.buf.weight() >= HOLD_MAX;
             let wake = !held && ob.signal();
             drop(ob);
             drop(released);

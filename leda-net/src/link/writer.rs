@@ -245,7 +245,7 @@ pub(super) async fn write_loop(
     drop(wr);
     // Everything still queued or unacknowledged on this link is undelivered; nothing
     // more is taken (senders see `down` under the same lock).
-    let (undelivered, reader): (Vec<(usize, Vec<Event>)>, _) = {
+    let (undelivered, peer): (Vec<(usize, Vec<Event>)>, _) = {
         let mut ob = lock(&link.outbox);
         ob.down = true;
         ob.open = None;
@@ -266,14 +266,12 @@ pub(super) async fn write_loop(
                 (r, rs.unacked.drain(..).map(|(ev, _)| ev).collect())
             })
             .collect();
-        (undelivered, ob.reader.take())
+        (undelivered, ob.peer.take())
     };
     // The peer may still read binaries these events referenced (a frame left in its
     // socket, a paused process resumed): their memory stays until it has exited.
-    if let Some(reader) = reader {
-        for (_, evs) in &undelivered {
-            memory::bury(&reader, evs);
-        }
+    if let Some(peer) = peer {
+        memory::bury(&peer, undelivered.iter().flat_map(|(_, evs)| evs));
     }
     // Senders waiting for room on this link retry (and go elsewhere, or fail).
     t.room.notify_waiters();
