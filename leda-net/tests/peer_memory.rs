@@ -1,6 +1,9 @@
 //! Large binaries between two processes of one host travel as references read from the
-//! sender's memory (`link::memory`), and arrive intact; a process started with
-//! `LEDA_PEER_MEMORY=0` sends and accepts none, and the same run goes through the socket.
+//! sender's memory (`link::memory`), and arrive intact; by default only between
+//! processes of one executable (this test binary and the test node are two, hence
+//! `PeerMemory::AnyExecutable` here and `LEDA_PEER_MEMORY=any` for the nodes); a process
+//! started with `LEDA_PEER_MEMORY=0` sends and accepts none, and the same run goes
+//! through the socket.
 
 mod common;
 #[path = "../src/bin/leda-net-test-node/stages.rs"]
@@ -12,7 +15,7 @@ use std::time::Duration;
 use common::Node;
 use leda_core::prelude::*;
 use leda_net::Launcher;
-use leda_net::link::peer_memory_read;
+use leda_net::link::{PeerMemory, peer_memory_read, set_peer_memory};
 
 const ME: &str = "launcher:1";
 const EXIT: Duration = Duration::from_secs(10);
@@ -77,27 +80,38 @@ fn round_trip(node: &Node) -> u64 {
     read
 }
 
-#[test]
-fn large_binaries_are_read_from_the_sender_s_memory_unless_turned_off() {
-    let node = Node::spawn(&[]);
-    let read = round_trip(&node);
-    assert_eq!(
-        read,
-        N as u64 * SIZE as u64,
-        "every echo read from the daemon's memory"
-    );
-    let (status, out) = node.finish(EXIT);
-    assert!(status.is_some_and(|s| s.success()), "{out}");
+/// A node (`--once`) with `LEDA_PEER_MEMORY` set to `mode` (unset: `None`).
+fn node(mode: Option<&str>) -> Node {
+    let env: Vec<(&str, &str)> = mode.map(|m| ("LEDA_PEER_MEMORY", m)).into_iter().collect();
+    Node::start_env(&["daemon", "--listen", "127.0.0.1:0", "--once"], None, &env)
+}
 
-    let node = Node::start_env(
-        &["daemon", "--listen", "127.0.0.1:0", "--once"],
-        None,
-        &[("LEDA_PEER_MEMORY", "0")],
-    );
+/// Runs `round_trip` with a fresh node: (bytes this process read from the node's
+/// memory, bytes the node read from this process's).
+fn both_ways(mode: Option<&str>) -> (u64, u64) {
+    let node = node(mode);
     let read = round_trip(&node);
-    assert_eq!(read, 0, "the daemon offered its memory though turned off");
     let (status, out) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()), "{out}");
+    let theirs = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("peer_memory="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no peer_memory= in {out:?}"));
+    (read, theirs)
+}
+
+#[test]
+fn large_binaries_are_read_from_the_sender_s_memory_where_allowed() {
+    set_peer_memory(PeerMemory::AnyExecutable);
+    let all = N as u64 * SIZE as u64;
+    // Both ends allow it: every binary, both ways.
+    assert_eq!(both_ways(Some("any")), (all, all));
+    // By default the node reads from, and sends references to, only processes of its
+    // own executable (this test binary is another).
+    assert_eq!(both_ways(None), (0, 0));
+    // Off at the node: everything through the socket, both ways.
+    assert_eq!(both_ways(Some("0")), (0, 0));
 }
 
 /// Sends 64 binaries of 256 KiB to a slow stage of the daemon and quits at once: most
@@ -155,14 +169,19 @@ fn wait_free(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
 /// later link went down, and from a long-lived daemon for ever: a review's finding).
 #[test]
 fn referenced_binaries_left_at_the_end_of_a_run_are_freed_once_unreadable() {
-    let node = Node::spawn(&[]);
+    set_peer_memory(PeerMemory::AnyExecutable);
+    let node = node(Some("any"));
     let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
     quit_with_references_in_flight(&node, kept.clone());
     let (status, out) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()), "{out}");
     assert_eq!(wait_free(&kept), 0, "kept after the peer exited");
 
-    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let node = Node::start_env(
+        &["daemon", "--listen", "127.0.0.1:0"],
+        None,
+        &[("LEDA_PEER_MEMORY", "any")],
+    );
     let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
     for _ in 0..3 {
         quit_with_references_in_flight(&node, kept.clone());
@@ -181,7 +200,8 @@ fn referenced_binaries_left_at_the_end_of_a_run_are_freed_once_unreadable() {
 /// first version freed them: a review's finding).
 #[test]
 fn references_stay_readable_for_a_stopped_peer_when_the_link_is_cancelled() {
-    let mut node = Node::spawn(&[]);
+    set_peer_memory(PeerMemory::AnyExecutable);
+    let mut node = node(Some("any"));
     let pid = node.pid() as i32;
     let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
     let k2 = kept.clone();

@@ -13,13 +13,16 @@
 //! 2. The other side checks that this pid is a process of this host that **holds the
 //!    other end of this very connection** (the host's socket table gives the inode of
 //!    the socket whose addresses mirror ours; the process's descriptors must include
-//!    it), then reads the token at that address. Only then (and once per link) does it
+//!    it) and, by default, **runs the same executable file** (a launcher and its
+//!    daemons are one binary; a local proxy relaying the connection — which would hold
+//!    its other end, with bytes the remote side chose in its buffers — is not read from:
+//!    [`PeerMemory`]), then reads the token at that address. Only then (and once per link) does it
 //!    answer [`MemoryOk`] with its own pid and accept references in `events` frames.
 //!    Otherwise — another host or network or pid namespace, no permission (another
 //!    user, Yama's `ptrace_scope`, a seccomp filter), a pid that is not the peer — it
 //!    says nothing and everything stays on the socket. No permission is granted to
 //!    anyone for this: the kernel's own ptrace access check decides.
-//! 3. On [`MemoryOk`] (checked the same way: its pid holds the other end) the sender
+//! 3. On [`MemoryOk`] (checked the same way) the sender
 //!    encodes each binary of at least [`REF_MIN`] bytes as a reference (msgpack
 //!    extension [`REF_EXT`]: address and length) instead of its bytes. The event is in
 //!    its route's unacknowledged queue anyway until the peer acknowledges it, which it
@@ -40,7 +43,8 @@
 //! so a peer cannot make the reader allocate or copy more per frame than an inline frame
 //! would cost, nor make it read anything but the peer's own memory. Under TLS (chosen for
 //! links between hosts) no offer is made or accepted. `LEDA_PEER_MEMORY=0` in a
-//! process's environment turns it off there.
+//! process's environment turns it off there, `LEDA_PEER_MEMORY=any` allows peers of
+//! other executables ([`set_peer_memory`] from Rust).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -102,12 +106,64 @@ pub struct MemoryOk {
 /// The addresses of this side's socket of a link: `(local, peer)`.
 pub(crate) type Ends = (SocketAddr, SocketAddr);
 
-/// Whether this process offers and accepts memory reads (`LEDA_PEER_MEMORY` not `0`).
+/// Which peers a process reads large binaries from, and lets read its own (see the
+/// module doc). Set with [`set_peer_memory`], else from `LEDA_PEER_MEMORY` (`0`: off,
+/// `any`: [`PeerMemory::AnyExecutable`], otherwise the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerMemory {
+    /// Everything through the socket.
+    Off,
+    /// Only a peer that runs the same executable file as this process (the default: a
+    /// launcher and its daemons are one binary, and a process relaying the connection —
+    /// a proxy that holds its other end — is never read from).
+    SameExecutable,
+    /// Any process at the other end of the connection, whatever it runs (a launcher and
+    /// daemons built as different binaries). This trusts every local process that holds
+    /// the other end: do not use it where a local proxy may relay the connection.
+    AnyExecutable,
+}
+
+static MODE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+/// Sets which peers this process reads from and lets read it, for links that start
+/// from now on (the environment's `LEDA_PEER_MEMORY` otherwise).
+pub fn set_peer_memory(mode: PeerMemory) {
+    MODE.store(mode as u8, Relaxed);
+}
+
+/// This process's [`PeerMemory`] (always [`PeerMemory::Off`] off Linux).
+pub fn peer_memory() -> PeerMemory {
+    let m = match MODE.load(Relaxed) {
+        u8::MAX => {
+            let m = match std::env::var("LEDA_PEER_MEMORY").as_deref() {
+                Ok("0") => PeerMemory::Off,
+                Ok("any") => PeerMemory::AnyExecutable,
+                _ => PeerMemory::SameExecutable,
+            };
+            // (A concurrent `set_peer_memory` wins.)
+            let _ = MODE.compare_exchange(u8::MAX, m as u8, Relaxed, Relaxed);
+            return peer_memory();
+        }
+        0 => PeerMemory::Off,
+        1 => PeerMemory::SameExecutable,
+        _ => PeerMemory::AnyExecutable,
+    };
+    if cfg!(target_os = "linux") {
+        m
+    } else {
+        PeerMemory::Off
+    }
+}
+
 fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        cfg!(target_os = "linux") && std::env::var("LEDA_PEER_MEMORY").map_or(true, |v| v != "0")
-    })
+    peer_memory() != PeerMemory::Off
+}
+
+/// The executable file of a process (`/proc/PID/exe`): device and inode.
+fn executable(pid: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((m.dev(), m.ino()))
 }
 
 /// This host's identity as seen from this process: the kernel's boot id and the pid
@@ -157,7 +213,7 @@ pub(crate) fn accept(o: &MemoryOffer, ends: Ends) -> Option<(Arc<Peer>, MemoryOk
     if !enabled() || o.host != host() || o.token.len() != TOKEN_LEN {
         return None;
     }
-    let peer = Peer::open(o.pid, ends)?;
+    let peer = Peer::open(o.pid, ends, peer_memory())?;
     match read_raw(peer.pid, o.addr, TOKEN_LEN) {
         Ok(t) if t == o.token && !peer.exited() => Some((
             peer,
@@ -183,7 +239,7 @@ pub(crate) fn accepted(ok: &MemoryOk, ends: Ends) -> Option<Arc<Peer>> {
     if !enabled() || ok.host != host() {
         return None;
     }
-    Peer::open(ok.pid, ends)
+    Peer::open(ok.pid, ends, peer_memory())
 }
 
 /// [`Peer::read`] without the checks and the count.
@@ -233,9 +289,14 @@ pub(crate) struct Peer {
 
 impl Peer {
     /// `pid`, if it is a process (not a thread) that holds the other end of the
-    /// connection whose socket here has addresses `ends`. Needs a pidfd (Linux 5.3 or
-    /// later): without one the memory kept after a fault could never be known free.
-    fn open(pid: u32, ends: Ends) -> Option<Arc<Peer>> {
+    /// connection whose socket here has addresses `ends` (and, under
+    /// [`PeerMemory::SameExecutable`], runs this process's executable). Needs a pidfd
+    /// (Linux 5.3 or later): without one the memory kept after a fault could never be
+    /// known free.
+    fn open(pid: u32, ends: Ends, mode: PeerMemory) -> Option<Arc<Peer>> {
+        if mode == PeerMemory::Off {
+            return None;
+        }
         let pid = libc::pid_t::try_from(pid).ok()?;
         if pid <= 0 || pid == std::process::id() as i32 {
             return None;
@@ -256,6 +317,12 @@ impl Peer {
         let inode = other_end(ends)?;
         if !holds(pid, inode) {
             tracing::debug!(pid, "peer memory: that process does not hold the other end");
+            return None;
+        }
+        let theirs = executable(&pid.to_string());
+        if mode == PeerMemory::SameExecutable && (theirs.is_none() || theirs != executable("self"))
+        {
+            tracing::debug!(pid, "peer memory: the peer runs another executable");
             return None;
         }
         Some(Arc::new(peer))
@@ -502,7 +569,7 @@ mod tests {
         let inode = other_end(ends).expect("the other end is listed");
         assert!(holds(std::process::id() as i32, inode));
         // (But a link to this very process is never one to read from.)
-        assert!(Peer::open(std::process::id(), ends).is_none());
+        assert!(Peer::open(std::process::id(), ends, PeerMemory::AnyExecutable).is_none());
     }
 
     /// The process at the other end of the connection is accepted and read from; this
@@ -521,7 +588,10 @@ mod tests {
             .read_exact(&mut line)
             .unwrap();
         let pid = child.id();
-        let peer = Peer::open(pid, ends).expect("the child holds the other end");
+        // The child runs bash, not this executable: refused by default.
+        assert!(Peer::open(pid, ends, PeerMemory::SameExecutable).is_none());
+        let peer = Peer::open(pid, ends, PeerMemory::AnyExecutable)
+            .expect("the child holds the other end");
         // Its memory can be read (the start of its stack, say: any mapped address).
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         let stack = maps.lines().find(|l| l.ends_with("[stack]")).unwrap();
@@ -584,7 +654,8 @@ mod tests {
             .unwrap()
             .read_exact(&mut line)
             .unwrap();
-        let peer = Peer::open(child.id(), ends).expect("the child holds the other end");
+        let peer = Peer::open(child.id(), ends, PeerMemory::AnyExecutable)
+            .expect("the child holds the other end");
         let big = Bytes::from(vec![3u8; REF_MIN]);
         let ev = Event::from_values([
             Value::Bytes(Bytes::from_static(b"small")),

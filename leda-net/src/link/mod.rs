@@ -76,7 +76,9 @@ mod writer;
 
 pub(crate) use loss::Topology;
 pub use loss::{Liveness, OnProcessLoss, ProcessLost};
-pub use memory::{MemoryOffer, MemoryOk, peer_memory_read};
+pub use memory::{
+    MemoryOffer, MemoryOk, PeerMemory, peer_memory, peer_memory_read, set_peer_memory,
+};
 use outbox::{Outbox, RouteOut};
 use reader::read_loop;
 use sink::Sink;

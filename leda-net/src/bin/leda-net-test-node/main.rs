@@ -7,7 +7,7 @@
 //! ```
 //!
 //! A daemon prints `LISTENING <addr>` once bound, then for each deployment it serves
-//! `ENDED <reason> ...` and one `ROUTE from to sent delivered failed discarded` line
+//! `ENDED <reason> ... peer_memory=<bytes read from peers' memory so far>` and one `ROUTE from to sent delivered failed discarded` line
 //! per route it sent on, and `LOST <process>` per lost process; with `--once` it
 //! exits 0 after the first (1 on error).
 //!
@@ -83,7 +83,8 @@ fn main() {
         let t = &r.transport;
         let _ = writeln!(
             out,
-            "ENDED {:?} sent={} delivered={} failed={} discarded={} accepted={} routes={} lost={}",
+            "ENDED {:?} sent={} delivered={} failed={} discarded={} accepted={} routes={} lost={} \
+             peer_memory={}",
             r.run.reason,
             t.sent,
             t.delivered,
@@ -91,7 +92,8 @@ fn main() {
             t.discarded,
             t.accepted,
             r.routes.len(),
-            r.lost.len()
+            r.lost.len(),
+            leda_net::link::peer_memory_read()
         );
         for c in &r.routes {
             let _ = writeln!(
