@@ -50,6 +50,7 @@ pub const COOKIE_ENV: &str = "LEDA_COOKIE";
 
 const CLIENT_LABEL: &[u8] = b"leda-net/2 client";
 const SERVER_LABEL: &[u8] = b"leda-net/2 server";
+const SESSION_LABEL: &[u8] = b"leda-net/3 session";
 
 /// Why no usable secret could be had.
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +184,15 @@ impl Secret {
         m.update(transcript);
         m.update(extra);
         m
+    }
+
+    /// The key both ends of a connection derive once its handshake has succeeded: over
+    /// the transcript and the client's proof, known to no one without the secret.
+    pub(crate) fn session_key(&self, transcript: &[u8; 32], client_proof: &[u8]) -> [u8; 32] {
+        self.mac(SESSION_LABEL, transcript, client_proof)
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
     /// The client's proof over the handshake's transcript.

@@ -1,6 +1,7 @@
 //! A connection between two Leda processes: plain TCP, or TCP under TLS ([`crate::tls`])
-//! when the process is configured with certificates. The handshake and the links see
-//! one type; the link splits it into a read half and a write half.
+//! when the process is configured with certificates, and what the handshake left its two
+//! ends with ([`Session`]). The handshake and the links see one type; the link splits it
+//! into a read half and a write half.
 
 use std::io;
 use std::pin::Pin;
@@ -10,7 +11,28 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// One connection, plain or under TLS.
-pub enum Conn {
+pub struct Conn {
+    stream: Stream,
+    session: Option<Session>,
+}
+
+/// What the handshake leaves both ends of a connection with: a key only they know
+/// (derived from the shared secret and the whole handshake), and which end dialled.
+#[derive(Clone, Copy)]
+pub struct Session {
+    /// The connection's key.
+    pub(crate) key: [u8; 32],
+    /// This end is the one that connected (the handshake's client).
+    pub(crate) client: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Session {{ client: {} }}", self.client)
+    }
+}
+
+enum Stream {
     /// Plain TCP (the shared-secret handshake still authenticates the peer).
     Plain(TcpStream),
     /// TLS, this side the client.
@@ -21,10 +43,10 @@ pub enum Conn {
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Conn::Plain(_) => "Conn::Plain",
-            Conn::TlsClient(_) => "Conn::TlsClient",
-            Conn::TlsServer(_) => "Conn::TlsServer",
+        f.write_str(match self.stream {
+            Stream::Plain(_) => "Conn::Plain",
+            Stream::TlsClient(_) => "Conn::TlsClient",
+            Stream::TlsServer(_) => "Conn::TlsServer",
         })
     }
 }
@@ -35,33 +57,64 @@ pub(crate) type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 pub(crate) type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 impl Conn {
+    /// A plain TCP connection (before its handshake).
+    pub fn plain(s: TcpStream) -> Conn {
+        Conn {
+            stream: Stream::Plain(s),
+            session: None,
+        }
+    }
+
+    pub(crate) fn tls_client(s: tokio_rustls::client::TlsStream<TcpStream>) -> Conn {
+        Conn {
+            stream: Stream::TlsClient(Box::new(s)),
+            session: None,
+        }
+    }
+
+    pub(crate) fn tls_server(s: tokio_rustls::server::TlsStream<TcpStream>) -> Conn {
+        Conn {
+            stream: Stream::TlsServer(Box::new(s)),
+            session: None,
+        }
+    }
+
     /// The TCP socket underneath.
     pub fn tcp(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s,
-            Conn::TlsClient(s) => s.get_ref().0,
-            Conn::TlsServer(s) => s.get_ref().0,
+        match &self.stream {
+            Stream::Plain(s) => s,
+            Stream::TlsClient(s) => s.get_ref().0,
+            Stream::TlsServer(s) => s.get_ref().0,
         }
     }
 
     /// `true` under TLS.
     pub fn is_tls(&self) -> bool {
-        !matches!(self, Conn::Plain(_))
+        !matches!(self.stream, Stream::Plain(_))
+    }
+
+    /// What the handshake left this end with (`None` before it).
+    pub fn session(&self) -> Option<Session> {
+        self.session
+    }
+
+    pub(crate) fn set_session(&mut self, s: Session) {
+        self.session = Some(s);
     }
 
     /// Splits the connection for a reader task and a writer task (plain TCP without a
     /// lock between the halves).
     pub(crate) fn split(self) -> (ReadHalf, WriteHalf) {
-        match self {
-            Conn::Plain(s) => {
+        match self.stream {
+            Stream::Plain(s) => {
                 let (r, w) = s.into_split();
                 (Box::new(r), Box::new(w))
             }
-            Conn::TlsClient(s) => {
+            Stream::TlsClient(s) => {
                 let (r, w) = tokio::io::split(*s);
                 (Box::new(r), Box::new(w))
             }
-            Conn::TlsServer(s) => {
+            Stream::TlsServer(s) => {
                 let (r, w) = tokio::io::split(*s);
                 (Box::new(r), Box::new(w))
             }
@@ -71,16 +124,16 @@ impl Conn {
 
 macro_rules! each {
     ($self:ident, $s:ident => $e:expr) => {
-        match $self.get_mut() {
-            Conn::Plain($s) => {
+        match &mut $self.get_mut().stream {
+            Stream::Plain($s) => {
                 let $s = Pin::new($s);
                 $e
             }
-            Conn::TlsClient($s) => {
+            Stream::TlsClient($s) => {
                 let $s = Pin::new(&mut **$s);
                 $e
             }
-            Conn::TlsServer($s) => {
+            Stream::TlsServer($s) => {
                 let $s = Pin::new(&mut **$s);
                 $e
             }
@@ -120,10 +173,10 @@ impl AsyncWrite for Conn {
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Plain(s) => s.is_write_vectored(),
-            Conn::TlsClient(s) => s.is_write_vectored(),
-            Conn::TlsServer(s) => s.is_write_vectored(),
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::TlsClient(s) => s.is_write_vectored(),
+            Stream::TlsServer(s) => s.is_write_vectored(),
         }
     }
 }

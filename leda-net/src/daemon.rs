@@ -288,7 +288,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
             let tls = async {
                 match &config.tls {
                     Some(t) => t.accept(tcp, &peer).await,
-                    None => Ok(Conn::Plain(tcp)),
+                    None => Ok(Conn::plain(tcp)),
                 }
             };
             let mut stream = match tokio::time::timeout(config.handshake_timeout, tls).await {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Session};
 use crate::tls::Tls;
 
 use crate::auth::{self, NONCE_LEN, Secret, nonce};
@@ -235,6 +235,10 @@ async fn server_inner(s: &mut Conn, peer: &str, secret: &Secret) -> Result<Accep
     write_frame(s, &Frame::Welcome(Welcome { mac }))
         .await
         .map_err(frame_err(peer))?;
+    s.set_session(Session {
+        key: secret.session_key(&t, &client_mac),
+        client: false,
+    });
     hello.mac = client_mac;
     Ok(Accepted { hello })
 }
@@ -278,7 +282,7 @@ pub async fn connect(
         let _ = tcp.set_nodelay(true);
         let mut s = match tls {
             Some(t) => t.connect(tcp, addr).await?,
-            None => Conn::Plain(tcp),
+            None => Conn::plain(tcp),
         };
         client(&mut s, addr, role, from, deployment, secret).await?;
         Ok(s)
@@ -327,6 +331,10 @@ async fn client(
                     reason: "the peer could not prove it knows the shared secret".into(),
                 });
             }
+            s.set_session(Session {
+                key: secret.session_key(&t, &client_mac),
+                client: true,
+            });
             Ok(())
         }
         Some(Frame::Error(reason)) => Err(NetError::Auth {

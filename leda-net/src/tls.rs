@@ -98,7 +98,7 @@ impl Tls {
             peer: peer.into(),
             reason: format!("TLS: {e}"),
         })?;
-        Ok(Conn::TlsServer(Box::new(t)))
+        Ok(Conn::tls_server(t))
     }
 
     /// The client side towards `addr` (`host:port`: the server's certificate must
@@ -119,6 +119,6 @@ impl Tls {
                 peer: addr.into(),
                 reason: format!("TLS: {e}"),
             })?;
-        Ok(Conn::TlsClient(Box::new(t)))
+        Ok(Conn::tls_client(t))
     }
 }

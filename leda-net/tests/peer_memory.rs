@@ -4,6 +4,10 @@
 //! `PeerMemory::AnyExecutable` here and `LEDA_PEER_MEMORY=any` for the nodes); a process
 //! started with `LEDA_PEER_MEMORY=0` sends and accepts none, and the same run goes
 //! through the socket.
+//!
+//! Each graph first sends a small event through the node's echo and starts its large
+//! sends when it comes back: by then both offers were answered (frames arrive in order),
+//! however long the checks took (a host with thousands of sockets makes them slow).
 
 mod common;
 #[path = "../src/bin/leda-net-test-node/stages.rs"]
@@ -12,6 +16,7 @@ mod stages;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::Node;
 use leda_core::prelude::*;
 use leda_net::Launcher;
@@ -22,11 +27,55 @@ const EXIT: Duration = Duration::from_secs(10);
 const N: i64 = 24;
 const SIZE: usize = 1536 * 1024;
 
-fn payload(i: i64) -> bytes::Bytes {
+fn payload(i: i64) -> Bytes {
     (0..SIZE)
         .map(|k| ((k as i64 * 7 + i) % 251) as u8)
         .collect::<Vec<u8>>()
         .into()
+}
+
+/// A graph: `start` (here) sends a small event to the node's echo, which sends it back
+/// to `burst` (here): `burst` runs once the links are settled. `to_node` are more
+/// stages of the node's cluster, `here` more of this process's, joined by `connect`.
+fn after_ping(
+    node: &Node,
+    burst: &Stage,
+    here: &[&Stage],
+    to_node: &[&Stage],
+    connect: impl FnOnce(&mut Graph),
+) -> Graph {
+    let start = Stage::new("start", |_: Event, ctx: &mut Ctx| {
+        ctx.send_or_wait(1, Event::from_values([Value::Int(-1)]))?;
+        Ok(())
+    });
+    let echo = stages::echo("ping-echo");
+    let mut g = Graph::new("peer-memory");
+    g.connect(&start, 1, &echo);
+    g.connect(&echo, 1, burst);
+    connect(&mut g);
+    let mut mine = vec![&start, burst];
+    mine.extend_from_slice(here);
+    let mut theirs = vec![&echo];
+    theirs.extend_from_slice(to_node);
+    g.part([Cluster::of(mine), Cluster::of(theirs)])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    start.push(0);
+    g
+}
+
+/// Runs `g` (a daemon that lives on may still be ending the previous run: retried).
+fn run(g: &Graph, launcher: impl Fn() -> Launcher) -> leda_net::LaunchReport {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match launcher().run(g, Run::default().threads(2)) {
+            Err(leda_net::NetError::Refused { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => return r.expect("run"),
+        }
+    }
 }
 
 /// Sends `N` binaries of 1.5 MiB to the daemon's echo and checks every one that comes
@@ -60,18 +109,12 @@ fn round_trip(node: &Node) -> u64 {
     )
     .serial();
     let echo = stages::echo("echo");
-    let mut g = Graph::new("peer-memory");
-    g.connect(&send, 1, &echo);
-    g.connect(&echo, 1, &record);
-    g.part([Cluster::of([&send, &record]), Cluster::of([&echo])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    send.push(0);
+    let g = after_ping(node, &send, &[&record], &[&echo], |g| {
+        g.connect(&send, 1, &echo);
+        g.connect(&echo, 1, &record);
+    });
     let before = peer_memory_read();
-    let report = Launcher::new(ME)
-        .run(&g, Run::default().threads(2))
-        .expect("run");
+    let report = run(&g, || Launcher::new(ME));
     let read = peer_memory_read() - before;
     assert_eq!(report.transport.failed, 0);
     let mut seen = seen.lock().unwrap().clone();
@@ -93,12 +136,15 @@ fn both_ways(mode: Option<&str>) -> (u64, u64) {
     let read = round_trip(&node);
     let (status, out) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()), "{out}");
-    let theirs = out
-        .split_whitespace()
+    (read, node_read(&out))
+}
+
+/// What a node's `ENDED` line says it read from peers' memory.
+fn node_read(out: &str) -> u64 {
+    out.split_whitespace()
         .find_map(|w| w.strip_prefix("peer_memory="))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no peer_memory= in {out:?}"));
-    (read, theirs)
+        .unwrap_or_else(|| panic!("no peer_memory= in {out:?}"))
 }
 
 #[test]
@@ -117,10 +163,10 @@ fn large_binaries_are_read_from_the_sender_s_memory_where_allowed() {
 /// Sends 64 binaries of 256 KiB to a slow stage of the daemon and quits at once: most
 /// are still unacknowledged (discarded) at the end of the run. `kept` gets a copy of
 /// each (to see when this process lets go of them).
-fn quit_with_references_in_flight(node: &Node, kept: Arc<Mutex<Vec<bytes::Bytes>>>) {
-    let send = Stage::new("send", move |_: Event, ctx: &mut Ctx| {
+fn quit_with_references_in_flight(node: &Node, kept: Arc<Mutex<Vec<Bytes>>>) {
+    let burst = Stage::new("burst", move |_: Event, ctx: &mut Ctx| {
         for i in 0..64u8 {
-            let b = bytes::Bytes::from(vec![i; 256 * 1024]);
+            let b = Bytes::from(vec![i; 256 * 1024]);
             kept.lock().unwrap().push(b.clone());
             let _ = ctx.send(1, Event::from_values([Value::Bytes(b)]));
         }
@@ -128,26 +174,13 @@ fn quit_with_references_in_flight(node: &Node, kept: Arc<Mutex<Vec<bytes::Bytes>
         Ok(())
     });
     let slow = stages::slow("slow").attr("ms", 50).capacity(4);
-    let mut g = Graph::new("peer-memory-discard");
-    g.connect(&send, 1, &slow);
-    g.part([Cluster::of([&send]), Cluster::of([&slow])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    send.push(0);
-    // (A daemon that lives on may still be ending the previous run.)
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match Launcher::new(ME).run(&g, Run::default().threads(2)) {
-            Err(leda_net::NetError::Refused { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            r => break drop(r.expect("run")),
-        }
-    }
+    let g = after_ping(node, &burst, &[], &[&slow], |g| {
+        g.connect(&burst, 1, &slow);
+    });
+    run(&g, || Launcher::new(ME));
 }
 
-fn held(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
+fn held(kept: &Mutex<Vec<Bytes>>) -> usize {
     kept.lock()
         .unwrap()
         .iter()
@@ -155,7 +188,7 @@ fn held(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
         .count()
 }
 
-fn wait_free(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
+fn wait_free(kept: &Mutex<Vec<Bytes>>) -> usize {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while held(kept) > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -165,16 +198,17 @@ fn wait_free(kept: &Mutex<Vec<bytes::Bytes>>) -> usize {
 
 /// Referenced binaries unacknowledged at the end of a run are kept only while the
 /// peer may still read them: freed once it has exited, and once a daemon that lives on
-/// has closed its end of the run's connection (the first version kept them until some
-/// later link went down, and from a long-lived daemon for ever: a review's finding).
+/// has let go of the run's connection (the first version kept them until some later
+/// link went down, and from a long-lived daemon for ever: a review's finding).
 #[test]
 fn referenced_binaries_left_at_the_end_of_a_run_are_freed_once_unreadable() {
     set_peer_memory(PeerMemory::AnyExecutable);
     let node = node(Some("any"));
-    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    let kept: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     quit_with_references_in_flight(&node, kept.clone());
     let (status, out) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()), "{out}");
+    assert!(node_read(&out) > 0, "no reference was read: {out}");
     assert_eq!(wait_free(&kept), 0, "kept after the peer exited");
 
     let node = Node::start_env(
@@ -182,7 +216,7 @@ fn referenced_binaries_left_at_the_end_of_a_run_are_freed_once_unreadable() {
         None,
         &[("LEDA_PEER_MEMORY", "any")],
     );
-    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    let kept: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     for _ in 0..3 {
         quit_with_references_in_flight(&node, kept.clone());
     }
@@ -203,20 +237,17 @@ fn references_stay_readable_for_a_stopped_peer_when_the_link_is_cancelled() {
     set_peer_memory(PeerMemory::AnyExecutable);
     let mut node = node(Some("any"));
     let pid = node.pid() as i32;
-    let kept: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+    let kept: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let k2 = kept.clone();
-    let send = Stage::new("send", move |_: Event, ctx: &mut Ctx| {
-        // The peer's MemoryOk first.
-        let _ = ctx.send(1, Event::from_values([Value::Int(0)]));
-        std::thread::sleep(Duration::from_millis(300));
+    let burst = Stage::new("burst", move |_: Event, ctx: &mut Ctx| {
         // SAFETY: kill has no memory effects here.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         for i in 0..200u32 {
-            let r = bytes::Bytes::from(vec![(i % 251) as u8; 64 * 1024]);
+            let r = Bytes::from(vec![(i % 251) as u8; 64 * 1024]);
             // Below the reference size: through the socket, filling it.
             let inline = Value::Array(
                 (0..8)
-                    .map(|_| Value::Bytes(bytes::Bytes::from(vec![1u8; 32 * 1024])))
+                    .map(|_| Value::Bytes(Bytes::from(vec![1u8; 32 * 1024])))
                     .collect(),
             );
             k2.lock().unwrap().push(r.clone());
@@ -226,13 +257,9 @@ fn references_stay_readable_for_a_stopped_peer_when_the_link_is_cancelled() {
         Ok(())
     });
     let slow = stages::slow("slow").attr("ms", 1).capacity(512);
-    let mut g = Graph::new("peer-memory-stopped");
-    g.connect(&send, 1, &slow);
-    g.part([Cluster::of([&send]), Cluster::of([&slow])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    send.push(0);
+    let g = after_ping(&node, &burst, &[], &[&slow], |g| {
+        g.connect(&burst, 1, &slow);
+    });
     let _ = Launcher::new(ME)
         .liveness(leda_net::Liveness::with_silence(Duration::from_secs(30)))
         .run(&g, Run::default().threads(2));

@@ -651,7 +651,7 @@ impl Net {
         slot: handshake::Slot,
         mut ctx: Ctx,
     ) -> Result<(), BoxError> {
-        let mut conn = Conn::Plain(tcp);
+        let mut conn = Conn::plain(tcp);
         let hello = handshake::server(&mut conn, &peer, &self.local.secret, HANDSHAKE_TIMEOUT)
             .await?
             .hello;

@@ -7,36 +7,41 @@
 //! each may let the other read the binaries it sends straight from its memory, as
 //! OpenMPI's shared-memory transport does with Linux's cross-memory attach:
 //!
-//! 1. Right after a plain TCP link comes up, each side sends [`MemoryOffer`]: its pid,
-//!    host identity (boot id and pid namespace) and the address of a random token in
-//!    its memory, with the token.
+//! 1. Right after a plain TCP link comes up, each side puts a **token bound to this
+//!    connection** in its memory — an HMAC, under the key its handshake left both ends
+//!    with ([`crate::conn::Session`]), of which end it is and its pid — and sends
+//!    [`MemoryOffer`]: its pid, host identity (boot id and pid namespace) and the
+//!    token's address, not the token.
 //! 2. The other side checks that this pid is a process of this host that **holds the
 //!    other end of this very connection** (the host's socket table gives the inode of
 //!    the socket whose addresses mirror ours; the process's descriptors must include
-//!    it) and, by default, **runs the same executable file** (a launcher and its
-//!    daemons are one binary; a local proxy relaying the connection — which would hold
-//!    its other end, with bytes the remote side chose in its buffers — is not read from:
-//!    [`PeerMemory`]), then reads the token at that address. Only then (and once per link) does it
-//!    answer [`MemoryOk`] with its own pid and accept references in `events` frames.
-//!    Otherwise — another host or network or pid namespace, no permission (another
-//!    user, Yama's `ptrace_scope`, a seccomp filter), a pid that is not the peer — it
-//!    says nothing and everything stays on the socket. No permission is granted to
-//!    anyone for this: the kernel's own ptrace access check decides.
-//! 3. On [`MemoryOk`] (checked the same way) the sender
-//!    encodes each binary of at least [`REF_MIN`] bytes as a reference (msgpack
-//!    extension [`REF_EXT`]: address and length) instead of its bytes. The event is in
-//!    its route's unacknowledged queue anyway until the peer acknowledges it, which it
-//!    does only after the frame was decoded, so the bytes stay put until they were read;
-//!    the reader copies them into a buffer of its own (a stage may take it over and work
-//!    in place), and checks after each read (pidfd) that the peer did not exit meanwhile
-//!    (its pid could then name another process).
+//!    it) and, by default, **runs the same executable file** ([`PeerMemory`]), computes
+//!    the token itself and reads it at the offered address. Only a process that knows
+//!    this connection's key can have put it there: not a third process, not this
+//!    process (a reflected offer), not a local proxy relaying the connection (it holds
+//!    the other end, but the token never crosses the wire). Only then, and once per
+//!    link, does it answer [`MemoryOk`] with its own pid and accept references in
+//!    `events` frames. Otherwise — another host, network or pid namespace, no permission
+//!    (another user, Yama's `ptrace_scope`, a seccomp filter) — it says nothing and
+//!    everything stays on the socket. No permission is granted to anyone for this: the
+//!    kernel's own ptrace access check decides.
+//! 3. On [`MemoryOk`] (from the process at the other end) the sender encodes each
+//!    binary of at least [`REF_MIN`] bytes as a reference (msgpack extension
+//!    [`REF_EXT`]: address and length) instead of its bytes. The event is in its route's
+//!    unacknowledged queue anyway until the peer acknowledges it, which it does only
+//!    after the frame was decoded, so the bytes stay put until they were read; the
+//!    reader copies them into a buffer of its own (a stage may take it over and work in
+//!    place), then reads the token again and checks the peer's pidfd: a peer that exited
+//!    or replaced its program (`exec`) meanwhile fails the read instead of handing over
+//!    another program's bytes.
 //!
 //! If a link ends with referenced binaries unacknowledged (the peer paused, a frame
 //! still in its socket, the link's tasks cancelled), the peer may still read them: their
-//! memory is kept ([`bury`]) until the peer can no longer read from the connection — it
-//! exited, or it closed its end — however the events themselves end (reported failed,
-//! discarded at the end of the run). A thread looks every [`REAP_EVERY`] while anything
-//! is kept.
+//! memory (and the token) is kept ([`bury`]) until the peer can no longer read from the
+//! connection — it exited, or no longer holds its socket — however the events
+//! themselves end (reported failed, discarded at the end of the run). A thread looks
+//! every [`REAP_EVERY`] while anything is kept; past [`KEEP_MAX`] bytes kept, binaries
+//! are sent inline again until some are freed.
 //!
 //! A frame's references and its own bytes together are bounded by
 //! [`MAX_FRAME`](crate::frame::MAX_FRAME), and a reference is at least [`REF_MIN`] bytes,
@@ -46,11 +51,10 @@
 //! process's environment turns it off there, `LEDA_PEER_MEMORY=any` allows peers of
 //! other executables ([`set_peer_memory`] from Rust).
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -58,6 +62,8 @@ use bytes::Bytes;
 use leda_core::event::Event;
 use leda_core::value::Value;
 use serde::{Deserialize, Serialize};
+
+use crate::conn::Session;
 
 /// Binaries at least this long are sent as references on a link whose peer reads
 /// this process's memory (shorter references are refused).
@@ -69,7 +75,16 @@ pub(crate) const REF_EXT: i8 = 0x4c;
 /// How often kept binaries are looked at while some are kept.
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(200);
 
-const TOKEN_LEN: usize = 32;
+/// Most bytes kept for peers that may still read them ([`bury`]); above it, binaries
+/// are sent inline.
+pub(crate) const KEEP_MAX: usize = 256 * 1024 * 1024;
+
+/// Most descriptors of a peer looked through for its socket (a peer with more is not
+/// read from, and its kept binaries stay kept).
+const MAX_FDS: usize = 1 << 16;
+
+/// A connection's token (see the module doc).
+pub(crate) type Token = [u8; 32];
 
 /// Bytes read from peers' memory by this process (all links).
 static READ: AtomicU64 = AtomicU64::new(0);
@@ -87,10 +102,8 @@ pub struct MemoryOffer {
     pub pid: u32,
     /// The sender's host identity: boot id and pid namespace.
     pub host: Vec<u8>,
-    /// Where the token lies in the sender's memory.
+    /// Where the sender's token for this connection lies in its memory.
     pub addr: u64,
-    /// The token.
-    pub token: Vec<u8>,
 }
 
 /// Answer to a [`MemoryOffer`]: the receiver read the token and will read referenced
@@ -179,67 +192,68 @@ fn host() -> &'static [u8] {
     })
 }
 
-/// The token peers read to show they can read this process's memory (`None` if no
-/// random bytes could be had).
-fn token() -> Option<&'static [u8; TOKEN_LEN]> {
-    static TOKEN: OnceLock<Option<Box<[u8; TOKEN_LEN]>>> = OnceLock::new();
-    TOKEN
-        .get_or_init(|| {
-            let n = crate::auth::nonce().ok()?;
-            let mut t = Box::new([0u8; TOKEN_LEN]);
-            t.copy_from_slice(&n[..TOKEN_LEN]);
-            Some(t)
-        })
-        .as_deref()
+/// The token of the end of a connection with key `session.key` that is the client or
+/// not (`client`), run by process `pid`.
+fn token_for(session: &Session, client: bool, pid: u32) -> Token {
+    use hmac::{Hmac, Mac};
+    let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&session.key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    m.update(b"leda-net/3 peer memory");
+    m.update(&[u8::from(client)]);
+    m.update(&pid.to_le_bytes());
+    m.finalize().into_bytes().into()
 }
 
-/// This process's offer, if it makes one.
-pub(crate) fn offer() -> Option<MemoryOffer> {
+/// This process's offer over a connection with `session`, and the token it puts in its
+/// memory for it (to keep while the peer may read this process's memory).
+pub(crate) fn offer(session: &Session) -> Option<(MemoryOffer, Arc<Token>)> {
     if !enabled() || host().is_empty() {
         return None;
     }
-    let t = token()?;
-    Some(MemoryOffer {
-        pid: std::process::id(),
+    let pid = std::process::id();
+    let token = Arc::new(token_for(session, session.client, pid));
+    let offer = MemoryOffer {
+        pid,
         host: host().to_vec(),
-        addr: t.as_ptr() as u64,
-        token: t.to_vec(),
-    })
+        addr: token.as_ptr() as u64,
+    };
+    Some((offer, token))
 }
 
-/// Checks a peer's offer over the connection whose socket here has addresses `ends`:
-/// the peer if this process can read its memory (and will), with the answer to send.
-pub(crate) fn accept(o: &MemoryOffer, ends: Ends) -> Option<(Arc<Peer>, MemoryOk)> {
-    if !enabled() || o.host != host() || o.token.len() != TOKEN_LEN {
+/// Checks a peer's offer over the connection with `session` whose socket here has
+/// addresses `ends`: the peer if this process can read its memory (and will), with the
+/// answer to send. Reads `/proc`: not for an async thread.
+pub(crate) fn accept(
+    o: &MemoryOffer,
+    ends: Ends,
+    session: &Session,
+) -> Option<(Arc<Peer>, MemoryOk)> {
+    if !enabled() || o.host != host() {
         return None;
     }
-    let peer = Peer::open(o.pid, ends, peer_memory())?;
-    match read_raw(peer.pid, o.addr, TOKEN_LEN) {
-        Ok(t) if t == o.token && !peer.exited() => Some((
-            peer,
-            MemoryOk {
-                pid: std::process::id(),
-                host: host().to_vec(),
-            },
-        )),
-        Ok(_) => {
-            tracing::debug!(pid = o.pid, "peer memory: the token did not match");
-            None
-        }
-        Err(e) => {
-            tracing::debug!(pid = o.pid, error = %e, "peer memory: cannot read the peer's memory");
-            None
-        }
+    let token = token_for(session, !session.client, o.pid);
+    let peer = Peer::open(o.pid, ends, peer_memory(), Some((o.addr, token)), None)?;
+    if let Err(e) = peer.check() {
+        tracing::debug!(pid = o.pid, error = %e, "peer memory: the peer's token cannot be read");
+        return None;
     }
+    Some((
+        peer,
+        MemoryOk {
+            pid: std::process::id(),
+            host: host().to_vec(),
+        },
+    ))
 }
 
 /// Checks a peer's [`MemoryOk`] over the connection whose socket here has addresses
-/// `ends`: the peer, to send references to.
-pub(crate) fn accepted(ok: &MemoryOk, ends: Ends) -> Option<Arc<Peer>> {
+/// `ends` (this process's token for it: `mine`): the peer, to send references to.
+/// Reads `/proc`: not for an async thread.
+pub(crate) fn accepted(ok: &MemoryOk, ends: Ends, mine: Arc<Token>) -> Option<Arc<Peer>> {
     if !enabled() || ok.host != host() {
         return None;
     }
-    Peer::open(ok.pid, ends, peer_memory())
+    Peer::open(ok.pid, ends, peer_memory(), None, Some(mine))
 }
 
 /// [`Peer::read`] without the checks and the count.
@@ -283,8 +297,13 @@ pub(crate) struct Peer {
     pid: i32,
     /// Tells when the process has exited (so that its pid, reused, is never read).
     pidfd: OwnedFd,
-    /// This side's socket's addresses: the peer's end mirrors them.
-    ends: Ends,
+    /// The peer's socket of the connection.
+    inode: u64,
+    /// Where its token lies and what it is (when this process reads the peer).
+    token: Option<(u64, Token)>,
+    /// This process's token for the connection (when the peer reads this process),
+    /// held (never read) as long as the peer may read.
+    _mine: Option<Arc<Token>>,
 }
 
 impl Peer {
@@ -293,12 +312,15 @@ impl Peer {
     /// [`PeerMemory::SameExecutable`], runs this process's executable). Needs a pidfd
     /// (Linux 5.3 or later): without one the memory kept after a fault could never be
     /// known free.
-    fn open(pid: u32, ends: Ends, mode: PeerMemory) -> Option<Arc<Peer>> {
-        if mode == PeerMemory::Off {
-            return None;
-        }
+    fn open(
+        pid: u32,
+        ends: Ends,
+        mode: PeerMemory,
+        token: Option<(u64, Token)>,
+        mine: Option<Arc<Token>>,
+    ) -> Option<Arc<Peer>> {
         let pid = libc::pid_t::try_from(pid).ok()?;
-        if pid <= 0 || pid == std::process::id() as i32 {
+        if mode == PeerMemory::Off || pid <= 0 || pid == std::process::id() as i32 {
             return None;
         }
         // SAFETY: a plain system call; a non-negative result is a new descriptor we own.
@@ -311,11 +333,10 @@ impl Peer {
         }
         // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let peer = Peer { pid, pidfd, ends };
         // (Checked after the pidfd was opened: the pid cannot be another process's
         // by the time it has passed.)
         let inode = other_end(ends)?;
-        if !holds(pid, inode) {
+        if holds(pid, inode) != Some(true) {
             tracing::debug!(pid, "peer memory: that process does not hold the other end");
             return None;
         }
@@ -325,17 +346,36 @@ impl Peer {
             tracing::debug!(pid, "peer memory: the peer runs another executable");
             return None;
         }
-        Some(Arc::new(peer))
+        Some(Arc::new(Peer {
+            pid,
+            pidfd,
+            inode,
+            token,
+            _mine: mine,
+        }))
     }
 
-    /// Reads a referenced binary: `len` bytes at `addr` of the peer, into a buffer of
-    /// their own (counted in [`peer_memory_read`]). An error if the peer exited
-    /// meanwhile (the bytes may come from another process that took its pid).
-    pub(crate) fn read(&self, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        let v = read_raw(self.pid, addr, len)?;
+    /// Checks that the peer is the process that put the token where it said, now.
+    fn check(&self) -> std::io::Result<()> {
+        if let Some((addr, want)) = &self.token
+            && read_raw(self.pid, *addr, want.len())? != want[..]
+        {
+            return Err(std::io::Error::other(
+                "the peer's token is not where it was",
+            ));
+        }
         if self.exited() {
             return Err(std::io::Error::other("the peer process exited"));
         }
+        Ok(())
+    }
+
+    /// Reads a referenced binary: `len` bytes at `addr` of the peer, into a buffer of
+    /// their own (counted in [`peer_memory_read`]). An error if the peer exited or
+    /// replaced its program meanwhile (the bytes may be another program's).
+    pub(crate) fn read(&self, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let v = read_raw(self.pid, addr, len)?;
+        self.check()?;
         READ.fetch_add(len as u64, Relaxed);
         Ok(v)
     }
@@ -352,12 +392,12 @@ impl Peer {
         n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
     }
 
-    /// `true` once the peer can no longer read from the connection: it exited, or its
-    /// end is no longer held by any descriptor (`held`: the sockets so held, as
-    /// `(local, remote)`, from [`held_sockets`]).
-    fn gone(&self, held: &HashSet<Ends>) -> bool {
-        let (local, peer) = self.ends;
-        self.exited() || !held.contains(&(canonical(peer), canonical(local)))
+    /// `true` once the peer can no longer read from the connection: it exited, or it
+    /// holds its socket no more (a reset connection leaves the socket table, but its
+    /// holder still reads what was queued: only the holder's descriptors tell). In
+    /// doubt (its descriptors cannot be listed), not gone.
+    fn gone(&self) -> bool {
+        self.exited() || holds(self.pid, self.inode) == Some(false)
     }
 }
 
@@ -366,15 +406,21 @@ impl Peer {
     /// This very process as a peer, for tests of the codec (which read their own
     /// memory); not connected to anything.
     pub(crate) fn itself() -> Arc<Peer> {
+        Peer::itself_with(None)
+    }
+
+    /// [`Peer::itself`], its token at the given address and of the given value.
+    fn itself_with(token: Option<(u64, Token)>) -> Arc<Peer> {
         // SAFETY: as in `Peer::open`.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, std::process::id() as i32, 0) };
         assert!(fd >= 0, "pidfd_open");
-        let any: SocketAddr = ([0, 0, 0, 0], 0).into();
         Arc::new(Peer {
             pid: std::process::id() as i32,
             // SAFETY: as in `Peer::open`.
             pidfd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
-            ends: (any, any),
+            inode: 0,
+            token,
+            _mine: None,
         })
     }
 }
@@ -397,11 +443,6 @@ fn sockets() -> impl Iterator<Item = (Ends, u64)> {
         })
 }
 
-/// The addresses of every socket [`sockets`] lists.
-fn held_sockets() -> HashSet<Ends> {
-    sockets().map(|(e, _)| e).collect()
-}
-
 /// The inode of the socket at the other end of the connection whose socket here has
 /// addresses `(local, peer)`: the one with the mirrored addresses, if a descriptor
 /// holds it.
@@ -410,14 +451,20 @@ fn other_end((local, peer): Ends) -> Option<u64> {
     sockets().find(|(e, _)| *e == want).map(|(_, i)| i)
 }
 
-/// `true` if process `pid` has a descriptor on socket `inode`.
-fn holds(pid: i32, inode: u64) -> bool {
+/// Whether process `pid` has a descriptor on socket `inode` (`None`: its descriptors
+/// cannot be listed, or there are more than [`MAX_FDS`]).
+fn holds(pid: i32, inode: u64) -> Option<bool> {
     let want = format!("socket:[{inode}]");
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten()
-        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    for (n, fd) in fds.enumerate() {
+        if n >= MAX_FDS {
+            return None;
+        }
+        if std::fs::read_link(fd.ok()?.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 fn canonical(a: SocketAddr) -> SocketAddr {
@@ -453,6 +500,14 @@ static BURIED: Mutex<Buried> = Mutex::new(Buried {
     reaping: false,
 });
 
+/// Bytes in [`BURIED`].
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+/// `false` while [`KEEP_MAX`] bytes or more are kept: binaries go inline then.
+pub(crate) fn may_reference() -> bool {
+    KEPT.load(Relaxed) < KEEP_MAX
+}
+
 /// Keeps the referenced binaries of `events` (those of [`REF_MIN`] bytes or more) until
 /// `peer` can no longer read them (see [`Peer::gone`]).
 pub(crate) fn bury<'a>(peer: &Arc<Peer>, events: impl IntoIterator<Item = &'a Event>) {
@@ -462,7 +517,7 @@ pub(crate) fn bury<'a>(peer: &Arc<Peer>, events: impl IntoIterator<Item = &'a Ev
             collect(v, &mut kept);
         }
     }
-    if kept.is_empty() || peer.gone(&held_sockets()) {
+    if kept.is_empty() || peer.gone() {
         return;
     }
     let bytes: usize = kept.iter().map(Bytes::len).sum();
@@ -470,6 +525,7 @@ pub(crate) fn bury<'a>(peer: &Arc<Peer>, events: impl IntoIterator<Item = &'a Ev
         bytes,
         "peer memory: binaries kept while the peer may read them"
     );
+    KEPT.fetch_add(bytes, Relaxed);
     let mut b = BURIED.lock().unwrap_or_else(|e| e.into_inner());
     b.kept.push((peer.clone(), kept));
     if !b.reaping {
@@ -485,20 +541,28 @@ pub(crate) fn bury<'a>(peer: &Arc<Peer>, events: impl IntoIterator<Item = &'a Ev
 fn reap() {
     loop {
         std::thread::sleep(REAP_EVERY);
-        // (The socket table is read once per look, outside the lock.)
-        let held = held_sockets();
+        // (Each peer is looked at outside the lock: listing its descriptors takes time.)
+        let peers: Vec<Arc<Peer>> = {
+            let b = BURIED.lock().unwrap_or_else(|e| e.into_inner());
+            b.kept.iter().map(|(p, _)| p.clone()).collect()
+        };
+        let gone: Vec<*const Peer> = peers.iter().filter(|p| p.gone()).map(Arc::as_ptr).collect();
         let mut b = BURIED.lock().unwrap_or_else(|e| e.into_inner());
-        // (Freed outside the lock.)
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut b.kept)
+        let (freed, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut b.kept)
             .into_iter()
-            .partition(|(p, _)| p.gone(&held));
+            .partition(|(p, _)| gone.contains(&Arc::as_ptr(p)));
         b.kept = kept;
         let done = b.kept.is_empty();
         if done {
             b.reaping = false;
         }
         drop(b);
-        drop(gone);
+        let bytes: usize = freed
+            .iter()
+            .flat_map(|(_, b)| b.iter().map(Bytes::len))
+            .sum();
+        KEPT.fetch_sub(bytes, Relaxed);
+        drop(freed);
         if done {
             return;
         }
@@ -530,56 +594,28 @@ fn collect(v: &Value, out: &mut Vec<Bytes>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::process::{Child, Command, Stdio};
 
-    /// A child process (bash) connected to a listener of this process: the child and
-    /// this side's socket's addresses.
-    fn connected_child() -> (Child, std::net::TcpStream, Ends) {
+    /// A child process (bash) connected to a listener of this process, holding its end
+    /// as descriptor 3 (`then` runs after it connected): the child, this side's socket
+    /// and its addresses, once the child said it is connected.
+    fn connected_child(then: &str) -> (Child, std::net::TcpStream, Ends) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let child = Command::new("bash")
+        let mut child = Command::new("bash")
             .args([
                 "-c",
-                &format!("exec 3<>/dev/tcp/127.0.0.1/{port}; echo connected; exec sleep 30"),
+                &format!(
+                    "exec 3<>/dev/tcp/127.0.0.1/{port}; {then}; echo connected; exec sleep 30"
+                ),
             ])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let (sock, _) = l.accept().unwrap();
         let ends = (sock.local_addr().unwrap(), sock.peer_addr().unwrap());
-        (child, sock, ends)
-    }
-
-    #[test]
-    fn the_socket_table_is_read_back_right() {
-        let ip4 = "0100007F:1F90";
-        assert_eq!(parse_addr(ip4), Some("127.0.0.1:8080".parse().unwrap()));
-        let mapped = format!(
-            "0000000000000000{:08X}0100007F:1F90",
-            u32::from_ne_bytes([0, 0, 0xff, 0xff])
-        );
-        assert_eq!(parse_addr(&mapped), Some("127.0.0.1:8080".parse().unwrap()));
-        // This process holds both ends of a loopback connection of its own.
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let _b = l.accept().unwrap();
-        let ends = (a.local_addr().unwrap(), a.peer_addr().unwrap());
-        let inode = other_end(ends).expect("the other end is listed");
-        assert!(holds(std::process::id() as i32, inode));
-        // (But a link to this very process is never one to read from.)
-        assert!(Peer::open(std::process::id(), ends, PeerMemory::AnyExecutable).is_none());
-    }
-
-    /// The process at the other end of the connection is accepted and read from; this
-    /// process's own offer sent back with one of its thread ids, and an offer naming a
-    /// third process, are refused (both were accepted by the first version, which
-    /// checked only that the offered bytes were at the offered address: a review's
-    /// finding).
-    #[test]
-    fn only_the_process_holding_the_other_end_is_read_from() {
-        let (mut child, _sock, ends) = connected_child();
         let mut line = [0u8; 10];
         child
             .stdout
@@ -587,39 +623,64 @@ mod tests {
             .unwrap()
             .read_exact(&mut line)
             .unwrap();
-        let pid = child.id();
-        // The child runs bash, not this executable: refused by default.
-        assert!(Peer::open(pid, ends, PeerMemory::SameExecutable).is_none());
-        let peer = Peer::open(pid, ends, PeerMemory::AnyExecutable)
-            .expect("the child holds the other end");
-        // Its memory can be read (the start of its stack, say: any mapped address).
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-        let stack = maps.lines().find(|l| l.ends_with("[stack]")).unwrap();
-        let addr = u64::from_str_radix(stack.split('-').next().unwrap(), 16).unwrap();
-        assert_eq!(peer.read(addr, 64).unwrap().len(), 64);
-        assert!(peer.read(8, 16).is_err(), "unmapped memory is an error");
+        (child, sock, ends)
+    }
 
-        // A third process's ELF header, at an address anyone can look up.
-        let mut third = Command::new("sleep").arg("30").spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", third.id())).unwrap();
-        let first = maps.lines().find(|l| l.contains("sleep")).unwrap();
-        let addr = u64::from_str_radix(first.split('-').next().unwrap(), 16).unwrap();
+    fn session(client: bool) -> Session {
+        Session {
+            key: [7; 32],
+            client,
+        }
+    }
+
+    #[test]
+    fn the_socket_table_is_read_back_right() {
+        let ip4 = "0100007F:1F90";
+        assert_eq!(parse_addr(ip4), Some("127.0.0.1:8080".parse().unwrap()));
+        let w2 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
+        let mapped = format!("0000000000000000{w2:08X}0100007F:1F90");
+        assert_eq!(parse_addr(&mapped), Some("127.0.0.1:8080".parse().unwrap()));
+        // This process holds both ends of a loopback connection of its own.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _b = l.accept().unwrap();
+        let ends = (a.local_addr().unwrap(), a.peer_addr().unwrap());
+        let inode = other_end(ends).expect("the other end is listed");
+        assert_eq!(holds(std::process::id() as i32, inode), Some(true));
+        // (But a link to this very process is never one to read from.)
+        let any = PeerMemory::AnyExecutable;
+        assert!(Peer::open(std::process::id(), ends, any, None, None).is_none());
+    }
+
+    /// A process that holds the other end but did not put this connection's token in
+    /// its memory (here a child that only connected: as a proxy relaying the connection
+    /// would, or a process the socket was passed to) is refused, even with public bytes
+    /// of its own as the address (its executable's first page); so is this process's own
+    /// offer reflected with one of its thread ids. (The first version accepted both: it
+    /// read back a token that the offer itself carried; two reviews' findings.)
+    #[test]
+    fn only_the_process_that_holds_the_connection_s_token_is_read_from() {
+        let (mut child, _sock, ends) = connected_child("true");
+        let pid = child.id();
+        // The child runs bash, not this executable: refused by default; any executable
+        // may be allowed, and then its memory can be read.
+        assert!(Peer::open(pid, ends, PeerMemory::SameExecutable, None, None).is_none());
+        let peer = Peer::open(pid, ends, PeerMemory::AnyExecutable, None, None).unwrap();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let first = maps.lines().next().unwrap();
+        let base = u64::from_str_radix(first.split('-').next().unwrap(), 16).unwrap();
+        assert_eq!(peer.read(base, 4).unwrap(), b"\x7fELF");
+        assert!(peer.read(8, 16).is_err(), "unmapped memory is an error");
+        // Its offer, with the address of bytes anyone can predict: no token there.
         let forged = MemoryOffer {
-            pid: third.id(),
+            pid,
             host: host().to_vec(),
-            addr,
-            token: b"\x7fELF\x02\x01\x01\x00".repeat(4),
+            addr: base,
         };
-        assert_eq!(read_raw(third.id() as i32, addr, 4).unwrap(), b"\x7fELF");
-        assert!(
-            accept(&forged, ends).is_none(),
-            "a third process was accepted"
-        );
-        third.kill().unwrap();
-        third.wait().unwrap();
+        assert!(accept(&forged, ends, &session(true)).is_none());
 
         // This process's own offer, reflected with the id of one of its threads.
+        let (mine, _token) = offer(&session(false)).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, wait) = std::sync::mpsc::channel::<()>();
         let th = std::thread::spawn(move || {
@@ -628,39 +689,47 @@ mod tests {
             let _ = wait.recv();
         });
         let tid = rx.recv().unwrap() as u32;
-        let reflected = MemoryOffer {
-            pid: tid,
-            ..offer().unwrap()
-        };
-        assert!(
-            accept(&reflected, ends).is_none(),
-            "a reflected offer was accepted"
-        );
+        let reflected = MemoryOffer { pid: tid, ..mine };
+        assert!(accept(&reflected, ends, &session(true)).is_none());
         stop.send(()).unwrap();
         th.join().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
     }
 
-    /// Kept binaries stay while the peer holds its end of the connection and are
-    /// freed (by the reaper, within a few of its periods) once it has exited.
+    /// Each read checks the token again: a peer that replaced its program (`exec`) or
+    /// whose pid now names another process fails the read instead of handing over its
+    /// bytes (the first version checked the token once: a review's finding).
+    #[test]
+    fn a_read_fails_once_the_token_is_gone() {
+        let mut token = Box::new([9u8; 32]);
+        let data = vec![4u8; REF_MIN];
+        let peer = Peer::itself_with(Some((token.as_ptr() as u64, *token)));
+        assert_eq!(peer.read(data.as_ptr() as u64, data.len()).unwrap(), data);
+        token[0] = 1;
+        std::hint::black_box(&token);
+        assert!(peer.read(data.as_ptr() as u64, data.len()).is_err());
+    }
+
+    /// Kept binaries stay while the peer holds its socket — also after the connection
+    /// was reset, which takes the socket out of the host's table while its holder can
+    /// still read what was queued (the first version freed them then: a review's
+    /// finding) — and are freed by the reaper once the peer has exited.
     #[test]
     fn buried_binaries_stay_until_the_peer_cannot_read_them() {
-        let (mut child, _sock, ends) = connected_child();
-        let mut line = [0u8; 10];
-        child
-            .stdout
-            .as_mut()
-            .unwrap()
-            .read_exact(&mut line)
-            .unwrap();
-        let peer = Peer::open(child.id(), ends, PeerMemory::AnyExecutable)
-            .expect("the child holds the other end");
+        let (mut child, mut sock, ends) = connected_child("echo unread >&3");
+        let peer = Peer::open(child.id(), ends, PeerMemory::AnyExecutable, None, None).unwrap();
         let big = Bytes::from(vec![3u8; REF_MIN]);
         let ev = Event::from_values([
             Value::Bytes(Bytes::from_static(b"small")),
             Value::Array(vec![Value::Bytes(big.clone())]),
         ]);
+        // A frame for the peer, then a reset (this side closes with bytes unread).
+        sock.write_all(b"a frame referencing big").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(sock);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(other_end(ends).is_none(), "reset: out of the socket table");
         bury(&peer, [&ev]);
         drop(ev);
         std::thread::sleep(REAP_EVERY * 3);

@@ -269,8 +269,10 @@ pub(crate) struct Link {
     /// This side's socket's addresses (plain TCP only): how the peer's process is
     /// recognised for peer memory ([`memory`]).
     ends: Option<memory::Ends>,
-    /// This side offered the peer to read its memory.
-    offered: bool,
+    /// What the handshake left this end with (its key binds the peer memory tokens).
+    session: Option<crate::conn::Session>,
+    /// This process's token, if it offered the peer to read its memory.
+    token: Option<Arc<memory::Token>>,
 }
 
 impl Link {
@@ -625,7 +627,8 @@ impl Transport {
             })
             .flatten();
         // On one host the peer may read large binaries from this process's memory.
-        let offer = ends.and(memory::offer());
+        let session = stream.session();
+        let offer = ends.and(session).and_then(|s| memory::offer(&s));
         let plain = plain_tcp.then(|| stream.tcp());
         let direct = plain.and_then(|s| {
             use std::os::fd::AsFd;
@@ -686,7 +689,8 @@ impl Transport {
             observed_notify: Notify::new(),
             writer: Mutex::new(None),
             ends,
-            offered: offer.is_some(),
+            session,
+            token: offer.as_ref().map(|(_, t)| t.clone()),
         });
         if let Some(old) = lock(&self.links).insert(peer.into(), link.clone()) {
             tracing::warn!(peer, "replacing an existing link");
@@ -701,7 +705,7 @@ impl Transport {
             .rt
             .spawn(write_loop(self.clone(), link.clone(), wr, reader));
         *lock(&link.writer) = Some(writer);
-        if let Some(offer) = offer {
+        if let Some((offer, _)) = offer {
             link.send_frame(Frame::Memory(Box::new(offer)));
         }
         tracing::debug!(me = %self.me, peer, "link up");

@@ -176,7 +176,8 @@ impl Outbox {
         }
         let buf = &mut self.buf;
         // (The buffers are swapped with the writer's: each takes the setting here.)
-        buf.refs_from = self.refs_from;
+        // (None while too much is kept for peers after faults: see `memory::bury`.)
+        buf.refs_from = self.refs_from.filter(|_| memory::may_reference());
         let f = self.open.get_or_insert_with(|| EventsFrame::open(buf));
         let r = f.push(buf, route, ev);
         if r.is_err() && !f.is_empty() {

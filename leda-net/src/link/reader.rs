@@ -837,28 +837,38 @@ pub(super) async fn handle_frame(
         Frame::Heartbeat => {}
         Frame::Lost(lost) => t.peer_reported_loss(*lost).await,
         Frame::Memory(offer) => {
-            // The first offer on a plain TCP link, checked (see `memory`): the peer's
-            // references are read from then on.
+            // The first offer on a plain TCP link, checked (see `memory`; it reads
+            // `/proc`, off this task's thread): the peer's references are read from
+            // then on.
             let first = !std::mem::replace(&mut inb.offered, true);
-            if let Some((peer, ok)) = link
-                .ends
-                .filter(|_| first)
-                .and_then(|e| memory::accept(&offer, e))
-            {
-                tracing::debug!(peer = %link.peer, pid = offer.pid, "reading the peer's memory");
-                inb.peer = Some(peer);
-                link.send_frame(Frame::MemoryOk(Box::new(ok)));
+            if first && let (Some(ends), Some(session)) = (link.ends, link.session) {
+                let pid = offer.pid;
+                let checked =
+                    tokio::task::spawn_blocking(move || memory::accept(&offer, ends, &session))
+                        .await
+                        .ok()
+                        .flatten();
+                if let Some((peer, ok)) = checked {
+                    tracing::debug!(peer = %link.peer, pid, "reading the peer's memory");
+                    inb.peer = Some(peer);
+                    link.send_frame(Frame::MemoryOk(Box::new(ok)));
+                }
             }
         }
         Frame::MemoryOk(ok) => {
             // Only in answer to this side's offer, from the process at the other end.
-            let mut ob = lock(&link.outbox);
-            if ob.peer.is_none()
-                && link.offered
-                && let Some(peer) = link.ends.and_then(|e| memory::accepted(&ok, e))
-            {
-                ob.refs_from = Some(memory::REF_MIN);
-                ob.peer = Some(peer);
+            let first = lock(&link.outbox).peer.is_none();
+            if first && let (Some(ends), Some(mine)) = (link.ends, link.token.clone()) {
+                let checked =
+                    tokio::task::spawn_blocking(move || memory::accepted(&ok, ends, mine))
+                        .await
+                        .ok()
+                        .flatten();
+                if let Some(peer) = checked {
+                    let mut ob = lock(&link.outbox);
+                    ob.refs_from = Some(memory::REF_MIN);
+                    ob.peer.get_or_insert(peer);
+                }
             }
         }
         Frame::Error(m) => {

@@ -44,8 +44,8 @@ fn linked_pair(
     let (rt, client, server) = runtime_and_connection();
     let sender = Transport::new("s:1", routes.clone(), rt.handle().clone());
     let receiver = Transport::new("r:1", routes, rt.handle().clone());
-    sender.attach("r:1", crate::conn::Conn::Plain(client));
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    sender.attach("r:1", crate::conn::Conn::plain(client));
+    receiver.attach("s:1", crate::conn::Conn::plain(server));
     (rt, sender, receiver)
 }
 
@@ -68,8 +68,8 @@ fn linked_pair_with(
         )
     };
     let (sender, receiver) = (build("s:1"), build("r:1"));
-    sender.attach("r:1", crate::conn::Conn::Plain(client));
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    sender.attach("r:1", crate::conn::Conn::plain(client));
+    receiver.attach("s:1", crate::conn::Conn::plain(server));
     (rt, sender, receiver)
 }
 
@@ -455,7 +455,7 @@ fn raw_pair_with(
         OnProcessLoss::End,
         Topology::default(),
     );
-    receiver.attach("s:1", crate::conn::Conn::Plain(server));
+    receiver.attach("s:1", crate::conn::Conn::plain(server));
     let client = client.into_std().unwrap();
     client.set_nonblocking(false).unwrap();
     // Drain the replies.
