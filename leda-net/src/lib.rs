@@ -31,8 +31,9 @@
 //!   absent, so a launcher accepts an older daemon's answer (and checks that daemon
 //!   by its `accepted` counter alone); an older launcher rejects the longer answer as
 //!   malformed, so launcher and daemons should be upgraded together.
-//! * Peer memory (version 3): `Memory {pid, host, addr, token}` offers the receiver to
-//!   read this process's memory, `MemoryOk {pid, host}` says it can; then binaries of
+//! * Peer memory (version 3): `Memory {pid, host, addr}` offers the receiver to read
+//!   this process's memory (at `addr`, a token only the two ends of this connection can
+//!   compute, and a nonce), `MemoryOk {pid, host, proof}` says it did; then binaries of
 //!   64 KiB or more travel as references, msgpack extension `0x4c` (`fixext 16`:
 //!   address and length), read with `process_vm_readv` ([`link`], module `memory`).
 //!

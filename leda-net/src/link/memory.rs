@@ -86,6 +86,11 @@ const MAX_FDS: usize = 1 << 16;
 /// A connection's token (see the module doc).
 pub(crate) type Token = [u8; 32];
 
+/// What an end puts in its memory for a connection: its token, then a random nonce the
+/// peer proves it read (in [`MemoryOk`]), so that a peer that cannot read this process
+/// is never sent the addresses of its binaries.
+pub(crate) type Mine = [u8; 64];
+
 /// Bytes read from peers' memory by this process (all links).
 static READ: AtomicU64 = AtomicU64::new(0);
 
@@ -114,6 +119,9 @@ pub struct MemoryOk {
     pub pid: u32,
     /// The receiver's host identity.
     pub host: Vec<u8>,
+    /// HMAC, under the connection's key, of the nonce next to the sender's token: the
+    /// receiver did read the sender's memory.
+    pub proof: Vec<u8>,
 }
 
 /// The addresses of this side's socket of a link: `(local, peer)`.
@@ -192,32 +200,54 @@ fn host() -> &'static [u8] {
     })
 }
 
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// An HMAC under the connection's key.
+fn mac(session: &Session, label: &[u8], data: &[&[u8]]) -> HmacSha256 {
+    use hmac::Mac;
+    let mut m = <HmacSha256 as Mac>::new_from_slice(&session.key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    m.update(label);
+    for d in data {
+        m.update(d);
+    }
+    m
+}
+
 /// The token of the end of a connection with key `session.key` that is the client or
 /// not (`client`), run by process `pid`.
 fn token_for(session: &Session, client: bool, pid: u32) -> Token {
-    use hmac::{Hmac, Mac};
-    let mut m = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&session.key)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    m.update(b"leda-net/3 peer memory");
-    m.update(&[u8::from(client)]);
-    m.update(&pid.to_le_bytes());
+    use hmac::Mac;
+    let m = mac(
+        session,
+        b"leda-net/3 peer memory",
+        &[&[u8::from(client)], &pid.to_le_bytes()],
+    );
     m.finalize().into_bytes().into()
 }
 
-/// This process's offer over a connection with `session`, and the token it puts in its
+/// The proof of having read `nonce` (see [`Mine`]).
+fn proof_of(session: &Session, nonce: &[u8]) -> HmacSha256 {
+    mac(session, b"leda-net/3 peer memory read", &[nonce])
+}
+
+/// This process's offer over a connection with `session`, and what it puts in its
 /// memory for it (to keep while the peer may read this process's memory).
-pub(crate) fn offer(session: &Session) -> Option<(MemoryOffer, Arc<Token>)> {
+pub(crate) fn offer(session: &Session) -> Option<(MemoryOffer, Arc<Mine>)> {
     if !enabled() || host().is_empty() {
         return None;
     }
     let pid = std::process::id();
-    let token = Arc::new(token_for(session, session.client, pid));
+    let mut mine = [0u8; 64];
+    mine[..32].copy_from_slice(&token_for(session, session.client, pid));
+    mine[32..].copy_from_slice(&crate::auth::nonce().ok()?[..32]);
+    let mine = Arc::new(mine);
     let offer = MemoryOffer {
         pid,
         host: host().to_vec(),
-        addr: token.as_ptr() as u64,
+        addr: mine.as_ptr() as u64,
     };
-    Some((offer, token))
+    Some((offer, mine))
 }
 
 /// Checks a peer's offer over the connection with `session` whose socket here has
@@ -231,29 +261,58 @@ pub(crate) fn accept(
     if !enabled() || o.host != host() {
         return None;
     }
+    use hmac::Mac;
     let token = token_for(session, !session.client, o.pid);
     let peer = Peer::open(o.pid, ends, peer_memory(), Some((o.addr, token)), None)?;
-    if let Err(e) = peer.check() {
-        tracing::debug!(pid = o.pid, error = %e, "peer memory: the peer's token cannot be read");
-        return None;
-    }
+    let nonce = peer
+        .check()
+        .and_then(|()| read_raw(peer.pid, o.addr.wrapping_add(32), 32));
+    let nonce = match nonce {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::debug!(pid = o.pid, error = %e, "peer memory: the peer's token cannot be read");
+            return None;
+        }
+    };
     Some((
         peer,
         MemoryOk {
             pid: std::process::id(),
             host: host().to_vec(),
+            proof: proof_of(session, &nonce).finalize().into_bytes().to_vec(),
         },
     ))
 }
 
-/// Checks a peer's [`MemoryOk`] over the connection whose socket here has addresses
-/// `ends` (this process's token for it: `mine`): the peer, to send references to.
-/// Reads `/proc`: not for an async thread.
-pub(crate) fn accepted(ok: &MemoryOk, ends: Ends, mine: Arc<Token>) -> Option<Arc<Peer>> {
+/// Checks a peer's [`MemoryOk`] over the connection with `session` whose socket here
+/// has addresses `ends` (what this process put in its memory for it: `mine`): the peer,
+/// to send references to, if it proves it read `mine`. Reads `/proc`: not for an async
+/// thread.
+pub(crate) fn accepted(
+    ok: &MemoryOk,
+    ends: Ends,
+    session: &Session,
+    mine: Arc<Mine>,
+) -> Option<Arc<Peer>> {
     if !enabled() || ok.host != host() {
         return None;
     }
+    if !proves_read(session, &mine, ok) {
+        tracing::debug!(
+            pid = ok.pid,
+            "peer memory: the peer did not read this process"
+        );
+        return None;
+    }
     Peer::open(ok.pid, ends, peer_memory(), None, Some(mine))
+}
+
+/// Whether `ok` carries the proof of having read the nonce of `mine`.
+fn proves_read(session: &Session, mine: &Mine, ok: &MemoryOk) -> bool {
+    use hmac::Mac;
+    proof_of(session, &mine[32..])
+        .verify_slice(&ok.proof)
+        .is_ok()
 }
 
 /// [`Peer::read`] without the checks and the count.
@@ -301,9 +360,9 @@ pub(crate) struct Peer {
     inode: u64,
     /// Where its token lies and what it is (when this process reads the peer).
     token: Option<(u64, Token)>,
-    /// This process's token for the connection (when the peer reads this process),
-    /// held (never read) as long as the peer may read.
-    _mine: Option<Arc<Token>>,
+    /// What this process put in its memory for the connection (when the peer reads
+    /// this process), held (never read) as long as the peer may read.
+    _mine: Option<Arc<Mine>>,
 }
 
 impl Peer {
@@ -317,7 +376,7 @@ impl Peer {
         ends: Ends,
         mode: PeerMemory,
         token: Option<(u64, Token)>,
-        mine: Option<Arc<Token>>,
+        mine: Option<Arc<Mine>>,
     ) -> Option<Arc<Peer>> {
         let pid = libc::pid_t::try_from(pid).ok()?;
         if mode == PeerMemory::Off || pid <= 0 || pid == std::process::id() as i32 {
@@ -460,8 +519,12 @@ fn holds(pid: i32, inode: u64) -> Option<bool> {
         if n >= MAX_FDS {
             return None;
         }
-        if std::fs::read_link(fd.ok()?.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
-            return Some(true);
+        match std::fs::read_link(fd.ok()?.path()) {
+            Ok(l) if l.as_os_str() == want.as_str() => return Some(true),
+            Ok(_) => {}
+            // (Closed meanwhile: not this one.)
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
         }
     }
     Some(false)
@@ -517,7 +580,9 @@ pub(crate) fn bury<'a>(peer: &Arc<Peer>, events: impl IntoIterator<Item = &'a Ev
             collect(v, &mut kept);
         }
     }
-    if kept.is_empty() || peer.gone() {
+    // (Whether the peer can still read is the reaper's to find out: it reads `/proc`,
+    // which this caller, on an async thread, should not.)
+    if kept.is_empty() {
         return;
     }
     let bytes: usize = kept.iter().map(Bytes::len).sum();
@@ -695,6 +760,27 @@ mod tests {
         th.join().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// A `MemoryOk` must prove that its sender read the nonce next to this process's
+    /// token: one that cannot read this process is never sent the addresses of its
+    /// binaries (the first version trusted the answer: a review's finding).
+    #[test]
+    fn a_memory_ok_proves_the_read() {
+        use hmac::Mac;
+        let s = session(true);
+        let (_, mine) = offer(&s).unwrap();
+        let mut ok = MemoryOk {
+            pid: 1,
+            host: host().to_vec(),
+            proof: vec![0; 32],
+        };
+        assert!(!proves_read(&s, &mine, &ok));
+        ok.proof = proof_of(&s, &mine[32..]).finalize().into_bytes().to_vec();
+        assert!(proves_read(&s, &mine, &ok));
+        // Another connection's key does not do.
+        let other = Session { key: [8; 32], ..s };
+        assert!(!proves_read(&other, &mine, &ok));
     }
 
     /// Each read checks the token again: a peer that replaced its program (`exec`) or

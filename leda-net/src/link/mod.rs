@@ -271,8 +271,8 @@ pub(crate) struct Link {
     ends: Option<memory::Ends>,
     /// What the handshake left this end with (its key binds the peer memory tokens).
     session: Option<crate::conn::Session>,
-    /// This process's token, if it offered the peer to read its memory.
-    token: Option<Arc<memory::Token>>,
+    /// What this process put in its memory for the peer, if it offered it to read it.
+    token: Option<Arc<memory::Mine>>,
 }
 
 impl Link {

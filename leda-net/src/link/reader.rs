@@ -82,8 +82,9 @@ pub(super) struct Inbound {
     /// The peer once its memory offer was checked: referenced binaries in its
     /// `events` frames are read from its memory ([`memory`]).
     pub(super) peer: Option<Arc<memory::Peer>>,
-    /// An offer came (only the first one is looked at).
+    /// An offer came, a `MemoryOk` came (only the first of each is looked at).
     pub(super) offered: bool,
+    pub(super) ok_seen: bool,
 }
 
 impl Drop for Inbound {
@@ -327,6 +328,7 @@ pub(super) async fn read_loop(
         claimed: Vec::new(),
         peer: None,
         offered: false,
+        ok_seen: false,
     };
     let mut ready: Option<(ProcessHandle, Arc<RouteIndexes>)> = None;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
@@ -857,13 +859,17 @@ pub(super) async fn handle_frame(
         }
         Frame::MemoryOk(ok) => {
             // Only in answer to this side's offer, from the process at the other end.
-            let first = lock(&link.outbox).peer.is_none();
-            if first && let (Some(ends), Some(mine)) = (link.ends, link.token.clone()) {
-                let checked =
-                    tokio::task::spawn_blocking(move || memory::accepted(&ok, ends, mine))
-                        .await
-                        .ok()
-                        .flatten();
+            let first = !std::mem::replace(&mut inb.ok_seen, true);
+            if first
+                && let (Some(ends), Some(session), Some(mine)) =
+                    (link.ends, link.session, link.token.clone())
+            {
+                let checked = tokio::task::spawn_blocking(move || {
+                    memory::accepted(&ok, ends, &session, mine)
+                })
+                .await
+                .ok()
+                .flatten();
                 if let Some(peer) = checked {
                     let mut ob = lock(&link.outbox);
                     ob.refs_from = Some(memory::REF_MIN);
