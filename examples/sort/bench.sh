@@ -8,9 +8,13 @@
 #
 # Prints, medians of REPS alternating runs (ours, mpi, ours, ...) after a warm-up:
 #   BENCH sort-<n>-p<p> unit=s better=lower ours=… mpi=…
-#   BENCH send-<size> unit=s better=lower ours=… mpi=… mpi_tcp=…
-# `mpi` uses OpenMPI's defaults (shared memory between processes of one host);
-# `mpi_tcp` forces its TCP transport (`--mca btl tcp,self`), like ours.
+#   BENCH send-<size> unit=s better=lower ours=… ours_tcp=… mpi=… mpi_tcp=…
+# `ours` uses leda-net's defaults (on one host the receiver reads a large binary from
+# the sender's memory, `process_vm_readv`), `ours_tcp` turns that off
+# (`LEDA_PEER_MEMORY=0`: every byte through the socket); `mpi` uses OpenMPI's defaults
+# (shared memory between processes of one host, with the same single-copy mechanism
+# where the host allows it), `mpi_tcp` forces its TCP transport (`--mca btl tcp,self`).
+# Like for like: ours against mpi, ours_tcp against mpi_tcp.
 # Not run in CI (it needs apt and several minutes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +50,7 @@ median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 ours_sort() { "$OURS" run --np "$2" --length "$1" --spawn | awk '$1=="leda"{print $5}'; }
 mpi_sort() { "${MPIRUN[@]}" -np $(($2 + 1)) "$MPI" sort "$1" | awk '$1=="mpi"{print $5}'; }
 ours_send() { "$OURS" send --bytes "$1" --rounds "$SEND_ROUNDS" --spawn | awk '{print $3}'; }
+ours_tcp_send() { LEDA_PEER_MEMORY=0 ours_send "$1"; }
 mpi_send() { "${MPIRUN[@]}" -np 2 "$MPI" send "$1" "$SEND_ROUNDS" 2 | awk '{print $3}'; }
 mpi_tcp_send() {
   "${MPIRUN[@]}" --mca btl tcp,self -np 2 "$MPI" send "$1" "$SEND_ROUNDS" 2 | awk '{print $3}'
@@ -72,11 +77,12 @@ for b in $SEND_SIZES; do
   name=$(awk -v b="$b" 'BEGIN { if (b >= 1e6) printf "%gMB", b / 1024000; else printf "%gKB", b / 1024 }')
   ours_send "$b" >/dev/null
   mpi_send "$b" >/dev/null
-  o=() m=() t=()
+  o=() ot=() m=() t=()
   for _ in $(seq "$REPS"); do
     o+=("$(ours_send "$b")")
+    ot+=("$(ours_tcp_send "$b")")
     m+=("$(mpi_send "$b")")
     t+=("$(mpi_tcp_send "$b")")
   done
-  echo "BENCH send-$name unit=s better=lower ours=$(printf '%s\n' "${o[@]}" | median) mpi=$(printf '%s\n' "${m[@]}" | median) mpi_tcp=$(printf '%s\n' "${t[@]}" | median)"
+  echo "BENCH send-$name unit=s better=lower ours=$(printf '%s\n' "${o[@]}" | median) ours_tcp=$(printf '%s\n' "${ot[@]}" | median) mpi=$(printf '%s\n' "${m[@]}" | median) mpi_tcp=$(printf '%s\n' "${t[@]}" | median)"
 done
