@@ -175,8 +175,8 @@ impl Outbox {
             self.close_open();
         }
         let buf = &mut self.buf;
-        // (The buffers are swapped with the writer's: each takes the setting here.)
-        // (None while too much is kept for peers after faults: see `memory::bury`.)
+        // (The buffers are swapped with the writer's: each takes the setting here; none
+        // while too much is kept for peers after faults, see `memory::bury`.)
         buf.refs_from = self.refs_from.filter(|_| memory::may_reference());
         let f = self.open.get_or_insert_with(|| EventsFrame::open(buf));
         let r = f.push(buf, route, ev);

@@ -269,7 +269,7 @@ pub(super) async fn write_loop(
         (undelivered, ob.peer.take())
     };
     // The peer may still read binaries these events referenced (a frame left in its
-    // socket, a paused process resumed): their memory stays until it has exited.
+    // socket, a paused process resumed): their memory stays while it can.
     if let Some(peer) = peer {
         memory::bury(&peer, undelivered.iter().flat_map(|(_, evs)| evs));
     }
