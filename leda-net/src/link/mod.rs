@@ -602,10 +602,16 @@ impl Transport {
         }
         for l in links {
             let w = lock(&l.writer).take();
-            if let Some(w) = w
-                && tokio::time::timeout(CLOSE_GRACE * 2, w).await.is_err()
+            if let Some(mut w) = w
+                && tokio::time::timeout(CLOSE_GRACE * 2, &mut w).await.is_err()
             {
-                tracing::warn!(peer = %l.peer, "link did not close in time");
+                // A peer that reads nothing (frozen) holds the writer in a write: the
+                // link ends now, so that the writer stops and counts what was never
+                // acknowledged as discarded (before, the runtime was dropped with it
+                // waiting, and those events were counted nowhere).
+                tracing::warn!(peer = %l.peer, "link did not close in time; ending it");
+                l.lose("it did not finish closing in time".into());
+                let _ = tokio::time::timeout(CLOSE_GRACE, w).await;
             }
         }
     }
