@@ -336,8 +336,17 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, FrameError> {
 }
 
 fn de<T: serde::de::DeserializeOwned>(k: u8, body: &[u8]) -> Result<T, FrameError> {
-    // Nesting is bounded (so hostile input cannot exhaust the stack), and declared
-    // lengths only reserve what bytes are actually present.
+    // Nesting is bounded (so hostile input cannot exhaust the stack), declared lengths
+    // only reserve what bytes are actually present, and the values are counted first.
+    if items(body) > crate::wire::MAX_FRAME_VALUES {
+        return Err(FrameError::Malformed {
+            kind: kind_name(k),
+            reason: format!(
+                "more than {} values in one frame",
+                crate::wire::MAX_FRAME_VALUES
+            ),
+        });
+    }
     let mut d = rmp_serde::Deserializer::new(std::io::Cursor::new(body));
     d.set_max_depth(MAX_DEPTH);
     let v = T::deserialize(&mut d).map_err(|e| FrameError::Malformed {
@@ -352,6 +361,54 @@ fn de<T: serde::de::DeserializeOwned>(k: u8, body: &[u8]) -> Result<T, FrameErro
         });
     }
     Ok(v)
+}
+
+/// How many msgpack items the value at the start of `body` holds, nested ones included,
+/// counting no further than [`crate::wire::MAX_FRAME_VALUES`] + 1 (a truncated or
+/// malformed body is counted as far as it goes: the decoder says what is wrong with it).
+/// One pass, each item at least one byte: linear in the body.
+fn items(body: &[u8]) -> usize {
+    let be = |at: usize, n: usize| -> Option<usize> {
+        let b = body.get(at..at.checked_add(n)?)?;
+        Some(b.iter().fold(0usize, |v, &x| (v << 8) | usize::from(x)))
+    };
+    let (mut pos, mut pending, mut seen) = (0usize, 1usize, 0usize);
+    while pending > 0 && seen <= crate::wire::MAX_FRAME_VALUES {
+        let Some(&m) = body.get(pos) else {
+            break;
+        };
+        pos += 1;
+        pending -= 1;
+        seen += 1;
+        // (bytes to skip after the marker, items it holds)
+        let (skip, holds) = match m {
+            0x80..=0x8f => (0, 2 * usize::from(m & 0x0f)),
+            0x90..=0x9f => (0, usize::from(m & 0x0f)),
+            0xa0..=0xbf => (usize::from(m & 0x1f), 0),
+            0xc4 | 0xd9 => (1 + be(pos, 1).unwrap_or(0), 0),
+            0xc5 | 0xda => (2 + be(pos, 2).unwrap_or(0), 0),
+            0xc6 | 0xdb => (4 + be(pos, 4).unwrap_or(0), 0),
+            0xc7 => (2 + be(pos, 1).unwrap_or(0), 0),
+            0xc8 => (3 + be(pos, 2).unwrap_or(0), 0),
+            0xc9 => (5 + be(pos, 4).unwrap_or(0), 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 | 0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xca | 0xce | 0xd2 => (4, 0),
+            0xd6 => (5, 0),
+            0xcb | 0xcf | 0xd3 => (8, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => (2, be(pos, 2).unwrap_or(0)),
+            0xdd => (4, be(pos, 4).unwrap_or(0)),
+            0xde => (2, 2 * be(pos, 2).unwrap_or(0)),
+            0xdf => (4, be(pos, 4).unwrap_or(0).saturating_mul(2)),
+            _ => (0, 0),
+        };
+        pos = pos.saturating_add(skip);
+        pending = pending.saturating_add(holds);
+    }
+    seen
 }
 
 /// Decodes one frame from `buf` = type byte + body (the length prefix already removed).
@@ -506,6 +563,36 @@ pub fn write_frame<'w, W: AsyncWrite + Unpin + Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Control frames (decoded through rmp-serde) hold a bounded number of values too:
+    /// a quit frame of nils past the bound is refused before anything is decoded (a
+    /// 16 MiB one cost 640 MiB before), and the count is exact at the bound.
+    #[test]
+    fn control_frames_hold_a_bounded_number_of_values() {
+        let max = crate::wire::MAX_FRAME_VALUES;
+        let quit = |n: usize| {
+            let mut b = vec![kind::QUIT, 0xdd];
+            b.extend_from_slice(&(n as u32).to_be_bytes());
+            b.resize(b.len() + n, 0xc0);
+            decode(&b)
+        };
+        // (The array itself is one value.)
+        assert!(matches!(quit(max - 1), Ok(Frame::Quit(v)) if v.len() == max - 1));
+        let e = quit(max).unwrap_err().to_string();
+        assert!(e.contains("values in one frame"), "{e}");
+        // Every kind of marker is stepped over by its length.
+        let v = vec![
+            Value::Str("x".repeat(300)),
+            Value::Bytes(bytes::Bytes::from(vec![1u8; 70_000])),
+            Value::Float(1.5),
+            Value::Int(-70_000),
+            Value::Int(1 << 40),
+            Value::Map(vec![(Value::Int(1), Value::Array(vec![Value::Nil; 20]))]),
+        ];
+        let buf = encode(&Frame::Quit(v.clone())).unwrap();
+        assert_eq!(items(&buf[5..]), 1 + 6 + 2 + 20);
+        assert!(matches!(decode(&buf[4..]), Ok(Frame::Quit(got)) if got == v));
+    }
 
     #[test]
     fn events_round_trip() {

@@ -52,6 +52,13 @@ const PREALLOC: usize = 256;
 /// bounded by this, not by its size.
 pub const MAX_FRAME_EVENTS: usize = 1 << 16;
 
+/// Most values one frame may hold, all events and nesting levels together: a value
+/// takes about 40 bytes decoded, a one-byte integer or nil one on the wire, so without
+/// this a 64 MiB frame of nils decoded into some 2.5 GiB. Senders refuse an event that
+/// would exceed it alone (error to its stage) and start a new frame before the open one
+/// would.
+pub const MAX_FRAME_VALUES: usize = 1 << 22;
+
 /// Binaries shorter than this are decoded into shared chunks of [`ARENA_CHUNK`] bytes.
 pub const ARENA_MAX: usize = 256;
 
@@ -151,6 +158,8 @@ struct Reader<'a> {
     /// Referenced bytes this frame may still bring (a frame's references and its own
     /// bytes together are bounded like an inline frame).
     ref_budget: usize,
+    /// Values this frame may still hold ([`MAX_FRAME_VALUES`]).
+    values_left: usize,
 }
 
 /// The decoders' results: errors boxed, so that a result carrying a length or a count
@@ -256,6 +265,17 @@ impl<'a> Reader<'a> {
         }))
     }
 
+    /// Counts `n` more values in the frame (declared ones: a declaration the frame cannot
+    /// hold is refused before anything is allocated for it).
+    #[inline(always)]
+    fn charge(&mut self, n: usize) -> R<()> {
+        self.values_left = self
+            .values_left
+            .checked_sub(n)
+            .ok_or_else(|| Box::new(format!("more than {MAX_FRAME_VALUES} values in one frame")))?;
+        Ok(())
+    }
+
     /// A reference to a binary in the sender's memory (after its `fixext 16` marker).
     fn reference(&mut self) -> R<Value> {
         let ty = self.byte()? as i8;
@@ -298,6 +318,7 @@ impl<'a> Reader<'a> {
     }
 
     fn seq(&mut self, n: usize, depth: usize) -> R<Value> {
+        self.charge(n)?;
         let mut v = Vec::with_capacity(self.room(n));
         for _ in 0..n {
             v.push(self.value(depth + 1)?);
@@ -306,6 +327,7 @@ impl<'a> Reader<'a> {
     }
 
     fn map(&mut self, n: usize, depth: usize) -> R<Value> {
+        self.charge(n.saturating_mul(2))?;
         let mut v = Vec::with_capacity(self.room(n) / 2);
         for _ in 0..n {
             let k = self.value(depth + 1)?;
@@ -412,6 +434,8 @@ pub(crate) struct Outgoing {
     pub(crate) refs_from: Option<usize>,
     /// Total length of the referenced binaries.
     refs: usize,
+    /// Values encoded (see [`MAX_FRAME_VALUES`]).
+    values: usize,
 }
 
 /// A position in an [`Outgoing`] buffer, to truncate back to.
@@ -421,6 +445,7 @@ struct Mark {
     splices: usize,
     spliced: usize,
     refs: usize,
+    values: usize,
 }
 
 impl Outgoing {
@@ -433,6 +458,7 @@ impl Outgoing {
             splice_min,
             refs_from: None,
             refs: 0,
+            values: 0,
         }
     }
 
@@ -458,6 +484,7 @@ impl Outgoing {
         self.splices.clear();
         self.spliced = 0;
         self.refs = 0;
+        self.values = 0;
     }
 
     fn mark(&self) -> Mark {
@@ -466,6 +493,7 @@ impl Outgoing {
             splices: self.splices.len(),
             spliced: self.spliced,
             refs: self.refs,
+            values: self.values,
         }
     }
 
@@ -474,6 +502,7 @@ impl Outgoing {
         self.splices.truncate(m.splices);
         self.spliced = m.spliced;
         self.refs = m.refs;
+        self.values = m.values;
     }
 
     /// The byte stream as one buffer (spliced binaries copied in).
@@ -623,12 +652,14 @@ fn put_value(out: &mut Outgoing, v: &Value, depth: usize) -> Result<(), EncodeEr
         }
         Value::Array(a) => {
             put_array_len(buf, a.len())?;
+            out.values += a.len();
             for x in a {
                 put_value(out, x, depth + 1)?;
             }
         }
         Value::Map(m) => {
             put_len(buf, m.len(), Some((0x80, 15)), None, 0xde, 0xdf)?;
+            out.values += 2 * m.len();
             for (k, x) in m {
                 put_value(out, k, depth + 1)?;
                 put_value(out, x, depth + 1)?;
@@ -648,6 +679,8 @@ pub(crate) struct EventsFrame {
     stream_start: usize,
     /// The buffer's referenced bytes where the frame starts.
     refs_start: usize,
+    /// The buffer's value count where the frame starts.
+    values_start: usize,
     groups: u32,
     /// Offset of the open group's event count.
     count_at: usize,
@@ -663,12 +696,14 @@ impl EventsFrame {
         let start = out.bytes.len();
         let stream_start = out.len();
         let refs_start = out.refs;
+        let values_start = out.values;
         out.bytes
             .extend_from_slice(&[0, 0, 0, 0, kind::EVENTS, 0xdd, 0, 0, 0, 0]);
         EventsFrame {
             start,
             stream_start,
             refs_start,
+            values_start,
             groups: 0,
             count_at: 0,
             route: 0,
@@ -747,6 +782,7 @@ impl EventsFrame {
         }
         let args = ev.args();
         put_array_len(&mut out.bytes, args.len())?;
+        out.values += args.len();
         for v in args {
             put_value(out, v, ARG_DEPTH)?;
         }
@@ -754,6 +790,11 @@ impl EventsFrame {
         if len > MAX_FRAME as usize {
             return Err(Box::new(format!(
                 "{len} bytes exceed the {MAX_FRAME}-byte frame limit"
+            )));
+        }
+        if out.values - self.values_start > MAX_FRAME_VALUES {
+            return Err(Box::new(format!(
+                "more than {MAX_FRAME_VALUES} values in one frame"
             )));
         }
         self.groups = groups;
@@ -822,6 +863,7 @@ pub(crate) fn decode_events_into(
         arena,
         peer,
         ref_budget: (MAX_FRAME as usize).saturating_sub(body.len()),
+        values_left: MAX_FRAME_VALUES,
     };
     let n_groups = r.array()?;
     groups.reserve(r.room(n_groups));
@@ -842,6 +884,7 @@ pub(crate) fn decode_events_into(
         events.reserve(r.room(n));
         for _ in 0..n {
             let args = r.array()?;
+            r.charge(args)?;
             // Built in place in `events`, each argument written straight into it:
             // a value or an event assembled on the stack and then copied was read
             // back with loads wider than the stores that wrote it (a stall each).
@@ -1171,6 +1214,56 @@ mod tests {
         let ev = Event::from_values([Value::Bytes(huge.clone()), Value::Bytes(huge)]);
         let mut f = EventsFrame::open(&mut out);
         assert!(f.push(&mut out, 0, &ev).is_err());
+    }
+
+    /// A frame holds at most MAX_FRAME_VALUES values: the decoder refuses more (a
+    /// declared array at once, many small events as they come), and the encoder refuses
+    /// an event that exceeds it alone and one that would make the open frame exceed it
+    /// (the outbox then starts a new frame). Before, a 64 MiB frame of nils decoded into
+    /// some 2.5 GiB.
+    #[test]
+    fn a_frame_holds_a_bounded_number_of_values() {
+        let (mut groups, mut got, mut arena) = (Vec::new(), Vec::new(), Arena::default());
+        let mut decode = |body: &[u8]| {
+            decode_events_into(body, None, None, &mut arena, &mut groups, &mut got)
+                .map(|_| got.len())
+        };
+        // One event, one argument: an array declaring more values than a frame holds.
+        let mut b = vec![0x91, 0x92, 0x00, 0x91, 0x91, 0xdd];
+        b.extend_from_slice(&(MAX_FRAME_VALUES as u32).to_be_bytes());
+        assert!(decode(&b).unwrap_err().contains("values in one frame"));
+        // Events of 128 nils each, more than a frame holds in all.
+        let n = MAX_FRAME_VALUES / 128 + 1;
+        let mut b = vec![0x91, 0x92, 0x00, 0xdd];
+        b.extend_from_slice(&(n as u32).to_be_bytes());
+        for _ in 0..n {
+            b.extend_from_slice(&[0xdc, 0, 128]);
+            b.extend(std::iter::repeat_n(0xc0, 128));
+        }
+        assert!(decode(&b).unwrap_err().contains("values in one frame"));
+        // As many as a frame holds: decoded.
+        let mut b = vec![0x91, 0x92, 0x00, 0xdd];
+        b.extend_from_slice(&((n - 1) as u32).to_be_bytes());
+        for _ in 0..n - 1 {
+            b.extend_from_slice(&[0xdc, 0, 128]);
+            b.extend(std::iter::repeat_n(0xc0, 128));
+        }
+        assert_eq!(decode(&b).unwrap(), n - 1);
+
+        // The sender: an event alone over the bound is refused, nothing appended.
+        let big = Event::from_values([Value::Array(vec![Value::Nil; MAX_FRAME_VALUES])]);
+        let mut out = Outgoing::new(512, 0);
+        let mut f = EventsFrame::open(&mut out);
+        let before = out.len();
+        assert!(f.push(&mut out, 0, &big).is_err());
+        assert_eq!(out.len(), before);
+        // Two events of 60 % each: the second does not fit with the first.
+        let half = Event::from_values([Value::Array(vec![Value::Nil; MAX_FRAME_VALUES * 3 / 5])]);
+        f.push(&mut out, 0, &half).unwrap();
+        assert!(f.push(&mut out, 0, &half).is_err());
+        f.close(&mut out);
+        let mut g = EventsFrame::open(&mut out);
+        g.push(&mut out, 0, &half).unwrap();
     }
 
     #[test]

@@ -131,3 +131,39 @@ fn many_small_values_cost_a_multiple_of_the_frame() {
     b.resize(b.len() + n, 0x01);
     assert!(check("a million small integers", b), "decodes");
 }
+
+/// A frame near the 64 MiB limit made of nils (one byte on the wire, a whole `Value`
+/// decoded): its memory is bounded by the frame's value cap, not by its size. Before
+/// the cap, a 16 MiB frame of nils raised a process's peak by some 640 MiB (a review's
+/// measurement), and this one decoded whole (the test fails there: "refused").
+#[test]
+fn a_frame_of_nils_costs_at_most_the_value_cap() {
+    let cap = leda_net::wire::MAX_FRAME_VALUES;
+    let bound = 2 * cap * std::mem::size_of::<leda_core::value::Value>()
+        + 2 * leda_net::wire::MAX_FRAME_EVENTS * std::mem::size_of::<leda_core::event::Event>()
+        + (1 << 20);
+    // Events of 1,000 nil arguments each, 60 MiB in all.
+    let n = 60 * (1 << 20) / 1003;
+    let mut b = vec![0x91, 0x92, 0x00, 0xdd];
+    b.extend_from_slice(&(n as u32).to_be_bytes());
+    for _ in 0..n {
+        b.extend_from_slice(&[0xdc, 0x03, 0xe8]);
+        b.extend(std::iter::repeat_n(0xc0, 1000));
+    }
+    let (peak, ok) = peak_decoding(b);
+    assert!(!ok, "past the value cap: refused");
+    assert!(peak <= bound, "{peak} bytes (bound {bound})");
+    // A quit frame of 60 MiB of nils (decoded through rmp-serde): refused before it is
+    // decoded at all.
+    let n = 60 << 20;
+    let mut b = vec![kind::QUIT, 0xdd];
+    b.extend_from_slice(&(n as u32).to_be_bytes());
+    b.resize(b.len() + n, 0xc0);
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let before = LIVE.load(SeqCst);
+    PEAK.store(before, SeqCst);
+    let r = frame::decode(&b);
+    let peak = PEAK.load(SeqCst) - before;
+    assert!(r.is_err(), "past the value cap: refused");
+    assert!(peak < 1 << 20, "{peak} bytes to refuse it");
+}
