@@ -8,11 +8,27 @@ use leda_sort::daemons::{DaemonChild, spawn_many};
 
 const EXE: &str = env!("CARGO_BIN_EXE_leda-sort");
 
-fn scratch(name: &str) -> std::path::PathBuf {
+/// A fresh scratch directory, removed when dropped (at the end of the test).
+struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("leda-sort-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    Scratch(d)
 }
 
 fn read_numbers(path: &std::path::Path) -> Vec<f64> {
