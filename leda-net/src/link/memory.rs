@@ -382,16 +382,10 @@ impl Peer {
         if mode == PeerMemory::Off || pid <= 0 || pid == std::process::id() as i32 {
             return None;
         }
-        // SAFETY: a plain system call; a non-negative result is a new descriptor we own.
         // (Without `PIDFD_THREAD`, a thread id that is not a process's is refused.)
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            tracing::debug!(pid, error = %e, "peer memory: no pidfd for the peer");
-            return None;
-        }
-        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let pidfd = pidfd_open(pid)
+            .map_err(|e| tracing::debug!(pid, error = %e, "peer memory: no pidfd for the peer"))
+            .ok()?;
         // (Checked after the pidfd was opened: the pid cannot be another process's
         // by the time it has passed.)
         let inode = other_end(ends)?;
@@ -460,6 +454,17 @@ impl Peer {
     }
 }
 
+/// A pidfd for process `pid` (Linux 5.3 or later).
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: a plain system call; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 #[cfg(test)]
 impl Peer {
     /// This very process as a peer, for tests of the codec (which read their own
@@ -470,13 +475,10 @@ impl Peer {
 
     /// [`Peer::itself`], its token at the given address and of the given value.
     fn itself_with(token: Option<(u64, Token)>) -> Arc<Peer> {
-        // SAFETY: as in `Peer::open`.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, std::process::id() as i32, 0) };
-        assert!(fd >= 0, "pidfd_open");
+        let pid = std::process::id() as i32;
         Arc::new(Peer {
-            pid: std::process::id() as i32,
-            // SAFETY: as in `Peer::open`.
-            pidfd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+            pid,
+            pidfd: pidfd_open(pid).expect("pidfd_open"),
             inode: 0,
             token,
             _mine: None,

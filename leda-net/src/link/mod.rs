@@ -676,7 +676,6 @@ impl Transport {
                 spare: Some(Outgoing::new(SPLICE_MIN, FRAME_TARGET)),
                 partial: None,
                 direct,
-                refs_from: None,
                 peer: None,
             })),
             wake: Notify::new(),

@@ -64,10 +64,8 @@ pub(super) struct Outbox {
     /// The socket, for sending workers to write without waiting (plain TCP only; a
     /// TLS stream has one writer, the task). Dropped when the link goes down.
     pub(super) direct: Option<Arc<std::net::TcpStream>>,
-    /// Binaries at least this long go as references to this process's memory (the
-    /// peer reads it: [`memory`]).
-    pub(super) refs_from: Option<usize>,
-    /// The peer process reading this process's memory, if it does.
+    /// The peer process reading this process's memory, if it does: binaries of
+    /// [`memory::REF_MIN`] bytes or more then go as references ([`memory`]).
     pub(super) peer: Option<Arc<memory::Peer>>,
 }
 
@@ -177,7 +175,7 @@ impl Outbox {
         let buf = &mut self.buf;
         // (The buffers are swapped with the writer's: each takes the setting here; none
         // while too much is kept for peers after faults, see `memory::bury`.)
-        buf.refs_from = self.refs_from.filter(|_| memory::may_reference());
+        buf.refs_from = (self.peer.is_some() && memory::may_reference()).then_some(memory::REF_MIN);
         let f = self.open.get_or_insert_with(|| EventsFrame::open(buf));
         let r = f.push(buf, route, ev);
         if r.is_err() && !f.is_empty() {

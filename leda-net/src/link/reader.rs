@@ -875,9 +875,7 @@ pub(super) async fn handle_frame(
                 .ok()
                 .flatten();
                 if let Some(peer) = checked {
-                    let mut ob = lock(&link.outbox);
-                    ob.refs_from = Some(memory::REF_MIN);
-                    ob.peer.get_or_insert(peer);
+                    lock(&link.outbox).peer.get_or_insert(peer);
                 }
             }
         }
