@@ -644,12 +644,8 @@ impl Transport {
                 .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
                 .ok()
         });
-        // The reader's wake-ups for a large frame (plain TCP only: under TLS the bytes
-        // in the socket are not the frame's).
-        let low_water = reader::LowWater::new(plain.map(|s| {
-            use std::os::fd::AsRawFd;
-            s.as_raw_fd()
-        }));
+        // The reader's own view of a plain TCP socket (see `reader::Plain`).
+        let read_plain = plain.and_then(reader::Plain::new);
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: CachePadded::new(Mutex::new(Outbox {
@@ -705,7 +701,7 @@ impl Transport {
         let (rd, wr) = stream.split();
         let reader = self
             .rt
-            .spawn(read_loop(self.clone(), link.clone(), rd, low_water));
+            .spawn(read_loop(self.clone(), link.clone(), rd, read_plain));
         let writer = self
             .rt
             .spawn(write_loop(self.clone(), link.clone(), wr, reader));

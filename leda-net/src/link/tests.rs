@@ -432,6 +432,45 @@ fn a_close_during_direct_writes_is_not_lost() {
 }
 
 /// A receiving transport linked to a raw socket (frames written by hand).
+#[test]
+fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
+    let (rt, client, server) = runtime_and_connection();
+    let _guard = rt.enter();
+    let plain = reader::Plain::new(&server).expect("a second descriptor");
+    let mut client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    let mut buf = bytes::BytesMut::with_capacity(64 * 1024);
+    let e = plain.read_now(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "nothing came yet");
+    let sent: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    client.write_all(&sent).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while buf.len() < sent.len() {
+        match plain.read_now(&mut buf) {
+            Ok(n) => assert!(n > 0, "the peer has not closed"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "bytes missing");
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    assert_eq!(&buf[..], &sent[..], "the bytes, in order, appended");
+    drop(client);
+    loop {
+        match plain.read_now(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => panic!("{n} bytes after the end"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "the end not seen");
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("read failed: {e}"),
+        }
+    }
+    assert_eq!(buf.len(), sent.len());
+}
+
 fn raw_pair(window: u32) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
     raw_pair_with(window, Liveness::default())
 }
