@@ -65,6 +65,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::conn::Session;
 
+mod diag;
+
 /// Binaries at least this long are sent as references on a link whose peer reads
 /// this process's memory (shorter references are refused).
 pub(crate) const REF_MIN: usize = 64 * 1024;
@@ -506,10 +508,17 @@ fn sockets() -> impl Iterator<Item = (Ends, u64)> {
 
 /// The inode of the socket at the other end of the connection whose socket here has
 /// addresses `(local, peer)`: the one with the mirrored addresses, if a descriptor
-/// holds it.
+/// holds it. Asked of the kernel for that one socket ([`diag`]); where it cannot be
+/// asked, or says it has none, from the whole table.
 fn other_end((local, peer): Ends) -> Option<u64> {
     let want = (canonical(peer), canonical(local));
-    sockets().find(|(e, _)| *e == want).map(|(_, i)| i)
+    match diag::inode(want) {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::debug!(error = %e, "peer memory: sock_diag did not answer; reading the socket table");
+            sockets().find(|(e, _)| *e == want).map(|(_, i)| i)
+        }
+    }
 }
 
 /// Whether process `pid` has a descriptor on socket `inode` (`None`: its descriptors
