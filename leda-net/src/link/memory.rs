@@ -13,9 +13,9 @@
 //!    [`MemoryOffer`]: its pid, host identity (boot id and pid namespace) and the
 //!    token's address, not the token.
 //! 2. The other side checks that this pid is a process of this host that **holds the
-//!    other end of this very connection** (the host's socket table gives the inode of
-//!    the socket whose addresses mirror ours; the process's descriptors must include
-//!    it) and, by default, **runs the same executable file** ([`PeerMemory`]), computes
+//!    other end of this very connection** (the kernel, asked through `sock_diag`
+//!    ([`diag`]), gives the inode of the socket whose addresses mirror ours; the
+//!    process's descriptors must include it) and, by default, **runs the same executable file** ([`PeerMemory`]), computes
 //!    the token itself and reads it at the offered address. Only a process that knows
 //!    this connection's key can have put it there: not a third process, not this
 //!    process (a reflected offer), not a local proxy relaying the connection (it holds

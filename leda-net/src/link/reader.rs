@@ -665,6 +665,11 @@ impl Plain {
     /// (`WouldBlock` when it holds nothing; the low-water mark does not hold back a read
     /// that does not wait).
     pub(super) fn read_now(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        if buf.capacity() == buf.len() {
+            // (A read into no room returns 0, which reads as the end of the stream; the
+            // callers leave room, and this keeps it so, as the runtime's reads do.)
+            buf.reserve(64);
+        }
         let n = self.sock.recv(buf.spare_capacity_mut())?;
         // SAFETY: `recv` initialised the first `n` bytes of the spare room.
         unsafe { buf.set_len(buf.len() + n) };

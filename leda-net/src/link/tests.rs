@@ -1,5 +1,6 @@
 //! Links over real loopback connections: delivery, refusals, credits, order.
 
+use super::reader::Plain;
 use super::*;
 use leda_core::prelude::*;
 use leda_core::runtime::Running;
@@ -431,12 +432,13 @@ fn a_close_during_direct_writes_is_not_lost() {
     }
 }
 
-/// A receiving transport linked to a raw socket (frames written by hand).
+/// `reader::Plain::read_now` appends what came, in order, says `WouldBlock` when
+/// nothing did, and sees the end of the stream.
 #[test]
 fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     let (rt, client, server) = runtime_and_connection();
     let _guard = rt.enter();
-    let plain = reader::Plain::new(&server).expect("a second descriptor");
+    let plain = Plain::new(&server).expect("a second descriptor");
     let mut client = client.into_std().unwrap();
     client.set_nonblocking(false).unwrap();
     let mut buf = bytes::BytesMut::with_capacity(64 * 1024);
@@ -469,8 +471,30 @@ fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
         }
     }
     assert_eq!(buf.len(), sent.len());
+    // A full buffer is grown, not read as the end of the stream.
+    let (rt, c, s) = runtime_and_connection();
+    let _guard = rt.enter();
+    let (mut client, plain) = (c.into_std().unwrap(), Plain::new(&s).unwrap());
+    client.set_nonblocking(false).unwrap();
+    client.write_all(b"abc").unwrap();
+    let mut full = bytes::BytesMut::with_capacity(8);
+    full.extend_from_slice(&[1; 8]);
+    full.extend_from_slice(&vec![1; full.capacity() - full.len()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let n = loop {
+        match plain.read_now(&mut full) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "bytes missing");
+                std::thread::yield_now();
+            }
+            r => break r.unwrap(),
+        }
+    };
+    assert!(n > 0, "a full buffer read as the end of the stream");
+    assert_eq!(&full[full.len() - n..], &b"abc"[..n]);
 }
 
+/// A receiving transport linked to a raw socket (frames written by hand).
 fn raw_pair(window: u32) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
     raw_pair_with(window, Liveness::default())
 }
