@@ -413,8 +413,12 @@ fn through_echo(name: &str, node: &Node, pace: &Stage, record: &Stage) -> Graph 
 #[test]
 fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
     let node = Node::spawn(&[]);
-    const BURSTS: i64 = 60;
-    const SLOW_FROM: i64 = 400;
+    // (Many short arrivals: the stage's average call is an average of one call in 64,
+    // and one such call preempted for a millisecond on a busy machine keeps the stage
+    // "long" for a few thousand calls. With 400 short arrivals, CI once saw none run
+    // on the reading thread.)
+    const BURSTS: i64 = 400;
+    const SLOW_FROM: i64 = 3_600;
     let n = BURSTS * 10;
     let pace = bursts(n, Duration::from_millis(3));
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -15,11 +15,12 @@
 //! 2. The other side checks that this pid is a process of this host that **holds the
 //!    other end of this very connection** (the kernel, asked through `sock_diag`
 //!    ([`diag`]), gives the inode of the socket whose addresses mirror ours; the
-//!    process's descriptors must include it) and, by default, **runs the same executable file** ([`PeerMemory`]), computes
-//!    the token itself and reads it at the offered address. Only a process that knows
-//!    this connection's key can have put it there: not a third process, not this
-//!    process (a reflected offer), not a local proxy relaying the connection (it holds
-//!    the other end, but the token never crosses the wire). Only then, and once per
+//!    process's descriptors must include it) and, by default, **runs the same
+//!    executable file** ([`PeerMemory`]), computes the token itself and reads it at
+//!    the offered address. Only a process that knows this connection's key can have
+//!    put it there: not a third process, not this process (a reflected offer), not a
+//!    local proxy relaying the connection (it holds the other end, but the token never
+//!    crosses the wire). Only then, and once per
 //!    link, does it answer [`MemoryOk`] with its own pid and accept references in
 //!    `events` frames. Otherwise — another host, network or pid namespace, no permission
 //!    (another user, Yama's `ptrace_scope`, a seccomp filter) — it says nothing and

@@ -478,8 +478,7 @@ fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     client.set_nonblocking(false).unwrap();
     client.write_all(b"abc").unwrap();
     let mut full = bytes::BytesMut::with_capacity(8);
-    full.extend_from_slice(&[1; 8]);
-    full.extend_from_slice(&vec![1; full.capacity() - full.len()]);
+    full.resize(full.capacity(), 1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let n = loop {
         match plain.read_now(&mut full) {

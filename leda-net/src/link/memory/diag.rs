@@ -6,8 +6,7 @@
 //! with 20,000 sockets open, on the thread of the link that asked. This asks for one
 //! socket and gets one answer, whatever the number of sockets.
 
-use std::io;
-use std::mem::MaybeUninit;
+use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -27,8 +26,9 @@ const NLMSG_HDR: usize = 16;
 const REQ_LEN: usize = 56;
 /// `struct inet_diag_sockid`, at offset 4 of both the request and the answer.
 const SOCKID: usize = 4;
-/// `idiag_inode` in `struct inet_diag_msg` (72 bytes).
+/// `idiag_inode` in `struct inet_diag_msg`.
 const INODE_AT: usize = 68;
+/// `struct inet_diag_msg`.
 const MSG_LEN: usize = 72;
 
 /// The inode of the TCP socket whose local address is `ends.0` and whose peer is
@@ -57,11 +57,9 @@ pub(super) fn inode(ends: (SocketAddr, SocketAddr)) -> io::Result<Option<u64>> {
     let seq = std::process::id() ^ 0x5eed_d1a6;
     // (No address: a netlink message without one goes to the kernel.)
     sock.send(&request(family, seq, local, peer))?;
-    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
-    let n = sock.recv(&mut buf)?;
-    // SAFETY: `recv` initialised the first `n` bytes.
-    let got: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-    answer(got, seq, local, peer)
+    let mut buf = [0u8; 4096];
+    let n = (&sock).read(&mut buf)?;
+    answer(&buf[..n], seq, local, peer)
 }
 
 /// A `SOCK_DIAG_BY_FAMILY` request for the one TCP socket with these addresses.
