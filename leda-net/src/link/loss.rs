@@ -83,12 +83,17 @@ impl Liveness {
 /// writer then ends the link, reader included; time its reader spent running handlers,
 /// reading nothing, does not count). Ends with the transport (it holds a
 /// weak reference) or when the transport closes.
-pub(super) async fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
-    let mut tick = tokio::time::interval(l.heartbeat);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+///
+/// It runs on a thread of its own, not on the transport's runtime: a reader that runs a
+/// handler itself (`Inbound::run_claimed`) holds one runtime thread, and while the other
+/// sleeps nothing polls the runtime's timers and sockets — a watch there did not run,
+/// heartbeats were not sent, and a handler's first long run got this process taken for
+/// lost by its peers. From here, a heartbeat wakes the writer through the runtime's
+/// shared queue, which wakes a sleeping runtime thread.
+pub(super) fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
     let (beat_ms, silence_ms) = (l.heartbeat.as_millis() as u64, l.silence.as_millis() as u64);
     loop {
-        tick.tick().await;
+        std::thread::sleep(l.heartbeat);
         let Some(t) = t.upgrade() else { return };
         if t.closing.load(Relaxed) {
             return;

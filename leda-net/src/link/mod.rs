@@ -465,7 +465,14 @@ impl Transport {
             lost: Mutex::new(Vec::new()),
             epoch: std::time::Instant::now(),
         });
-        t.rt.spawn(loss::watch(Arc::downgrade(&t), liveness));
+        let weak = Arc::downgrade(&t);
+        if let Err(e) = std::thread::Builder::new()
+            .name("leda-net-watch".into())
+            .spawn(move || loss::watch(weak, liveness))
+        {
+            // (Without it, no heartbeats: peers would take this process for lost.)
+            tracing::error!(error = %e, "cannot start the links' liveness watch");
+        }
         t
     }
 

@@ -503,6 +503,13 @@ pub(super) async fn read_loop(
         if replies {
             inb.queue_replies(&t, &link);
         }
+        if drained && !inb.claimed.is_empty() && lock(&link.outbox).signalled {
+            // The writer was woken (for the replies just queued, or a heartbeat) and may
+            // wait in this thread's next-task slot, which tokio's other threads do not
+            // take: it runs first, or a long handler run here would hold it back, the
+            // link's heartbeats with it, and the peer would take this process for lost.
+            tokio::task::yield_now().await;
+        }
         // The stages run now, their answers carrying the replies just queued.
         inb.run_claimed(&link, drained);
         if replies && inb.ack_due.is_none() {

@@ -924,10 +924,21 @@ fn a_peer_frozen_mid_frame_is_lost_after_the_silence() {
 /// nothing meanwhile, and the live peer (its heartbeats wait in the socket) must not be
 /// declared lost for a silence of 0.3 s; the same stage run by the pool, likewise.
 fn long_call(nonblocking: bool) {
+    long_call_writing(nonblocking, true)
+}
+
+/// [`long_call`], the links' workers writing the socket themselves (`direct`) or not
+/// (every write by the writer task, as under TLS).
+fn long_call_writing(nonblocking: bool, direct: bool) {
     let (rt, sender, receiver) = linked_pair_with(
         vec![route("a", "b")],
         Liveness::with_silence(Duration::from_millis(300)),
     );
+    if !direct {
+        for l in receiver.links().into_iter().chain(sender.links()) {
+            lock(&l.outbox).direct = None;
+        }
+    }
     let handled = Arc::new(AtomicU64::new(0));
     let on_reader = Arc::new(AtomicU64::new(0));
     let (h2, r2) = (handled.clone(), on_reader.clone());
@@ -980,6 +991,13 @@ fn long_call(nonblocking: bool) {
 #[test]
 fn a_long_call_on_the_reader_does_not_lose_a_live_peer() {
     long_call(true);
+}
+
+/// The same when the writer task writes everything (as under TLS): the replies the
+/// reader queued before the long call wake the writer, which must not wait behind it.
+#[test]
+fn a_long_call_on_the_reader_does_not_hold_back_the_writer() {
+    long_call_writing(true, false);
 }
 
 #[test]
