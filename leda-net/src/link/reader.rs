@@ -477,7 +477,7 @@ pub(super) async fn read_loop(
         if held < REPLY_BATCH && inb.pending_len() == 0 {
             let now = match &plain {
                 Some(p) => p.read_now(&mut buf),
-                _ => try_read(&mut rd, &mut buf),
+                None => try_read(&mut rd, &mut buf),
             };
             match now {
                 Ok(0) => {
