@@ -20,12 +20,12 @@
 //!    the offered address. Only a process that knows this connection's key can have
 //!    put it there: not a third process, not this process (a reflected offer), not a
 //!    local proxy relaying the connection (it holds the other end, but the token never
-//!    crosses the wire). Only then, and once per
-//!    link, does it answer [`MemoryOk`] with its own pid and accept references in
-//!    `events` frames. Otherwise — another host, network or pid namespace, no permission
-//!    (another user, Yama's `ptrace_scope`, a seccomp filter) — it says nothing and
-//!    everything stays on the socket. No permission is granted to anyone for this: the
-//!    kernel's own ptrace access check decides.
+//!    crosses the wire). Only then, and once per link, does it answer [`MemoryOk`] with
+//!    its own pid and accept references in `events` frames. Otherwise — another host,
+//!    network or pid namespace, no permission (another user, Yama's `ptrace_scope`, a
+//!    seccomp filter) — it says nothing and everything stays on the socket. No
+//!    permission is granted to anyone for this: the kernel's own ptrace access check
+//!    decides.
 //! 3. On [`MemoryOk`] (from the process at the other end) the sender encodes each
 //!    binary of at least [`REF_MIN`] bytes as a reference (msgpack extension
 //!    [`REF_EXT`]: address and length) instead of its bytes. The event is in its route's

@@ -651,8 +651,9 @@ impl Transport {
                 .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
                 .ok()
         });
-        // The reader's own view of a plain TCP socket (see `reader::Plain`).
-        let read_plain = plain.and_then(reader::Plain::new);
+        // The reader's reads that do not wait and its low-water mark go through the same
+        // second descriptor (see `reader::Plain`).
+        let read_plain = direct.clone().map(reader::Plain::new);
         let link = Arc::new(Link {
             peer: peer.into(),
             outbox: CachePadded::new(Mutex::new(Outbox {

@@ -602,9 +602,9 @@ const LOW_WATER_MAX: usize = 1024 * 1024;
 /// anyway (a slow link: reads keep the liveness watch's `heard_ms` fresh).
 const LOW_WATER_PATIENCE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// The plain TCP socket under a link's reader (a second descriptor of it; none under
-/// TLS, where the bytes in the socket are not the frame's), for two things the runtime's
-/// reads do not do:
+/// The plain TCP socket under a link's reader (the second descriptor of it that sending
+/// workers write through; none under TLS, where the bytes in the socket are not the
+/// frame's), for two things the runtime's reads do not do:
 ///
 /// - its receive low-water mark (`SO_RCVLOWAT`), raised while the reader waits for the
 ///   rest of a large frame: the kernel then wakes the reader once that much has arrived
@@ -616,7 +616,7 @@ const LOW_WATER_PATIENCE: std::time::Duration = std::time::Duration::from_millis
 ///   frame arrives, nearly always). `leda-sort send` of 12 MB with `LEDA_PEER_MEMORY=0`,
 ///   eight alternating runs: median 3.86 → 2.89 ms; 1.5 MB 0.45 → 0.36 ms.
 pub(super) struct Plain {
-    sock: socket2::Socket,
+    sock: Arc<std::net::TcpStream>,
     /// The low-water mark now set (the kernel's default: one byte).
     mark: usize,
     /// `false` once setting the mark failed (it stays at the default).
@@ -624,16 +624,14 @@ pub(super) struct Plain {
 }
 
 impl Plain {
-    /// A second descriptor of `tcp` (non-blocking, like the first: they share its open
-    /// file), or `None` where it cannot be had (the reader then does without).
-    pub(super) fn new(tcp: &tokio::net::TcpStream) -> Option<Plain> {
-        use std::os::fd::AsFd;
-        let fd = tcp.as_fd().try_clone_to_owned().ok()?;
-        Some(Plain {
-            sock: socket2::Socket::from(fd),
+    /// Over `sock`, a second descriptor of the link's socket (non-blocking, like the
+    /// first: they share its open file).
+    pub(super) fn new(sock: Arc<std::net::TcpStream>) -> Plain {
+        Plain {
+            sock,
             mark: 1,
             marks: true,
-        })
+        }
     }
 
     /// `true` while the low-water mark is above one byte.
@@ -649,8 +647,8 @@ impl Plain {
             return;
         }
         let v = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
-        // SAFETY: the descriptor is this struct's own (open as long as it lives); the
-        // option value is a c_int, as SO_RCVLOWAT takes.
+        // SAFETY: the descriptor is open as long as `self.sock` lives; the option value
+        // is a c_int, as SO_RCVLOWAT takes.
         let r = unsafe {
             libc::setsockopt(
                 self.sock.as_raw_fd(),
@@ -677,7 +675,7 @@ impl Plain {
             // callers leave room, and this keeps it so, as the runtime's reads do.)
             buf.reserve(64);
         }
-        let n = self.sock.recv(buf.spare_capacity_mut())?;
+        let n = socket2::SockRef::from(&*self.sock).recv(buf.spare_capacity_mut())?;
         // SAFETY: `recv` initialised the first `n` bytes of the spare room.
         unsafe { buf.set_len(buf.len() + n) };
         Ok(n)

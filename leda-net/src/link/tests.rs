@@ -432,13 +432,20 @@ fn a_close_during_direct_writes_is_not_lost() {
     }
 }
 
+/// A [`Plain`] over a second descriptor of `s`, as a link's reader has.
+fn plain_of(s: &TcpStream) -> Plain {
+    use std::os::fd::AsFd;
+    let fd = s.as_fd().try_clone_to_owned().expect("a second descriptor");
+    Plain::new(Arc::new(std::net::TcpStream::from(fd)))
+}
+
 /// `reader::Plain::read_now` appends what came, in order, says `WouldBlock` when
 /// nothing did, and sees the end of the stream.
 #[test]
 fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     let (rt, client, server) = runtime_and_connection();
     let _guard = rt.enter();
-    let plain = Plain::new(&server).expect("a second descriptor");
+    let plain = plain_of(&server);
     let mut client = client.into_std().unwrap();
     client.set_nonblocking(false).unwrap();
     let mut buf = bytes::BytesMut::with_capacity(64 * 1024);
@@ -474,7 +481,7 @@ fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     // A full buffer is grown, not read as the end of the stream.
     let (rt, c, s) = runtime_and_connection();
     let _guard = rt.enter();
-    let (mut client, plain) = (c.into_std().unwrap(), Plain::new(&s).unwrap());
+    let (mut client, plain) = (c.into_std().unwrap(), plain_of(&s));
     client.set_nonblocking(false).unwrap();
     client.write_all(b"abc").unwrap();
     let mut full = bytes::BytesMut::with_capacity(8);
