@@ -272,8 +272,9 @@ impl Stage {
     /// `Claimed::run` in [`crate::runtime`]). A handler that blocks anyway holds up
     /// that connection meanwhile, or panics in `block_on` (the reading thread belongs
     /// to the transport's tokio runtime). A call that computes long is allowed: the
-    /// peer's silence is not counted while its reader runs it, and after one run there
-    /// that took over a millisecond the stage goes to the pool; but while calls hold
+    /// peer's silence is not counted while its reader runs it, and after a run there
+    /// that took over a millisecond the stage goes to the pool for a while (a tenth of
+    /// a second, doubling with each further such run up to ten seconds); but while calls hold
     /// every thread of that runtime for longer than the silence bound, this process
     /// sends no heartbeats and its peers take it for lost.
     pub fn nonblocking(self) -> Self {

@@ -408,18 +408,16 @@ fn through_echo(name: &str, node: &Node, pace: &Stage, record: &Stage) -> Graph 
 /// Events that come back from another process in small bursts to a stage declared
 /// nonblocking are handled by the thread that read them (the network runtime's, not a
 /// pool worker) once the stage's calls are known to be short; once such a run takes
-/// over a millisecond, the stage's later activations go to the pool. A stage not so
-/// declared always runs on the pool.
+/// over a millisecond, the stage's activations go to the pool for a while (a tenth of a
+/// second after the first such run), and then come back. A stage not so declared always
+/// runs on the pool.
 #[test]
-fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
+fn short_arrivals_run_on_the_reading_thread_with_time_off_after_a_long_run() {
     let node = Node::spawn(&[]);
-    // (Many short arrivals: the stage's average call is an average of one call in 64,
-    // and one such call preempted for a millisecond on a busy machine keeps the stage
-    // "long" for a few thousand calls. With 400 short arrivals, CI once saw none run
-    // on the reading thread.)
-    const BURSTS: i64 = 400;
-    const SLOW_FROM: i64 = 3_600;
-    let n = BURSTS * 10;
+    // Short arrivals, three bursts that sleep 2 ms each, short arrivals again (about
+    // half a second of them: the first long run keeps the stage off for 0.1 s).
+    const SLOW: std::ops::Range<i64> = 1_200..1_230;
+    let n: i64 = 3_000;
     let pace = bursts(n, Duration::from_millis(3));
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = threads.clone();
@@ -430,7 +428,7 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
             let i: i64 = ev.get(0)?;
             let name = std::thread::current().name().unwrap_or("").to_owned();
             seen.lock().unwrap().push((i, name));
-            if i >= SLOW_FROM {
+            if SLOW.contains(&i) {
                 std::thread::sleep(Duration::from_millis(2));
             }
             *got += 1;
@@ -455,15 +453,26 @@ fn short_arrivals_run_on_the_reading_thread_until_a_run_is_long() {
             .filter(|(i, t)| (from..to).contains(i) && t.starts_with("leda-launcher-net"))
             .count()
     };
-    let fast = on_reader(0, SLOW_FROM);
-    assert!(fast > 0, "no short arrival ran on the reading thread");
-    // The first slow run on the reading thread may hold a burst (10 events); after it,
-    // none. (The sampled average may also turn the stage long first: then none at all.)
-    let slow = on_reader(SLOW_FROM, n);
+    assert!(
+        on_reader(0, SLOW.start) > 0,
+        "no short arrival ran on the reading thread"
+    );
+    // The first slow run on the reading thread may hold a burst (10 events); the
+    // other slow bursts arrive during it and go to the pool.
+    let slow = on_reader(SLOW.start, SLOW.end);
     assert!(
         slow <= 10,
         "{slow} slow events ran on the reading thread after a long run there"
     );
+    let after = on_reader(SLOW.end, n);
+    if slow > 0 {
+        assert!(
+            after > 0,
+            "the stage never came back to the reading thread after its time off"
+        );
+    } else {
+        eprintln!("no slow run on the reading thread (busy machine?): time off not exercised");
+    }
     for w in threads
         .iter()
         .filter(|(_, t)| !t.starts_with("leda-launcher-net"))

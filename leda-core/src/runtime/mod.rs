@@ -17,6 +17,7 @@ mod pool;
 pub(crate) mod process;
 mod queue;
 mod task;
+mod timing;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -540,8 +541,10 @@ impl Claimed {
     /// under 50 µs): events that arrived from another process are then handled by the
     /// thread that read them, without waking a pool worker (on a busy two-core host
     /// the wake-up cost a round trip more than the handling). Otherwise it goes to the
-    /// pool, and so does every later activation of a stage whose run here took over a
-    /// millisecond. The calling thread must not be a pool worker in a task's run.
+    /// pool, and so do the activations of a stage whose run here took over a
+    /// millisecond, for a tenth of a second after the first such run and twice as long
+    /// after each further one (up to ten seconds). The calling thread must not be a
+    /// pool worker in a task's run.
     pub fn run(mut self) {
         let Some(task) = self.0.take() else { return };
         let process = task.process().clone();

@@ -28,6 +28,7 @@ use crate::stats::{ConnectorCounters, StageCounters};
 
 use super::Task;
 use super::executor::{Executor, RemoteSink};
+use super::timing::{CallAverage, HereBackoff};
 
 /// Where a port leads.
 pub(crate) enum Target {
@@ -71,13 +72,12 @@ pub(crate) struct StageRt {
     pub(crate) maxpar_auto: bool,
     pub(crate) instances: AtomicUsize,
     pub(crate) counters: StageCounters,
-    /// A moving average of the sampled handler calls, in nanoseconds (`0`: none
-    /// sampled yet), for [`StageRt::par`].
-    call_ns: AtomicU64,
-    /// Set once a run of the stage on a thread that read its events took longer than
-    /// [`RUN_HERE_MAX`]: its work is not short there again (see
-    /// [`StageRt::short_work`]).
-    ran_long: AtomicBool,
+    /// The sampled handler calls' average, for [`StageRt::par`] and
+    /// [`StageRt::short_work`].
+    call_ns: CallAverage,
+    /// Runs of the stage on a thread that read its events that took long keep it off
+    /// such threads for a while (see [`StageRt::short_work`]).
+    here: HereBackoff,
     /// [`crate::stage::Stage::nonblocking`]: may run where its events arrived.
     nonblocking: bool,
     routes: OnceLock<Box<[Route]>>,
@@ -92,11 +92,6 @@ pub(crate) struct StageRt {
 /// events of a remote round trip between two instances cost 40 µs of its 100 µs
 /// (transport bench, latency at 100,000 events/s).
 pub(crate) const SPLIT_NS: u64 = 50_000;
-
-/// A stage whose run on a thread that read its events (see
-/// [`super::Claimed::run`]) took longer than this is run by the pool from then on: that
-/// thread's connection waited meanwhile.
-const RUN_HERE_MAX: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Static description of a stage for building the runtime.
 pub(crate) struct StageSetup {
@@ -130,8 +125,8 @@ impl StageRt {
             maxpar_auto: !s.serial && s.maxpar.is_none(),
             instances: AtomicUsize::new(0),
             counters: StageCounters::new(),
-            call_ns: AtomicU64::new(0),
-            ran_long: AtomicBool::new(false),
+            call_ns: CallAverage::new(),
+            here: HereBackoff::new(),
             nonblocking: s.nonblocking,
             routes: OnceLock::new(),
             error_route: OnceLock::new(),
@@ -160,7 +155,7 @@ impl StageRt {
     /// timed).
     #[inline]
     fn par(&self) -> Par {
-        let ns = self.call_ns.load(Relaxed);
+        let ns = self.call_ns.get();
         Par {
             max: self.maxpar_now(),
             split: SPLIT_NS.checked_div(ns).map_or(1, |k| k.max(1) as usize),
@@ -171,30 +166,26 @@ impl StageRt {
     /// [`super::Claimed::run`]): it is [`crate::stage::Stage::nonblocking`], and its
     /// events (those queued, and one an activation may hold: a lone event goes with
     /// its claim, uncounted) times its average call, once a call was timed, stay under
-    /// [`SPLIT_NS`] (a stage whose calls were never timed is not known to be short).
+    /// [`SPLIT_NS`] (a stage whose calls were never timed is not known to be short),
+    /// and no recent run of it on such a thread took long ([`HereBackoff`]).
     pub(crate) fn short_work(&self) -> bool {
-        let ns = self.call_ns.load(Relaxed);
+        let ns = self.call_ns.get();
         self.nonblocking
             && ns > 0
             && (self.load() as u64 + 1).saturating_mul(ns) <= SPLIT_NS
-            && !self.ran_long.load(Relaxed)
+            && self.here.allowed()
     }
 
     /// A run of the stage on a thread that read its events took `d` (the average
     /// misses calls that are rarely slow: one call in 64 is timed).
+    #[inline]
     pub(crate) fn ran_here(&self, d: std::time::Duration) {
-        if d > RUN_HERE_MAX {
-            self.ran_long.store(true, Relaxed);
-        }
+        self.here.ran(d);
     }
 
     /// Folds a timed handler call (or poll) into the stage's average call.
     pub(crate) fn time_call(&self, ns: u64) {
-        let ns = ns.max(1);
-        let old = self.call_ns.load(Relaxed);
-        // A lost update between two instances only delays the average a little.
-        let new = if old == 0 { ns } else { old - old / 8 + ns / 8 };
-        self.call_ns.store(new.max(1), Relaxed);
+        self.call_ns.add(ns);
     }
 
     /// Pushes an event if the queue has room; says whether an activation was claimed

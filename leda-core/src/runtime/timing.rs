@@ -1,0 +1,261 @@
+//! What the runtime learns about a stage's calls from timing a few of them: their
+//! typical length ([`CallAverage`], which decides how much queued work is worth a
+//! second instance and what may run on a thread that read the events), and whether
+//! its runs on such a thread stay short ([`HereBackoff`]).
+//!
+//! Both must shrug off one call that took long for reasons of its own: a thread
+//! preempted for a millisecond on a busy host, or a first call doing lazy set-up. An
+//! average set outright by its first sample and moved by an eighth of each later one
+//! kept a 2 µs stage "long" for ~1,500 calls after one 1 ms sample; a flag set forever
+//! by one long run on a reading thread moved a stage's round trips to the pool for the
+//! process' life (the transport bench's echo stage, under a busy loop on the other
+//! core: three such runs in two one-second latency rounds, 1.1–3.2 ms each).
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// A moving average of a stage's timed calls, in nanoseconds (`0`: none timed yet).
+///
+/// The first [`SEED`] samples set it to the shortest of them, so one slow first call
+/// does not stand for the stage; after that it moves by an eighth of each sample, a
+/// sample counting at most [`OUTLIER`] times the average: one preempted call moves it
+/// by less than double, while calls that really became slower raise it ~1.9× per
+/// sample until it nears them (a 2 µs stage whose calls now take 1 ms reads as over
+/// 50 µs after six samples, half a millisecond after eleven; an average without the
+/// bound, six).
+pub(crate) struct CallAverage(AtomicU64);
+
+/// Samples that seed the average (their minimum).
+const SEED: u64 = 4;
+/// The most a sample counts for, in multiples of the average.
+const OUTLIER: u64 = 8;
+/// The top bits count the seed samples; the rest is the average.
+const COUNT_SHIFT: u32 = 61;
+const NS_MASK: u64 = (1 << COUNT_SHIFT) - 1;
+
+impl CallAverage {
+    pub(crate) const fn new() -> CallAverage {
+        CallAverage(AtomicU64::new(0))
+    }
+
+    /// The average call in nanoseconds, `0` until one was timed.
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed) & NS_MASK
+    }
+
+    /// Folds in a timed call of `ns` nanoseconds. (A lost update between two
+    /// instances timing at once only delays the average a little.)
+    pub(crate) fn add(&self, ns: u64) {
+        let ns = ns.clamp(1, NS_MASK);
+        let v = self.0.load(Relaxed);
+        let (seen, old) = (v >> COUNT_SHIFT, v & NS_MASK);
+        let new = if seen == 0 {
+            ns
+        } else if seen < SEED {
+            old.min(ns)
+        } else {
+            let ns = ns.min(old.saturating_mul(OUTLIER));
+            old - old / 8 + ns / 8
+        };
+        let seen = (seen + 1).min(SEED);
+        self.0
+            .store((seen << COUNT_SHIFT) | new.clamp(1, NS_MASK), Relaxed);
+    }
+}
+
+/// A run on a thread that read the stage's events (see
+/// [`super::Claimed::run`]) longer than this sends the stage's later activations to
+/// the pool for a while: that thread's connection waited meanwhile.
+pub(crate) const RUN_HERE_MAX: Duration = Duration::from_millis(1);
+/// How long the first such run keeps the stage off reading threads; each further one
+/// doubles it, up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A stage whose last long run here is older than this starts again from
+/// [`BACKOFF_FIRST`].
+const FORGIVE_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether a stage may run on a thread that read its events, after runs there that
+/// took longer than [`RUN_HERE_MAX`]: not for [`BACKOFF_FIRST`] after the first, then
+/// for twice as long after each further one up to [`BACKOFF_MAX`], so a stage whose
+/// calls are sometimes long holds a connection up for one of them at most every ten
+/// seconds, and one preempted run costs a tenth of a second of pool round trips
+/// instead of the rest of the process' life.
+pub(crate) struct HereBackoff {
+    /// Until when (see [`now_ns`]) the stage stays off; `0`: it may run here.
+    until: AtomicU64,
+    /// Long runs so far (since the last forgiven one).
+    strikes: AtomicU32,
+    /// When the last long run ended.
+    last: AtomicU64,
+}
+
+impl HereBackoff {
+    pub(crate) const fn new() -> HereBackoff {
+        HereBackoff {
+            until: AtomicU64::new(0),
+            strikes: AtomicU32::new(0),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// `true` when the stage may run here now. Reads the clock only while it is off.
+    #[inline]
+    pub(crate) fn allowed(&self) -> bool {
+        let until = self.until.load(Relaxed);
+        until == 0 || self.expired(until, now_ns())
+    }
+
+    #[cold]
+    fn expired(&self, until: u64, now: u64) -> bool {
+        if now < until {
+            return false;
+        }
+        // (A long run recorded meanwhile keeps its own deadline.)
+        let _ = self.until.compare_exchange(until, 0, Relaxed, Relaxed);
+        true
+    }
+
+    /// A run here took `d`.
+    #[inline]
+    pub(crate) fn ran(&self, d: Duration) {
+        if d > RUN_HERE_MAX {
+            self.strike(now_ns());
+        }
+    }
+
+    #[cold]
+    fn strike(&self, now: u64) {
+        let last = self.last.swap(now, Relaxed);
+        let strikes = if last != 0 && now.saturating_sub(last) > nanos(FORGIVE_AFTER) {
+            self.strikes.store(1, Relaxed);
+            1
+        } else {
+            self.strikes.fetch_add(1, Relaxed).saturating_add(1)
+        };
+        let off = nanos(BACKOFF_FIRST)
+            .saturating_mul(1 << (strikes - 1).min(20))
+            .min(nanos(BACKOFF_MAX));
+        self.until.store(now.saturating_add(off).max(1), Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Nanoseconds since the first call in this process, from `1` (`0` means "none").
+fn now_ns() -> u64 {
+    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+    nanos(EPOCH.elapsed()).saturating_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_slow_first_call_does_not_stand_for_the_stage() {
+        let avg = CallAverage::new();
+        assert_eq!(avg.get(), 0, "nothing timed yet");
+        avg.add(MS); // lazy set-up, or preempted
+        assert_eq!(avg.get(), MS);
+        for _ in 1..SEED {
+            avg.add(2_000);
+        }
+        assert_eq!(
+            avg.get(),
+            2_000,
+            "seeded by the shortest of the first samples"
+        );
+    }
+
+    #[test]
+    fn one_outlier_moves_the_average_by_less_than_double() {
+        let avg = CallAverage::new();
+        for _ in 0..SEED {
+            avg.add(2_000);
+        }
+        avg.add(MS);
+        let after = avg.get();
+        assert!(
+            after > 2_000 && after < 4_000,
+            "one 1 ms sample took a 2 µs average to {after} ns"
+        );
+        // The short stage is short again soon: within the 50 µs that lets it run on a
+        // reading thread at once, and back near 2 µs after a few dozen samples.
+        for _ in 0..40 {
+            avg.add(2_000);
+        }
+        assert!(avg.get() < 2_100, "{}", avg.get());
+    }
+
+    #[test]
+    fn calls_that_became_slower_raise_the_average_within_a_dozen_samples() {
+        let avg = CallAverage::new();
+        for _ in 0..SEED {
+            avg.add(2_000);
+        }
+        let mut samples = 0;
+        while avg.get() < MS / 2 {
+            avg.add(MS);
+            samples += 1;
+            if samples == 6 {
+                assert!(avg.get() > 50_000, "six samples of 1 ms: {} ns", avg.get());
+            }
+            assert!(samples <= 11, "{samples} samples of 1 ms: {} ns", avg.get());
+        }
+        // And it settles at what the calls take.
+        for _ in 0..100 {
+            avg.add(MS);
+        }
+        assert!(avg.get() > MS * 99 / 100, "{}", avg.get());
+    }
+
+    #[test]
+    fn a_long_run_keeps_the_stage_off_for_a_while_doubling_up_to_a_cap() {
+        let b = HereBackoff::new();
+        assert!(b.allowed());
+        b.ran(RUN_HERE_MAX); // not longer than the limit
+        assert!(b.allowed());
+        let t0 = 5 * MS;
+        b.strike(t0);
+        let first = nanos(BACKOFF_FIRST);
+        assert!(!b.expired(b.until.load(Relaxed), t0 + first - 1));
+        assert!(b.expired(b.until.load(Relaxed), t0 + first));
+        assert_eq!(
+            b.until.load(Relaxed),
+            0,
+            "allowed again: the clock is not read"
+        );
+        let mut off = Vec::new();
+        let mut now = t0 + first;
+        for _ in 0..10 {
+            b.strike(now);
+            let until = b.until.load(Relaxed);
+            off.push(until - now);
+            now = until;
+        }
+        assert_eq!(off[0], 2 * first);
+        assert_eq!(off[1], 4 * first);
+        assert_eq!(*off.last().unwrap(), nanos(BACKOFF_MAX));
+        // A minute without a long run: the next one is forgiven back to the first step.
+        b.expired(b.until.load(Relaxed), now);
+        let later = now + nanos(FORGIVE_AFTER) + 1;
+        b.strike(later);
+        assert_eq!(b.until.load(Relaxed) - later, first);
+    }
+
+    #[test]
+    fn the_real_clock_lets_a_stage_back_after_its_time_off() {
+        let b = HereBackoff::new();
+        b.ran(Duration::from_millis(2));
+        assert!(!b.allowed(), "off right after a long run");
+        std::thread::sleep(BACKOFF_FIRST + Duration::from_millis(20));
+        assert!(b.allowed(), "back after {BACKOFF_FIRST:?}");
+    }
+}
