@@ -415,9 +415,12 @@ fn through_echo(name: &str, node: &Node, pace: &Stage, record: &Stage) -> Graph 
 fn short_arrivals_run_on_the_reading_thread_with_time_off_after_a_long_run() {
     let node = Node::spawn(&[]);
     // Short arrivals, three bursts that sleep 2 ms each, short arrivals again (about
-    // half a second of them: the first long run keeps the stage off for 0.1 s).
-    const SLOW: std::ops::Range<i64> = 1_200..1_230;
-    let n: i64 = 3_000;
+    // 0.7 s of them: the first long run keeps the stage off for 0.1 s, and a sampled
+    // 2 ms call keeps its average over the 50 µs bound for some 600 calls). Many
+    // short arrivals first: one call preempted on a busy machine does the same (with
+    // 400 of them, CI once saw none run on the reading thread).
+    const SLOW: std::ops::Range<i64> = 3_600..3_630;
+    let n: i64 = 6_000;
     let pace = bursts(n, Duration::from_millis(3));
     let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = threads.clone();
@@ -458,10 +461,11 @@ fn short_arrivals_run_on_the_reading_thread_with_time_off_after_a_long_run() {
         "no short arrival ran on the reading thread"
     );
     // The first slow run on the reading thread may hold a burst (10 events); the
-    // other slow bursts arrive during it and go to the pool.
+    // other slow bursts arrive during it and go to the pool (a second burst may run
+    // there if the machine stalled the bursts past the stage's time off).
     let slow = on_reader(SLOW.start, SLOW.end);
     assert!(
-        slow <= 10,
+        slow <= 20,
         "{slow} slow events ran on the reading thread after a long run there"
     );
     let after = on_reader(SLOW.end, n);
