@@ -416,7 +416,7 @@ fn short_arrivals_run_on_the_reading_thread_with_time_off_after_a_long_run() {
     let node = Node::spawn(&[]);
     // Short arrivals, three bursts that sleep 2 ms each, short arrivals again (about
     // 0.7 s of them: the first long run keeps the stage off for 0.1 s, and a sampled
-    // 2 ms call keeps its average over the 50 µs bound for some 600 calls). Many
+    // 2 ms call keeps its average over the 50 µs bound for some 800 calls). Many
     // short arrivals first: one call preempted on a busy machine does the same (with
     // 400 of them, CI once saw none run on the reading thread).
     const SLOW: std::ops::Range<i64> = 3_600..3_630;

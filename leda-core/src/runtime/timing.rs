@@ -73,7 +73,7 @@ impl CallAverage {
 /// A run on a thread that read the stage's events (see
 /// [`super::Claimed::run`]) longer than this sends the stage's later activations to
 /// the pool for a while: that thread's connection waited meanwhile.
-pub(crate) const RUN_HERE_MAX: Duration = Duration::from_millis(1);
+const RUN_HERE_MAX: Duration = Duration::from_millis(1);
 /// How long the first such run keeps the stage off reading threads; each further one
 /// doubles it, up to [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
