@@ -274,7 +274,8 @@ impl Stage {
     /// to the transport's tokio runtime). A call that computes long is allowed: the
     /// peer's silence is not counted while its reader runs it, and after a run there
     /// that took over a millisecond the stage goes to the pool for a while (a tenth of
-    /// a second, doubling with each further such run up to ten seconds); but while calls hold
+    /// a second, doubling with each further such run up to ten seconds, and at least a
+    /// hundred times the run's length); but while calls hold
     /// every thread of that runtime for longer than the silence bound, this process
     /// sends no heartbeats and its peers take it for lost.
     pub fn nonblocking(self) -> Self {

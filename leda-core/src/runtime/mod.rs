@@ -543,8 +543,8 @@ impl Claimed {
     /// the wake-up cost a round trip more than the handling). Otherwise it goes to the
     /// pool, and so do the activations of a stage whose run here took over a
     /// millisecond, for a tenth of a second after the first such run and twice as long
-    /// after each further one (up to ten seconds). The calling thread must not be a
-    /// pool worker in a task's run.
+    /// after each further one (up to ten seconds), and at least a hundred times the
+    /// run's length. The calling thread must not be a pool worker in a task's run.
     pub fn run(mut self) {
         let Some(task) = self.0.take() else { return };
         let process = task.process().clone();

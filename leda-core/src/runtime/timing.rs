@@ -81,15 +81,20 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// A stage whose last long run here is older than this starts again from
 /// [`BACKOFF_FIRST`].
 const FORGIVE_AFTER: Duration = Duration::from_secs(60);
+/// The time off is at least this many times the long run's own length, whatever the
+/// steps above say: long runs hold a reading thread up at most ~1 % of the time.
+const OFF_PER_RUN: u32 = 100;
 
 /// Whether a stage may run on a thread that read its events, after runs there that
 /// took longer than [`RUN_HERE_MAX`]: not for [`BACKOFF_FIRST`] after the first, then
-/// for twice as long after each further one up to [`BACKOFF_MAX`]. One preempted run
-/// costs a tenth of a second of pool round trips instead of the rest of the process'
-/// life; a stage whose runs here are often long holds a connection up once per time
-/// off: eight times in the first 13 s, then once every ten seconds (before, once
-/// ever). What bounds a single run is the work the average lets it take (under 50 µs
-/// of it on average), not this.
+/// for twice as long after each further one up to [`BACKOFF_MAX`], and in any case for
+/// [`OFF_PER_RUN`] times the run's own length. One preempted run costs a tenth of a
+/// second of pool round trips instead of the rest of the process' life; a stage whose
+/// runs here are often long holds a connection up once per time off (eight times in
+/// the first 13 s, then once every ten seconds; before, once ever), and for at most
+/// ~1 % of the time: a call of 1.5 s there keeps the stage off for 150 s. What bounds
+/// a single run is the work the average lets it take (under 50 µs of it on average),
+/// not this.
 pub(crate) struct HereBackoff {
     /// Until when (see [`now_ns`]) the stage stays off; `0`: it may run here.
     until: AtomicU64,
@@ -129,12 +134,12 @@ impl HereBackoff {
     #[inline]
     pub(crate) fn ran(&self, d: Duration) {
         if d > RUN_HERE_MAX {
-            self.strike(now_ns());
+            self.strike(now_ns(), d);
         }
     }
 
     #[cold]
-    fn strike(&self, now: u64) {
+    fn strike(&self, now: u64, took: Duration) {
         let last = self.last.swap(now, Relaxed);
         let strikes = if last != 0 && now.saturating_sub(last) > nanos(FORGIVE_AFTER) {
             self.strikes.store(1, Relaxed);
@@ -144,7 +149,8 @@ impl HereBackoff {
         };
         let off = nanos(BACKOFF_FIRST)
             .saturating_mul(1 << (strikes - 1).min(20))
-            .min(nanos(BACKOFF_MAX));
+            .min(nanos(BACKOFF_MAX))
+            .max(nanos(took).saturating_mul(OFF_PER_RUN.into()));
         self.until.store(now.saturating_add(off).max(1), Relaxed);
     }
 }
@@ -240,8 +246,13 @@ mod tests {
         b.ran(RUN_HERE_MAX); // not longer than the limit
         assert!(b.allowed());
         let t0 = 5 * MS;
-        b.strike(t0);
-        let first = nanos(BACKOFF_FIRST);
+        // Just over the limit: off for the first step (or a hundred such runs, which
+        // is a little longer).
+        let long = RUN_HERE_MAX + Duration::from_micros(1);
+        b.strike(t0, long);
+        let step = nanos(BACKOFF_FIRST);
+        let first = step.max(nanos(long) * u64::from(OFF_PER_RUN));
+        assert_eq!(first, 100_100_000);
         assert!(!b.expired(b.until.load(Relaxed), t0 + first - 1));
         assert!(b.expired(b.until.load(Relaxed), t0 + first));
         assert_eq!(
@@ -252,19 +263,23 @@ mod tests {
         let mut off = Vec::new();
         let mut now = t0 + first;
         for _ in 0..10 {
-            b.strike(now);
+            b.strike(now, long);
             let until = b.until.load(Relaxed);
             off.push(until - now);
             now = until;
         }
-        assert_eq!(off[0], 2 * first);
-        assert_eq!(off[1], 4 * first);
+        assert_eq!(off[0], 2 * step);
+        assert_eq!(off[1], 4 * step);
         assert_eq!(*off.last().unwrap(), nanos(BACKOFF_MAX));
         // A minute without a long run: the next one is forgiven back to the first step.
         b.expired(b.until.load(Relaxed), now);
         let later = now + nanos(FORGIVE_AFTER) + 1;
-        b.strike(later);
+        b.strike(later, long);
         assert_eq!(b.until.load(Relaxed) - later, first);
+        // A very long run keeps it off for a hundred times its length.
+        let now = later + first;
+        b.strike(now, Duration::from_millis(1500));
+        assert_eq!(b.until.load(Relaxed) - now, 150 * 1_000 * MS);
     }
 
     #[test]
@@ -272,7 +287,8 @@ mod tests {
         let b = HereBackoff::new();
         b.ran(Duration::from_millis(2));
         assert!(!b.allowed(), "off right after a long run");
-        std::thread::sleep(BACKOFF_FIRST + Duration::from_millis(20));
-        assert!(b.allowed(), "back after {BACKOFF_FIRST:?}");
+        // (Off for 200 ms: a hundred times the run.)
+        std::thread::sleep(Duration::from_millis(220));
+        assert!(b.allowed(), "back after 200 ms");
     }
 }
