@@ -510,16 +510,21 @@ fn sockets() -> impl Iterator<Item = (Ends, u64)> {
 /// The inode of the socket at the other end of the connection whose socket here has
 /// addresses `(local, peer)`: the one with the mirrored addresses, if a descriptor
 /// holds it. Asked of the kernel for that one socket ([`diag`]); where it cannot be
-/// asked, or says it has none, from the whole table.
+/// asked, finds no such connection or another socket answers, from the whole table.
 fn other_end((local, peer): Ends) -> Option<u64> {
     let want = (canonical(peer), canonical(local));
     match diag::inode(want) {
         Ok(found) => found,
         Err(e) => {
             tracing::debug!(error = %e, "peer memory: sock_diag did not answer; reading the socket table");
-            sockets().find(|(e, _)| *e == want).map(|(_, i)| i)
+            listed(want)
         }
     }
+}
+
+/// The inode of the socket with addresses `ends` (canonical), from the whole table.
+fn listed(ends: Ends) -> Option<u64> {
+    sockets().find(|(e, _)| *e == ends).map(|(_, i)| i)
 }
 
 /// Whether process `pid` has a descriptor on socket `inode` (`None`: its descriptors

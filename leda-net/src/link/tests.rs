@@ -439,6 +439,23 @@ fn plain_of(s: &TcpStream) -> Plain {
     Plain::new(Arc::new(std::net::TcpStream::from(fd)))
 }
 
+/// [`Plain::read_now`] tried again while it says `WouldBlock`, until `deadline`.
+fn read_when_ready(
+    plain: &Plain,
+    buf: &mut bytes::BytesMut,
+    deadline: std::time::Instant,
+) -> std::io::Result<usize> {
+    loop {
+        match plain.read_now(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "nothing came");
+                std::thread::yield_now();
+            }
+            r => return r,
+        }
+    }
+}
+
 /// `reader::Plain::read_now` appends what came, in order, says `WouldBlock` when
 /// nothing did, and sees the end of the stream.
 #[test]
@@ -455,28 +472,13 @@ fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     client.write_all(&sent).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while buf.len() < sent.len() {
-        match plain.read_now(&mut buf) {
-            Ok(n) => assert!(n > 0, "the peer has not closed"),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(std::time::Instant::now() < deadline, "bytes missing");
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("read failed: {e}"),
-        }
+        let n = read_when_ready(&plain, &mut buf, deadline).expect("read");
+        assert!(n > 0, "the peer has not closed");
     }
     assert_eq!(&buf[..], &sent[..], "the bytes, in order, appended");
     drop(client);
-    loop {
-        match plain.read_now(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => panic!("{n} bytes after the end"),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(std::time::Instant::now() < deadline, "the end not seen");
-                std::thread::yield_now();
-            }
-            Err(e) => panic!("read failed: {e}"),
-        }
-    }
+    let n = read_when_ready(&plain, &mut buf, deadline).expect("read");
+    assert_eq!(n, 0, "{n} bytes after the end");
     assert_eq!(buf.len(), sent.len());
     // A full buffer is grown, not read as the end of the stream.
     let (rt, c, s) = runtime_and_connection();
@@ -487,15 +489,7 @@ fn reads_that_do_not_wait_take_what_came_and_see_the_end() {
     let mut full = bytes::BytesMut::with_capacity(8);
     full.resize(full.capacity(), 1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let n = loop {
-        match plain.read_now(&mut full) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(std::time::Instant::now() < deadline, "bytes missing");
-                std::thread::yield_now();
-            }
-            r => break r.unwrap(),
-        }
-    };
+    let n = read_when_ready(&plain, &mut full, deadline).expect("read");
     assert!(n > 0, "a full buffer read as the end of the stream");
     assert_eq!(&full[full.len() - n..], &b"abc"[..n]);
 }
