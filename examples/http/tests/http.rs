@@ -602,6 +602,143 @@ fn cgi_hostile_pages_leave_nothing_behind() {
     }
 }
 
+/// Holes a review found (2026-11-27): `require` handed out the state's own library
+/// tables, so a page could replace `string.format` for every later page (and read the
+/// cookies other requests passed to it); Lua 5.4's `string.rep("", n)`, `table.move`
+/// and `table.insert` / `remove` under a made-up `__len` loop in C for as long as an
+/// integer says, where no hook stops them; `gsub` built its result outside
+/// `cgi_memory`; and a content type with CR/LF split the response.
+#[test]
+fn cgi_require_views_c_loops_gsub_memory_and_content_type() {
+    let mut pages = Pages::new(|c| c.cgi_memory = 32 << 20);
+    assert_eq!(
+        pages
+            .run(
+                "poison.lua",
+                "local s, t = require('string'), require('table')
+                 local ok1 = pcall(function() s.format = function() return 'POISONED' end end)
+                 local ok2 = pcall(rawset, t, 'concat', function() return 'POISONED' end)
+                 return tostring(ok1) .. tostring(rawget(t, 'concat') ~= nil)
+                   .. tostring(s == string) .. tostring(require('os') == os)",
+            )
+            .unwrap(),
+        "falsetruetruetrue",
+        "require gives the request's own views"
+    );
+    assert_eq!(
+        pages
+            .run(
+                "victim.lua",
+                "return string.format('%d', 42) .. table.concat({'a', 'b'}) .. ('%d'):format(7)"
+            )
+            .unwrap(),
+        "42ab7"
+    );
+    let err = pages.run("io.lua", "return require('io')").unwrap_err();
+    assert!(err.contains("not found"), "{err}");
+
+    // Loops in C that only an integer bounds. Each page runs on a thread of its own,
+    // so that a runaway fails the test instead of hanging it.
+    let cases: &[(&str, bool)] = &[
+        (
+            "return string.rep('', 2^53) .. string.rep('', 1e15, '')",
+            false,
+        ),
+        (
+            "table.move({}, 1, math.maxinteger - 1, 1, {}) return 'no'",
+            true,
+        ),
+        (
+            "table.remove(setmetatable({}, {__len = function() return 2^53 end}), 1) return 'no'",
+            true,
+        ),
+        (
+            "table.insert(setmetatable({}, {__len = function() return 2^53 end}), 1, 'x') \
+             return 'no'",
+            true,
+        ),
+    ];
+    for &(src, runaway) in cases {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut pages = Pages::new(|_| {});
+            let _ = tx.send(pages.run("c.lua", src));
+        });
+        let out = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{src}: still running 10 s after a 0.3 s cgi_timeout"));
+        // (LuaJIT's own functions do not loop: its `rep` of nothing returns at once, its
+        // table functions take the raw length, it has no `table.move`.)
+        if runaway && !cfg!(feature = "luajit") {
+            let err = out.expect_err(src);
+            assert!(err.contains("cgi_timeout"), "{src}: {err}");
+        } else if !runaway {
+            assert_eq!(out.as_deref(), Ok(""), "{src}");
+        }
+    }
+    if !cfg!(feature = "luajit") {
+        // The pages' versions do what Lua's do, across their pieces too.
+        assert_eq!(
+            pages
+                .run(
+                    "move.lua",
+                    "local function seq(n) local t = {} for i = 1, n do t[i] = i end return t end
+                     local a = table.move(seq(10000), 1, 10000, 3)
+                     local b = table.move(seq(10000), 3, 10000, 1)
+                     local c = table.move(seq(10000), 1, 10000, 5001, {})
+                     local function sum(t, i, j) local s = 0 for k = i, j do s = s + t[k] end return s end
+                     return table.concat({a[1], a[2], a[3], a[10002], sum(a, 3, 10002),
+                       b[1], b[9998], b[9999], b[10000], c[5001], c[15000], tostring(c[1])}, ',')",
+                )
+                .unwrap(),
+            "1,2,1,10000,50005000,3,10000,9999,10000,1,10000,nil"
+        );
+        assert_eq!(
+            pages
+                .run(
+                    "shift.lua",
+                    "local t = setmetatable({1, 2, 3}, {__len = function() return 5 end})
+                     table.insert(t, 2, 'x')
+                     local r = table.remove(t, 1)
+                     local out = {tostring(r)}
+                     for i = 1, 6 do out[#out + 1] = tostring(rawget(t, i)) end
+                     return table.concat(out, ',')",
+                )
+                .unwrap(),
+            "1,x,2,3,nil,nil,nil"
+        );
+    }
+
+    // `gsub`'s result counts against `cgi_memory` while it is built: it fails after a
+    // few thousand 10 KB replacements here, not after all 100,000 (a gigabyte).
+    let out = pages
+        .run(
+            "gsub.lua",
+            "local big, n = ('y'):rep(10000), 0
+             local ok, e = pcall(string.gsub, ('x'):rep(100000), 'x', function() n = n + 1 return big end)
+             return tostring(ok) .. ' ' .. tostring(e) .. ' ' .. n",
+        )
+        .unwrap();
+    let calls: u32 = out.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        out.starts_with("false ") && out.contains("not enough memory"),
+        "{out}"
+    );
+    assert!(calls < 4000, "{out}: the result grew past cgi_memory");
+
+    // The content type becomes a header line: no control characters in it.
+    let err = pages
+        .run("ct.lua", "return 'x', 'text/html\\r\\nSet-Cookie: admin=1'")
+        .unwrap_err();
+    assert!(err.contains("control character"), "{err}");
+    assert_eq!(
+        pages
+            .run("ct2.lua", "return 'x', 'text/plain; charset=utf-8'")
+            .unwrap(),
+        "x"
+    );
+}
+
 #[test]
 fn idle_and_slow_clients_are_cut_off() {
     let s = server(|c| {

@@ -98,6 +98,9 @@ pub struct Cgi {
     readonly: Vec<(&'static str, Table)>,
     /// `make_load(env)`: the `load` of a page whose environment is `env`.
     make_load: Function,
+    /// `make_require(views)`: the `require` of a page, handing out `views` (its
+    /// read-only views of the libraries, by name).
+    make_require: Function,
 }
 
 /// What a page returned.
@@ -139,29 +142,13 @@ impl Cgi {
             safe_os.set(name, os.get::<mlua::Value>(name)?)?;
         }
         g.set("os", safe_os)?;
-        let libs = lua.create_table()?;
-        for name in PAGE_LIBS {
-            libs.set(name, g.get::<mlua::Value>(name)?)?;
-        }
-        g.set(
-            "require",
-            lua.create_function(move |_, name: String| {
-                match libs.get::<mlua::Value>(name.as_str())? {
-                    mlua::Value::Nil => Err(mlua::Error::runtime(format!(
-                        "module '{name}' not found (pages may require only standard libraries)"
-                    ))),
-                    v => Ok(v),
-                }
-            })?,
-        )?;
+        // `require` is set per request, to that request's read-only views (`Cgi::call`):
+        // the state's own library tables are reachable by no page.
+        g.set("require", mlua::Value::Nil)?;
         g.set(
             "print",
             lua.create_function(|_, args: MultiValue| {
-                let line: Vec<String> = args
-                    .iter()
-                    .map(|v| v.to_string().unwrap_or_default())
-                    .collect();
-                tracing::info!(target: "leda_http::cgi", "{}", line.join("\t"));
+                tracing::info!(target: "leda_http::cgi", "{}", print_line(&args));
                 Ok(())
             })?,
         )?;
@@ -303,8 +290,28 @@ impl Cgi {
         )
         .set_name("=leda-http sandbox")
         .call::<()>(&text_of)?;
+        #[cfg(not(feature = "luajit"))]
+        bound_c_loops(&lua)?;
+        let make_require = lua
+            .load(
+                r#"
+                local error, tostring = error, tostring
+                return function(views)
+                  return function(name)
+                    local v = views[name]
+                    if v == nil then
+                      error("module '" .. tostring(name) ..
+                        "' not found (pages may require only standard libraries)", 2)
+                    end
+                    return v
+                  end
+                end
+                "#,
+            )
+            .set_name("=leda-http sandbox")
+            .eval::<Function>()?;
         let patterns = pattern::Deadline::default();
-        pattern::install(&lua, &g.get::<Table>("string")?, &patterns)?;
+        pattern::install(&lua, &g.get::<Table>("string")?, &patterns, cfg.cgi_memory)?;
         lua.set_memory_limit(cfg.cgi_memory)?;
         lua.gc_set_pause(GC_PAUSE);
         // Read-only views of the libraries, made afresh for each request: nothing a
@@ -340,6 +347,7 @@ impl Cgi {
             env_meta,
             readonly,
             make_load,
+            make_require,
         })
     }
 
@@ -413,11 +421,14 @@ impl Cgi {
         let env = lua.create_table()?;
         env.set_metatable(Some(self.env_meta.clone()))?;
         env.set("_G", &env)?;
+        let views = lua.create_table()?;
         for (name, meta) in &self.readonly {
             let view = lua.create_table()?;
             view.set_metatable(Some(meta.clone()))?;
-            env.set(*name, view)?;
+            env.set(*name, &view)?;
+            views.set(*name, view)?;
         }
+        env.set("require", self.make_require.call::<Function>(views)?)?;
         let r = lua.create_table()?;
         r.set("method", req.method.as_str())?;
         r.set("path", req.path.as_str())?;
@@ -446,6 +457,16 @@ impl Cgi {
             Some(mlua::Value::String(s)) => s.to_str()?.to_owned(),
             _ => "text/html; charset=utf-8".to_owned(),
         };
+        // It becomes a header line: a CR or LF in it (from request data a page echoes)
+        // would let a client write headers, or a whole second response, of its own.
+        if content_type
+            .bytes()
+            .any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
+        {
+            return Err(mlua::Error::runtime(format!(
+                "{shown}: the content type holds a control character"
+            )));
+        }
         Ok(Page { body, content_type })
     }
 }
@@ -482,6 +503,45 @@ impl Cgi {
     }
 }
 
+/// The most of a page's `print` line that reaches the log, in bytes.
+const PRINT_MAX: usize = 4096;
+
+/// A page's `print(...)` as one log line: the values' texts joined by tabs, cut at
+/// [`PRINT_MAX`] bytes (a page printing a 100 MB string wrote all of it, and held two
+/// copies, per request), control characters escaped (no forged log lines).
+fn print_line(args: &MultiValue) -> String {
+    let mut line = String::new();
+    for (i, v) in args.iter().enumerate() {
+        if line.len() >= PRINT_MAX {
+            break;
+        }
+        if i > 0 {
+            line.push('\t');
+        }
+        let text = match v {
+            mlua::Value::String(s) => {
+                let b = s.as_bytes();
+                String::from_utf8_lossy(&b[..b.len().min(PRINT_MAX)]).into_owned()
+            }
+            v => v.to_string().unwrap_or_default(),
+        };
+        for c in text.chars() {
+            if line.len() >= PRINT_MAX {
+                break;
+            }
+            if c.is_control() {
+                line.extend(c.escape_default());
+            } else {
+                line.push(c);
+            }
+        }
+    }
+    if line.len() >= PRINT_MAX {
+        line.push_str(" [cut]");
+    }
+    line
+}
+
 /// The first line of a Lua error ("file:line: message"; a traceback may follow),
 /// prefixed with the page's name when it does not carry it.
 fn first_line(text: &str, shown: &str) -> String {
@@ -491,6 +551,97 @@ fn first_line(text: &str, shown: &str) -> String {
     } else {
         format!("{shown}: {first}")
     }
+}
+
+/// Lua 5.4's C functions whose loops an integer argument bounds, not the memory
+/// they use, so that no hook (and no `cgi_memory`) stops them: `string.rep("", n)`
+/// copies nothing n times, `table.move` moves n nils, and `table.insert(t, pos, v)` /
+/// `table.remove(t, pos)` shift up to a length a `__len` metamethod makes up. Each
+/// took minutes to centuries for one call, on a worker thread. Pages get versions
+/// that do the same in Lua, or in pieces between which the count hook runs. (LuaJIT's
+/// own are safe: its `rep` of an empty string does not loop, its table functions take
+/// the raw length and it has no `table.move`.)
+#[cfg(not(feature = "luajit"))]
+fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
+    lua.load(
+        r##"
+        local rep, move, insert, remove = string.rep, table.move, table.insert, table.remove
+        local type, rawlen, select, error, tointeger = type, rawlen, select, error, math.tointeger
+        local maxinteger = math.maxinteger
+        local CHUNK = 4096
+
+        string.rep = function(s, n, sep)
+          if s == "" and (sep == nil or sep == "") and tointeger(n) then
+            return ""
+          end
+          return rep(s, n, sep)
+        end
+
+        -- A range too long for one call (the arguments are valid, as `move`'s own
+        -- checks say) is moved in pieces, in the order `move` would have used.
+        table.move = function(a1, f, e, t, a2)
+          local fi, ei, ti = tointeger(f), tointeger(e), tointeger(t)
+          if not (fi and ei and ti) or ei < fi or not (fi > 0 or ei < maxinteger + fi)
+              or ei - fi < CHUNK then
+            return move(a1, f, e, t, a2)
+          end
+          local n = ei - fi + 1
+          if ti > maxinteger - n + 1 then return move(a1, f, e, t, a2) end
+          local dst = a2 == nil and a1 or a2
+          if ti > ei or ti <= fi or dst ~= a1 then
+            local lo = fi
+            while lo <= ei do
+              local hi = lo + CHUNK - 1
+              if hi > ei then hi = ei end
+              move(a1, lo, hi, ti + (lo - fi), dst)
+              lo = hi + 1
+            end
+          else
+            local hi = ei
+            while hi >= fi do
+              local lo = hi - CHUNK + 1
+              if lo < fi then lo = fi end
+              move(a1, lo, hi, ti + (lo - fi), dst)
+              hi = lo - 1
+            end
+          end
+          return dst
+        end
+
+        -- The length of `t` when a `__len` makes it up (`nil` otherwise: the table's
+        -- own length, which its memory bounds).
+        local function made_up_len(t)
+          if type(t) ~= "table" then return nil end
+          local n = #t
+          if tointeger(n) == nil or n == rawlen(t) then return nil end
+          return n
+        end
+
+        table.insert = function(t, ...)
+          local n = select("#", ...) == 2 and made_up_len(t)
+          if not n then return insert(t, ...) end
+          local pos, v = ...
+          local p = tointeger(pos)
+          if p == nil or p < 1 or p > n + 1 then return insert(t, ...) end
+          for i = n + 1, p + 1, -1 do t[i] = t[i - 1] end
+          t[p] = v
+        end
+
+        table.remove = function(t, ...)
+          local n = made_up_len(t)
+          if not n then return remove(t, ...) end
+          local p = n
+          if select("#", ...) > 0 then p = tointeger((...)) end
+          if p == nil or (p ~= n and (p < 1 or p > n + 1)) then return remove(t, ...) end
+          local v = t[p]
+          for i = p, n - 1 do t[i] = t[i + 1] end
+          t[p < n and n or p] = nil
+          return v
+        end
+        "##,
+    )
+    .set_name("=leda-http sandbox")
+    .exec()
 }
 
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,

@@ -589,6 +589,7 @@ fn gmatch(
 fn gsub(
     lua: &Lua,
     deadline: &Deadline,
+    memory: usize,
     (s, p, repl, max): (mlua::String, mlua::String, Value, Option<i64>),
 ) -> mlua::Result<(mlua::String, mlua::Integer)> {
     if !matches!(
@@ -625,6 +626,9 @@ fn gsub(
             Some(e) if cfg!(feature = "luajit") || Some(e) != last => {
                 n += 1;
                 replace(lua, &m, at, e, &repl, &mut out)?;
+                if memory > 0 && out.len() > memory.saturating_sub(lua.used_memory()) {
+                    return Err(mlua::Error::MemoryError("not enough memory".into()));
+                }
                 Some(e)
             }
             _ => None,
@@ -717,7 +721,18 @@ fn replace(
 
 /// Replaces `find`, `match`, `gmatch` and `gsub` in `string` with the versions above,
 /// stopped past `deadline`.
-pub(super) fn install(lua: &Lua, string: &Table, deadline: &Deadline) -> mlua::Result<()> {
+///
+/// `memory` is the state's memory limit (0: none): `gsub` builds its result outside
+/// the state, and fails as Lua would ("not enough memory") once that result could
+/// not fit in what the state has left, so that a page cannot use the process'
+/// memory through it (ten thousand 10 KB replacements of a 100 KB string were a
+/// gigabyte).
+pub(super) fn install(
+    lua: &Lua,
+    string: &Table,
+    deadline: &Deadline,
+    memory: usize,
+) -> mlua::Result<()> {
     let d = deadline.clone();
     string.set(
         "find",
@@ -736,7 +751,7 @@ pub(super) fn install(lua: &Lua, string: &Table, deadline: &Deadline) -> mlua::R
     let d = deadline.clone();
     string.set(
         "gsub",
-        lua.create_function(move |lua, args| gsub(lua, &d, args))?,
+        lua.create_function(move |lua, args| gsub(lua, &d, memory, args))?,
     )?;
     Ok(())
 }

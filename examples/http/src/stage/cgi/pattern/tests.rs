@@ -18,7 +18,7 @@ fn both() -> Both {
     let theirs: Table = lua.globals().get("string").expect("string");
     let ours = lua.create_table().expect("table");
     let deadline = Deadline::default();
-    install(&lua, &ours, &deadline).expect("install");
+    install(&lua, &ours, &deadline, 0).expect("install");
     Both {
         lua,
         ours,
