@@ -49,6 +49,10 @@ struct FilterArgs {
     /// JPEG quality of the outputs (1-100).
     #[arg(long, default_value_t = Params::default().quality, value_parser = clap::value_parser!(u8).range(1..=100))]
     quality: u8,
+    /// Inputs with more pixels than this fail (decompression bombs; memory per image
+    /// in flight is about 7 bytes per pixel).
+    #[arg(long, default_value_t = Params::default().max_pixels, value_parser = clap::value_parser!(u64).range(1..))]
+    max_pixels: u64,
 }
 
 impl FilterArgs {
@@ -62,6 +66,7 @@ impl FilterArgs {
             threshold: self.threshold,
             clip: self.clip,
             quality: self.quality,
+            max_pixels: self.max_pixels,
         })
     }
 }

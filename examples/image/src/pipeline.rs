@@ -142,7 +142,7 @@ pub fn build(
 ) -> (Graph, Stages) {
     let s = Stages {
         source: stages::source().attr("window", window),
-        decode: stages::decode(),
+        decode: stages::decode().attr("max_pixels", params.max_pixels),
         denoise: stages::denoise().attr("threshold", params.threshold),
         color: stages::color().attr("clip", params.clip),
         scale: stages::scale(),

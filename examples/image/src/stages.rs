@@ -105,6 +105,7 @@ pub fn params_of(a: &Attrs) -> Result<Params, BoxError> {
         threshold: number_attr(a, "threshold", f64::from(d.threshold), 0.0, 255.0)? as u8,
         clip: number_attr(a, "clip", d.clip, 0.0, 0.49)?,
         quality: number_attr(a, "quality", f64::from(d.quality), 1.0, 100.0)? as u8,
+        max_pixels: number_attr(a, "max_pixels", d.max_pixels as f64, 1.0, 1e15)? as u64,
     })
 }
 
@@ -197,26 +198,32 @@ pub fn list_files(dir: &Path) -> Result<Vec<PathBuf>, ImageError> {
     Ok(files)
 }
 
-/// `decode`: reads a JPEG file and sends its pixels.
+/// `decode`: reads a JPEG file and sends its pixels (attribute `max_pixels`: larger
+/// images fail, see [`steps::MAX_PIXELS`]).
 pub fn decode() -> Stage {
-    Stage::new("decode", |ev: Event, ctx: &mut Ctx| {
-        let path = PathBuf::from(ev.get::<String>(0)?);
-        let name = steps::image_name(&path);
-        match steps::read_decode(&path) {
-            Ok(img) => {
-                let msg = ImageMsg {
-                    name,
-                    variant: Variant::Full,
-                    width: img.width,
-                    height: img.height,
-                    pixels: Bytes::from(img.pixels),
-                };
-                ctx.send_or_wait("image", msg.into_event())?;
-                Ok(())
+    Stage::stateful(
+        "decode",
+        params_of,
+        |p: &mut Params, ev: Event, ctx: &mut Ctx| {
+            let path = PathBuf::from(ev.get::<String>(0)?);
+            let name = steps::image_name(&path);
+            match steps::read_decode(&path, p.max_pixels) {
+                Ok(img) => {
+                    let msg = ImageMsg {
+                        name,
+                        variant: Variant::Full,
+                        width: img.width,
+                        height: img.height,
+                        pixels: Bytes::from(img.pixels),
+                    };
+                    ctx.send_or_wait("image", msg.into_event())?;
+                    Ok(())
+                }
+                Err(e) => failed(ctx, &name, "decode", e),
             }
-            Err(e) => failed(ctx, &name, "decode", e),
-        }
-    })
+        },
+    )
+    .bind(check_params)
     .kind(kinds::DECODE)
 }
 

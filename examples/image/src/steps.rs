@@ -17,7 +17,15 @@ pub struct Params {
     pub clip: f64,
     /// JPEG quality of the outputs.
     pub quality: u8,
+    /// Decode: the most pixels an input may have (see [`MAX_PIXELS`]).
+    pub max_pixels: u64,
 }
+
+/// The default of [`Params::max_pixels`]: about 90 million (Pillow's threshold for a
+/// decompression bomb, ~9,500 × 9,500). An image in flight takes about 7 bytes per
+/// pixel at its peak (decoded, denoised, half-size copy), so the memory of a run is
+/// bounded by its window (images in flight) times 7 × this, ~630 MB per image.
+pub const MAX_PIXELS: u64 = 90_000_000;
 
 impl Default for Params {
     fn default() -> Self {
@@ -25,6 +33,7 @@ impl Default for Params {
             threshold: 40,
             clip: 0.005,
             quality: 85,
+            max_pixels: MAX_PIXELS,
         }
     }
 }
@@ -56,10 +65,10 @@ pub fn prepare_output(dir: &Path) -> Result<(), ImageError> {
     Ok(())
 }
 
-/// Reads and decodes one JPEG file.
-pub fn read_decode(path: &Path) -> Result<Rgb, ImageError> {
+/// Reads and decodes one JPEG file of at most `max_pixels` pixels.
+pub fn read_decode(path: &Path, max_pixels: u64) -> Result<Rgb, ImageError> {
     let bytes = std::fs::read(path).map_err(|e| ImageError::io("reading", path, e))?;
-    decode_jpeg(&bytes)
+    decode_jpeg(&bytes, max_pixels)
 }
 
 /// The selective median of `src` into a new buffer.
@@ -83,7 +92,7 @@ pub fn process_file(path: &Path, out: &Path, p: &Params) -> Result<u64, ImageErr
         width,
         height,
         pixels,
-    } = read_decode(path)?;
+    } = read_decode(path, p.max_pixels)?;
     let mut px = denoised(&pixels, width, height, p.threshold)?;
     drop(pixels);
     filters::stretch(&mut px, p.clip);

@@ -64,7 +64,8 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn dims(path: &Path) -> (u32, u32) {
-    let img = decode_jpeg(&std::fs::read(path).expect("output file")).expect("output decodes");
+    let img =
+        decode_jpeg(&std::fs::read(path).expect("output file"), u64::MAX).expect("output decodes");
     (img.width, img.height)
 }
 
