@@ -282,7 +282,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
         };
         let config = config.clone();
         let tx = tx.clone();
-        slots.spawn(&addr.to_string(), move |slot| async move {
+        slots.spawn(addr, move |slot| async move {
             let peer = addr.to_string();
             let _ = tcp.set_nodelay(true);
             let tls = async {

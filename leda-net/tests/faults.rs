@@ -224,6 +224,55 @@ fn silent_connections_do_not_lock_out_a_peer_with_the_secret() {
     drop(silent);
 }
 
+/// A flood of connections from one address drops its own handshakes, not the slower
+/// one of a peer elsewhere (review finding: the oldest of all was dropped, so a peer
+/// whose handshake spans a round trip lost it to every 64 connections that came
+/// meanwhile; from 50 ms away, 45 % of them).
+#[test]
+fn a_flood_from_one_address_does_not_drop_a_handshake_from_another() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let flood_live = Arc::new(AtomicUsize::new(0));
+    let (done, seen) = (finished.clone(), flood_live.clone());
+    rt.block_on(async move {
+        let slots = leda_net::handshake::Slots::new(8);
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        slots.spawn(([10, 0, 0, 1], 4000).into(), move |slot| async move {
+            let _ = go_rx.await;
+            if slot.release() {
+                done.store(true, SeqCst);
+            }
+        });
+        for port in 0..200u16 {
+            let live = seen.clone();
+            slots.spawn(([10, 0, 0, 2], port).into(), move |slot| async move {
+                live.fetch_add(1, SeqCst);
+                // A silent connection: it holds its slot until dropped.
+                let _slot = slot;
+                std::future::pending::<()>().await;
+            });
+            tokio::task::yield_now().await;
+        }
+        // The flood holds at most the other seven places.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = go_tx.send(());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    });
+    assert!(
+        flood_live.load(SeqCst) == 200,
+        "every flood connection got a task"
+    );
+    assert!(
+        finished.load(SeqCst),
+        "the other address' handshake was dropped"
+    );
+}
+
 /// A handshake chosen to make room for a newer connection, but finishing before its
 /// abort lands, must not go on as authenticated (review finding: `Slots` popped it under
 /// the lock and aborted it after, so a task past its handshake could be cancelled
@@ -243,7 +292,7 @@ fn a_handshake_dropped_for_a_newer_one_does_not_go_on() {
     rt.block_on(async move {
         let slots = leda_net::handshake::Slots::new(1);
         let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-        slots.spawn("a", move |slot| async move {
+        slots.spawn(([127, 0, 0, 1], 1).into(), move |slot| async move {
             let _ = go_rx.await;
             if slot.release() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -255,7 +304,7 @@ fn a_handshake_dropped_for_a_newer_one_does_not_go_on() {
         // The second connection takes the only place while the first finishes its
         // handshake: `f` runs under the slots' lock, so the first's release waits for
         // the choice, then learns of it.
-        slots.spawn("b", move |slot| {
+        slots.spawn(([127, 0, 0, 1], 2).into(), move |slot| {
             let _ = go_tx.send(());
             std::thread::sleep(Duration::from_millis(200));
             async move { drop(slot) }

@@ -631,12 +631,12 @@ impl Net {
                     continue;
                 }
             };
-            // Handshakes in progress are bounded apart from sessions, the oldest dropped
-            // for a new one: silent connections cannot keep clients out.
+            // Handshakes in progress are bounded apart from sessions, one dropped for a
+            // new one (see `Slots`): silent connections cannot keep clients out.
             let _ = tcp.set_nodelay(true);
             let net = self.clone();
             let ctx = ctx.clone();
-            handshakes.spawn(&peer.to_string(), move |slot| async move {
+            handshakes.spawn(peer, move |slot| async move {
                 if let Err(e) = net.session(tcp, peer.to_string(), slot, ctx).await {
                     tracing::info!(%peer, error = %e, "gate: client session ended");
                 }
