@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -101,6 +102,27 @@ pub struct Cgi {
     /// `make_require(views)`: the `require` of a page, handing out `views` (its
     /// read-only views of the libraries, by name).
     make_require: Function,
+    /// Bytes of this instance's page bodies not yet sent ([`Cgi::admit`]).
+    unsent: Arc<AtomicUsize>,
+}
+
+/// A page body counted in its instance's `unsent` bytes until dropped (sent, or
+/// its connection gone).
+struct Unsent {
+    body: Bytes,
+    unsent: Arc<AtomicUsize>,
+}
+
+impl AsRef<[u8]> for Unsent {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        self.unsent.fetch_sub(self.body.len(), Ordering::Relaxed);
+    }
 }
 
 /// What a page returned.
@@ -348,6 +370,7 @@ impl Cgi {
             readonly,
             make_load,
             make_require,
+            unsent: Arc::default(),
         })
     }
 
@@ -369,6 +392,27 @@ impl Cgi {
         self.patterns.disarm();
         self.reclaim();
         result.map_err(|e| first_line(&e.to_string(), &shown))
+    }
+
+    /// `body`, counted among this instance's unsent bodies until dropped; `None` when
+    /// those already hold `cgi_memory` bytes with it (a page alone always goes; no
+    /// bound when `cgi_memory` is 0). A
+    /// client that does not read holds its page's body for up to `send_timeout`: without
+    /// this bound, 16 such clients held 1.9 GB of 100 MB pages, and it grew with the
+    /// connections (review finding, 2026-11-27). Each instance's state holds up to
+    /// `cgi_memory` too, so pages cost at most twice that per instance.
+    pub fn admit(&self, body: Bytes) -> Option<Bytes> {
+        let len = body.len();
+        let before = self.unsent.fetch_add(len, Ordering::Relaxed);
+        let limit = self.cfg.cgi_memory;
+        if limit > 0 && before > 0 && before + len > limit {
+            self.unsent.fetch_sub(len, Ordering::Relaxed);
+            return None;
+        }
+        Some(Bytes::from_owner(Unsent {
+            body,
+            unsent: self.unsent.clone(),
+        }))
     }
 
     /// Collects at once when the state holds more than half its `cgi_memory`: LuaJIT
@@ -666,17 +710,27 @@ pub fn stage() -> Stage {
                     .collect(),
             };
             let (head, body, keep_alive) = match cgi.run(Path::new(&script), &req) {
-                Ok(page) => {
-                    let head = response::head(
-                        Status::OK,
-                        Some(&page.content_type),
-                        page.body.len() as u64,
-                        None,
-                        keep_alive,
-                        &[("Cache-Control", "no-store")],
-                    );
-                    (head, page.body, keep_alive)
-                }
+                Ok(page) => match cgi.admit(page.body) {
+                    Some(body) => {
+                        let head = response::head(
+                            Status::OK,
+                            Some(&page.content_type),
+                            body.len() as u64,
+                            None,
+                            keep_alive,
+                            &[("Cache-Control", "no-store")],
+                        );
+                        (head, body, keep_alive)
+                    }
+                    None => {
+                        tracing::warn!(
+                            target: "leda_http::cgi",
+                            "{script}: 503, earlier pages not yet sent hold cgi_memory"
+                        );
+                        let (head, body) = response::error(&HttpError::Unavailable, keep_alive);
+                        (head, body, keep_alive)
+                    }
+                },
                 Err(msg) => {
                     tracing::error!(target: "leda_http::cgi", "script error: {msg}");
                     let (head, body) = response::error(&HttpError::Internal, keep_alive);
