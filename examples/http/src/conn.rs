@@ -268,11 +268,19 @@ impl Conn {
     }
 
     /// Closes gracefully: shuts the write side, then drains what the client still sends
-    /// (briefly), so that a reset does not destroy the response in flight.
+    /// (briefly), so that a reset does not destroy the response in flight. Up to 2 s for
+    /// an admitted connection; 200 ms for one refused at the limit, whose descriptor
+    /// no slot counts (a flood of refused connections that never closed lingered 2 s
+    /// each, and drained at `maxpar` per 2 s: review finding, 2026-11-27).
     pub async fn linger_close(mut self) {
         let _ = self.stream.shutdown().await;
         let mut scratch = [0u8; 4096];
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let patience = if self._slot.is_some() {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_millis(200)
+        };
+        let deadline = Instant::now() + patience;
         let mut drained = 0usize;
         while drained < 1 << 20 {
             match timeout_at(deadline, self.stream.read(&mut scratch)).await {

@@ -810,6 +810,16 @@ fn connection_limit_answers_503() {
     let r = c.read_response(false).expect("503");
     assert_eq!(r.status, 503);
     assert!(c.closed());
+    // A refused client that does not close is let go after a short linger, not the
+    // 2 s an admitted one gets: what it writes is reset within a second.
+    let t = std::time::Instant::now();
+    let mut reset = false;
+    while t.elapsed() < Duration::from_secs(5) && !reset {
+        std::thread::sleep(Duration::from_millis(20));
+        reset = c.stream.write_all(b"x").is_err();
+    }
+    assert!(reset, "the refused connection is still open after 5 s");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     // Once one leaves, a new client gets in.
     drop(a.get("/index.html", "Connection: close\r\n"));
     assert!(a.closed());
