@@ -193,6 +193,72 @@ fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
     assert_eq!(good_run(&b), 10);
 }
 
+/// A daemon frozen (SIGSTOP) for a little less than the silence bound, on links that
+/// carry only heartbeats, may be taken for lost by its peers (it was silent for about
+/// the bound), but once thawed it must not take a live peer for lost: whoever ends the
+/// run names the frozen one (review finding: woken, its watch counted its own stop as
+/// its peers' silence before its readers had read what waited, so it ended the run and
+/// named a live process; seen under load, where the readers were slow to run). Two
+/// such stops.
+#[test]
+fn a_thawed_process_does_not_take_a_live_peer_for_lost() {
+    let mut a = long_lived();
+    let mut b = long_lived();
+    let (gen_a, gen_b) = (stages::generator("gen_a"), stages::generator("gen_b"));
+    let (sleep_a, sleep_b) = (
+        stages::slow("slow_a").attr("ms", 7_500),
+        stages::slow("slow_b").attr("ms", 7_500),
+    );
+    let mut g = Graph::new("frozen");
+    g.connect(&gen_a, 1, &sleep_a);
+    g.connect(&gen_b, 1, &sleep_b);
+    g.part([
+        Cluster::of([&gen_a, &gen_b]),
+        Cluster::of([&sleep_a]),
+        Cluster::of([&sleep_b]),
+    ])
+    .unwrap()
+    .map([ME, &a.addr, &b.addr])
+    .unwrap();
+    gen_a.push((1, 0, false));
+    gen_b.push((1, 0, false));
+    let d = Liveness::default();
+    let l = Launcher::new(ME)
+        .liveness(d)
+        .until_idle()
+        .start(&g, Run::default().threads(2))
+        .expect("start");
+    assert!(
+        eventually(Duration::from_secs(20), || l.transport().delivered >= 2),
+        "both events reached their sleeping stages"
+    );
+    for _ in 0..2 {
+        signal(b.pid(), "-STOP");
+        std::thread::sleep(d.silence - d.heartbeat / 4);
+        signal(b.pid(), "-CONT");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    match l.wait() {
+        Ok(report) => assert!(report.lost.is_empty(), "{:?}", report.lost),
+        Err(err) => {
+            let NetError::ProcessLost { lost, .. } = &err else {
+                panic!("{err}")
+            };
+            assert_eq!(lost.process, b.addr, "the frozen one is named: {err}");
+        }
+    }
+    let frozen = b.addr.clone();
+    for (name, node) in [("a", &mut a), ("b", &mut b)] {
+        let (_, _, lost) = daemon_report(node);
+        for line in lost {
+            assert!(
+                line.contains(&frozen),
+                "{name} took a live peer for lost: {line}"
+            );
+        }
+    }
+}
+
 /// Round trips through stages declared nonblocking, whose arrivals the reading threads
 /// handle themselves (the echo in the daemon, the recorder here): a daemon killed (-9)
 /// or frozen (SIGSTOP) mid-run is noticed within the same bounds as on the pool, and
