@@ -587,3 +587,32 @@ async fn mesh(
         })
     }
 }
+
+/// Makes the process `cmd` starts end (SIGKILL) when the thread that starts it ends,
+/// whatever the way: for daemons a launcher starts for one run (`--once`), which wait
+/// for a deployment that a launcher killed before deploying never sends (review
+/// finding, 2026-11-27: such daemons outlived their launcher for good). Linux's
+/// `PR_SET_PDEATHSIG` follows the starting *thread*: start them from a thread that
+/// lives as long as they should. A no-op elsewhere.
+pub fn end_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the child between fork and exec and calls only
+        // async-signal-safe functions (prctl, getppid, raise).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have gone before the call above took effect.
+                if libc::getppid() != parent {
+                    libc::raise(libc::SIGKILL);
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd
+}

@@ -202,7 +202,7 @@ impl DaemonChild {
             exe: exe.to_owned(),
             reason,
         };
-        let mut child = Command::new(exe)
+        let mut child = leda_net::daemon::end_with_parent(&mut Command::new(exe))
             .args(["daemon", "--once", "--listen", "127.0.0.1:0", "--threads"])
             .arg(threads.to_string())
             // The daemons' "lost the launcher" warning at the end of every run is

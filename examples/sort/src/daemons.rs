@@ -23,7 +23,7 @@ impl DaemonChild {
     /// Starts `exe daemon --listen 127.0.0.1:0 --once EXTRA...` (it exits after one
     /// run) and waits for its address.
     pub fn spawn(exe: &Path, extra: &[&str]) -> std::io::Result<DaemonChild> {
-        let mut child = Command::new(exe)
+        let mut child = leda_net::daemon::end_with_parent(&mut Command::new(exe))
             .args(["daemon", "--listen", "127.0.0.1:0", "--once"])
             .args(extra)
             .stdin(Stdio::null())

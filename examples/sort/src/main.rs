@@ -218,7 +218,10 @@ fn daemon(
     let daemon = Daemon::bind(config, stages::registry())?;
     leda_core::cli::announce_listening(daemon.local_addr())?;
     daemon.serve(|report| {
-        println!(
+        // Not `println!`: its panic on a closed stdout (the launcher that started this
+        // daemon, killed) ended a daemon that could have served on (review finding).
+        let _ = writeln!(
+            std::io::stdout(),
             "ENDED {:?} received={} sent={} failed={} discarded={}",
             report.run.reason,
             report.transport.accepted,
@@ -261,10 +264,13 @@ fn run(
         .run(&g, opts)
         .context("running the distributed sort")?;
     progress.finish();
-    let quit = report
-        .run
-        .quit
-        .context("the run ended without the reducer's result")?;
+    let lost: String = report.lost.iter().map(|l| format!("; {l}")).collect();
+    let Some(quit) = report.run.quit.filter(|q| !q.is_empty()) else {
+        bail!("the run ended without the reducer's result{lost}");
+    };
+    if quit.get::<&str>(0).ok() == Some(stages::FAILED) {
+        bail!("the sort cannot finish: {}{lost}", quit.get::<&str>(1)?);
+    }
     let secs: f64 = quit.get(0)?;
     let ok: bool = quit.get(1)?;
     println!("leda {length} {np} {part} {secs:.6}");

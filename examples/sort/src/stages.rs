@@ -45,14 +45,20 @@ struct Scatter {
     t0: f64,
     /// Sort stages whose process was lost (by port, 1-based).
     lost: Vec<bool>,
+    /// The parts sent to each sort stage (by port), its own and any sent again to it.
+    holds: Vec<Vec<usize>>,
 }
+
+/// The quit value of a sort that cannot finish: `("failed", why)`.
+pub const FAILED: &str = "failed";
 
 /// Scatter (Listing B.4): on its start event, builds the `length`-double input, starts
 /// the clock and sends part `k` on port `k + 1`, for `k` in `0..np` (attributes `np`,
 /// `length`). Told that the process of cluster `c` (stage `sort{c}`) was lost — the run
-/// goes on (`OnProcessLoss::Continue`) and names this stage to notify — it sends part
-/// `c - 1` again to the next sort stage whose process lives: what the lost process had
-/// queued or was sorting died with it.
+/// goes on (`OnProcessLoss::Continue`) and names this stage to notify — it sends every
+/// part it had sent to that stage (its own, and any sent again to it) to the next sort
+/// stage whose process lives: what the lost process had queued or was sorting died
+/// with it. With none left, it ends the run with `("failed", why)`.
 pub fn scatter() -> Stage {
     Stage::stateful(
         SCATTER,
@@ -65,31 +71,23 @@ pub fn scatter() -> Stage {
                 parts: Vec::new(),
                 t0: 0.0,
                 lost: vec![false; np + 1],
+                holds: vec![Vec::new(); np + 1],
             })
         },
         |st: &mut Scatter, ev: Event, ctx: &mut Ctx| {
             if ev.get::<&str>(0)? == "process_lost" {
                 let cluster: i64 = ev.get(2)?;
-                let Some(k) = usize::try_from(cluster - 1).ok().filter(|&k| k < st.np) else {
+                let Some(port) = usize::try_from(cluster)
+                    .ok()
+                    .filter(|&c| (1..=st.np).contains(&c))
+                else {
                     return Ok(());
                 };
-                st.lost[k + 1] = true;
-                // The next sort stage whose process lives takes the part.
-                for p in (1..=st.np).map(|i| (k + i) % st.np + 1) {
-                    if st.lost[p] {
-                        continue;
-                    }
-                    let part = st.parts[k].clone();
-                    match ctx.send_or_wait(p, (part, st.t0, k as i64)) {
-                        Ok(()) => {
-                            tracing::warn!(part = k, to = p, "sending a lost part again");
-                            return Ok(());
-                        }
-                        Err(SendError::Unreachable { .. }) => st.lost[p] = true,
-                        Err(e) => return Err(e.into()),
-                    }
+                st.lost[port] = true;
+                for k in std::mem::take(&mut st.holds[port]) {
+                    st.send_again(k, ctx)?;
                 }
-                return Err(format!("no sort process left for part {k}").into());
+                return Ok(());
             }
             // Initialisation: outside the timing window.
             st.parts = (0..st.np)
@@ -98,12 +96,39 @@ pub fn scatter() -> Stage {
             st.t0 = ctx.gettime();
             for (k, part) in st.parts.iter().enumerate() {
                 ctx.send_or_wait(k + 1, (part.clone(), st.t0, k as i64))?;
+                st.holds[k + 1].push(k);
             }
             Ok(())
         },
     )
     .serial()
     .kind(SCATTER)
+}
+
+impl Scatter {
+    /// Sends part `k` to the next sort stage after its own whose process lives; with
+    /// none left, ends the run as failed.
+    fn send_again(&mut self, k: usize, ctx: &mut Ctx) -> HandlerResult {
+        let Some(part) = self.parts.get(k).cloned() else {
+            return Ok(()); // (a loss told before the start: nothing was sent)
+        };
+        for p in (1..=self.np).map(|i| (k + i) % self.np + 1) {
+            if self.lost[p] {
+                continue;
+            }
+            match ctx.send_or_wait(p, (part.clone(), self.t0, k as i64)) {
+                Ok(()) => {
+                    tracing::warn!(part = k, to = p, "sending a lost part again");
+                    self.holds[p].push(k);
+                    return Ok(());
+                }
+                Err(SendError::Unreachable { .. }) => self.lost[p] = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ctx.quit((FAILED, format!("no sort process left for part {k}")));
+        Ok(())
+    }
 }
 
 /// Sort (Listing B.4's "Executa operacao"): sorts the part with Listing B.2 (attribute

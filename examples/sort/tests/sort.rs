@@ -169,3 +169,142 @@ fn a_killed_sort_daemon_ends_the_run_or_its_part_moves() {
         }
     }
 }
+
+/// Runs `leda-sort ARGS` and returns its output, failing the test if it has not ended
+/// within `limit` (it is killed then).
+fn run_within(args: &[&str], limit: Duration) -> std::process::Output {
+    let child = Command::new(EXE)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("launcher");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.expect("launcher output"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("leda-sort {args:?} still running after {limit:?}");
+        }
+    }
+}
+
+/// `--on-loss continue` with two of three sort daemons killed at once: every part,
+/// also one already moved to a process that then died, ends on the survivor, and the
+/// output is whole; with no sort daemon left the run ends with an error naming the
+/// lost one (review finding: both cases hung for ever, the second with a scatter that
+/// failed on "no sort process left" and never ended the run).
+#[test]
+fn continue_moves_every_part_of_the_dead_or_ends_when_none_is_left() {
+    let dir = scratch("continue-two");
+    let out = dir.join("sorted.txt");
+    let daemons: Vec<DaemonChild> =
+        spawn_many(EXE.as_ref(), 3, &["--threads", "1"]).expect("daemons");
+    let procs = daemons
+        .iter()
+        .map(|d| d.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let killer = {
+        let pids: Vec<u32> = daemons[..2].iter().map(DaemonChild::pid).collect();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            for pid in pids {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        })
+    };
+    let o = run_within(
+        &[
+            "run",
+            "--np",
+            "3",
+            "--length",
+            "60000",
+            "--threads",
+            "2",
+            "--on-loss",
+            "continue",
+            "--daemons",
+            &procs,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    killer.join().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let want: Vec<f64> = (1..=60000).map(f64::from).collect();
+    assert_eq!(read_numbers(&out), want, "sorted and complete");
+
+    let daemons: Vec<DaemonChild> =
+        spawn_many(EXE.as_ref(), 1, &["--threads", "1"]).expect("daemon");
+    let d = &daemons[0];
+    let addr = d.addr.clone();
+    let pid = d.pid();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    let o = run_within(
+        &[
+            "run",
+            "--np",
+            "1",
+            "--length",
+            "60000",
+            "--threads",
+            "2",
+            "--on-loss",
+            "continue",
+            "--daemons",
+            &addr,
+        ],
+        Duration::from_secs(60),
+    );
+    killer.join().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("no sort process left"), "{err}");
+    assert!(
+        err.contains(&format!("process {addr}")),
+        "names the lost one: {err}"
+    );
+}
+
+/// A daemon started for one run ends with the thread that started it, however that
+/// ends (review finding: a launcher killed before deploying left its `--once` daemons
+/// waiting for ever).
+#[test]
+fn spawned_daemons_end_with_their_launcher() {
+    let pid = std::thread::spawn(|| {
+        let mut d = spawn_many(EXE.as_ref(), 1, &[]).expect("daemon");
+        let pid = d[0].pid();
+        // No drop (which kills it): as if this launcher were killed.
+        std::mem::forget(d.pop());
+        pid
+    })
+    .join()
+    .unwrap();
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim().chars().next()))
+            .flatten()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !matches!(state(), None | Some('Z')) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "daemon {pid} still running: {:?}",
+            state()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // (Reaped by nobody but this process: a zombie until it exits.)
+}
