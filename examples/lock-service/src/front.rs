@@ -74,7 +74,63 @@ enum St {
 #[derive(Debug)]
 struct Resource {
     st: St,
-    queue: VecDeque<(i64, bool)>,
+    queue: Waiting<bool>,
+}
+
+/// Requests waiting for a lock, in arrival order, by request id (unique), with what
+/// each asks. Withdrawing one takes constant time: a review found a client that queued
+/// ~700,000 requests behind a holder and closed its sessions froze the node for 28 s,
+/// each cancel scanning the queue. A withdrawn entry is only forgotten; it is skipped
+/// when it comes up, and the queue is compacted once most of it is such entries.
+#[derive(Debug)]
+struct Waiting<T> {
+    queue: VecDeque<(i64, T)>,
+    live: std::collections::HashSet<i64>,
+}
+
+impl<T> Default for Waiting<T> {
+    fn default() -> Self {
+        Waiting {
+            queue: VecDeque::new(),
+            live: Default::default(),
+        }
+    }
+}
+
+impl<T> Waiting<T> {
+    fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// Queues request `id`; `false` (nothing queued) if one with that id waits already.
+    fn push_back(&mut self, id: i64, what: T) -> bool {
+        let new = self.live.insert(id);
+        if new {
+            self.queue.push_back((id, what));
+        }
+        new
+    }
+
+    fn pop_front(&mut self) -> Option<(i64, T)> {
+        while let Some((id, what)) = self.queue.pop_front() {
+            if self.live.remove(&id) {
+                return Some((id, what));
+            }
+        }
+        None
+    }
+
+    /// Withdraws request `id`; `false` if it was not waiting.
+    fn remove(&mut self, id: i64) -> bool {
+        if !self.live.remove(&id) {
+            return false;
+        }
+        if self.queue.len() > 64 && self.queue.len() > 2 * self.live.len() {
+            let live = &self.live;
+            self.queue.retain(|(q, _)| live.contains(q));
+        }
+        true
+    }
 }
 
 /// Where the node's one multi-resource request stands.
@@ -99,7 +155,7 @@ enum MultiSt {
 struct MultiLocks {
     space: NamedSpace,
     st: MultiSt,
-    queue: VecDeque<(i64, MultiRequest, bool)>,
+    queue: Waiting<(MultiRequest, bool)>,
 }
 
 /// The front's state: one entry per configured resource, and the multi-resource locks.
@@ -120,7 +176,7 @@ impl Front {
                         r.clone(),
                         Resource {
                             st: St::Idle,
-                            queue: VecDeque::new(),
+                            queue: Waiting::default(),
                         },
                     )
                 })
@@ -144,7 +200,7 @@ impl Front {
         front.multi = multi.map(|space| MultiLocks {
             space,
             st: MultiSt::Idle,
-            queue: VecDeque::new(),
+            queue: Waiting::default(),
         });
         Ok(front)
     }
@@ -226,7 +282,10 @@ impl Front {
                 if try_only && (res.st != St::Idle || !res.queue.is_empty()) {
                     return Self::reply(ctx, ("would-block", id, name.as_str()).into());
                 }
-                res.queue.push_back((id, try_only));
+                if !res.queue.push_back(id, try_only) {
+                    let why = "a request with this id is already waiting";
+                    return Self::reply(ctx, ("error", id, name.as_str(), why).into());
+                }
                 Self::issue(res, &name, ctx)
             }
             "release" => match res.st {
@@ -241,8 +300,7 @@ impl Front {
                 ),
             },
             "cancel" => {
-                if let Some(pos) = res.queue.iter().position(|&(q, _)| q == id) {
-                    res.queue.remove(pos);
+                if res.queue.remove(id) {
                     return Self::reply(ctx, ("cancelled", id, name.as_str()).into());
                 }
                 match res.st {
@@ -299,7 +357,7 @@ impl Front {
         if m.st != MultiSt::Idle {
             return Ok(());
         }
-        if let Some((id, req, try_only)) = m.queue.pop_front() {
+        if let Some((id, (req, try_only))) = m.queue.pop_front() {
             m.st = MultiSt::Requested { id, try_only };
             ctx.send(
                 "multi",
@@ -353,7 +411,10 @@ impl Front {
                         Self::reply(ctx, ("would-block-all", id).into())
                     }
                     Ok(req) => {
-                        m.queue.push_back((id, req, try_only));
+                        if !m.queue.push_back(id, (req, try_only)) {
+                            let why = "a request with this id is already waiting";
+                            return Self::reply(ctx, ("error-all", id, why).into());
+                        }
                         Self::issue_multi(m, ctx)
                     }
                     Err(e) => Self::invalid(ctx, id, &e),
@@ -368,8 +429,7 @@ impl Front {
                 _ => Self::reply(ctx, ("error-all", id, "release without holding").into()),
             },
             "cancel_all" => {
-                if let Some(pos) = m.queue.iter().position(|(q, _, _)| *q == id) {
-                    m.queue.remove(pos);
+                if m.queue.remove(id) {
                     return Self::reply(ctx, ("cancelled-all", id).into());
                 }
                 match m.st {
@@ -490,4 +550,39 @@ pub fn front_stage_by_attrs(name: &str) -> Stage {
         |f: &mut Front, ev: Event, ctx: &mut Ctx| f.handle(ev, ctx),
     )
     .serial()
+}
+
+#[cfg(test)]
+mod waiting_tests {
+    use super::Waiting;
+
+    /// Order kept, withdrawn requests skipped, a duplicate id refused, and a queue of
+    /// mostly withdrawn entries compacted; withdrawing 100,000 of 200,000 waiting
+    /// requests one by one takes linear time (it was quadratic: a node froze for 28 s).
+    #[test]
+    fn withdrawing_is_constant_time_and_keeps_the_order() {
+        let mut w = Waiting::default();
+        for id in 0..200_000 {
+            assert!(w.push_back(id, id * 10));
+        }
+        assert!(!w.push_back(5, 0), "a duplicate id");
+        let t = std::time::Instant::now();
+        for id in (0..200_000).filter(|i| i % 2 == 1) {
+            assert!(w.remove(id));
+        }
+        assert!(!w.remove(1), "already withdrawn");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(w.pop_front(), Some((0, 0)));
+        assert_eq!(w.pop_front(), Some((2, 20)));
+        for id in (4..200_000).step_by(2) {
+            assert!(w.remove(id));
+        }
+        assert!(w.is_empty());
+        assert!(w.queue.len() <= 64, "compacted: {}", w.queue.len());
+        assert_eq!(w.pop_front(), None);
+    }
 }

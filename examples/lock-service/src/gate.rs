@@ -85,6 +85,12 @@ const REGISTER_TICK: Duration = Duration::from_millis(250);
 /// Fences carry the epoch in their bits from this one up.
 pub const EPOCH_SHIFT: u32 = 40;
 
+/// Why a grant is refused once a lock has had 2^32 grants in one epoch (its fences
+/// would run into the epoch's bits: a month of ~1,600 grants a second). A new epoch,
+/// that is the group started again, gives it fences again.
+const FENCES_EXHAUSTED: &str =
+    "this lock's fences are used up in this epoch: start the group again for a new one";
+
 /// What a gate needs from its own host: the bound listener, the client secret, the audit
 /// file. A daemon's registry supplies them, so nothing of it travels in the deployment.
 #[derive(Debug)]
@@ -440,6 +446,19 @@ impl Gate {
         let resp = match tag {
             "granted" => {
                 let raw: u64 = ev.get(3)?;
+                if raw >> EPOCH_SHIFT != 0 {
+                    // (See `settle`.)
+                    drop(st);
+                    ctx.send("front", ("cancel", id, ev.get::<String>(2)?.as_str()))?;
+                    let st = lock(&self.state);
+                    if let Some(s) = st.sessions.get(&sid) {
+                        s.send(Response::Error {
+                            req: Some(req),
+                            message: FENCES_EXHAUSTED.into(),
+                        });
+                    }
+                    return Ok(());
+                }
                 let fence = (epoch << EPOCH_SHIFT) | raw;
                 if let Some(h) = st.sessions.get_mut(&sid).and_then(|s| s.reqs.get_mut(&req)) {
                     h.fence = Some(fence);
@@ -491,6 +510,18 @@ fn settle(state: &Mutex<State>, id: i64, ctx: &mut Ctx) {
     };
     let sid = g.sid;
     g.phase = Phase::Held;
+    if g.raw >> EPOCH_SHIFT != 0 && g.then.is_none() {
+        // The lock's fences of this epoch are used up: granting would put the fence's
+        // high bits into the epoch's and hand out one smaller than earlier ones.
+        tracing::error!(lock = g.lock, "gate: {FENCES_EXHAUSTED}");
+        if let Some(s) = st.sessions.get(&sid) {
+            s.send(Response::Error {
+                req: Some(g.req),
+                message: FENCES_EXHAUSTED.into(),
+            });
+        }
+        g.then = Some("cancel");
+    }
     if g.then.is_some() {
         if let Err(e) = store_release(id, g, ctx) {
             // The lock is given back unreleased: its next holder waits out this lease.

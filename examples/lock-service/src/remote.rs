@@ -386,6 +386,15 @@ impl Hold {
             && Instant::now() < *lock(&self.inner.valid_until)
     }
 
+    /// How much longer the lease is known valid: until a TTL after the last answered
+    /// keep-alive was sent (zero once [`Hold::is_valid`] is `false`).
+    pub fn valid_for(&mut self) -> Duration {
+        if !self.is_valid() {
+            return Duration::ZERO;
+        }
+        lock(&self.inner.valid_until).saturating_duration_since(Instant::now())
+    }
+
     /// The node's time of the expiry (CLOCK_MONOTONIC ns), once it was reported.
     pub fn expired_at(&mut self) -> Option<u64> {
         self.poll_lost();

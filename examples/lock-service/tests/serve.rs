@@ -734,3 +734,73 @@ fn the_group_serves_on_after_node_0_is_killed() {
         who.release(h).unwrap();
     }
 }
+
+/// `lock-service lock`'s command never outlives the lease (review findings): when the
+/// node it holds the lock through stops answering, the command's whole process group
+/// (a child that ignores SIGTERM, and its own children) is gone before the next holder
+/// gets the lock — it got SIGTERM only once the lease was over, then 5 s, and its
+/// children nothing; and when the wrapper itself is killed (-9), its command dies with
+/// it, where it ran on beside the next holder.
+#[test]
+fn a_lock_command_never_outlives_its_lease() {
+    let s = Scratch::new("outlive");
+    let (nodes, addrs) = group(&s, 3, "quorum-grid");
+    let (pid, log) = (s.dir.join("pid"), s.dir.join("log"));
+    // A command that ignores SIGTERM, and a child of its own that writes a line every
+    // 20 ms while it runs.
+    let script = format!(
+        "trap '' TERM; echo $$ > {pid}; \
+         (while :; do echo x >> {log}; sleep 0.02; done) & wait",
+        pid = pid.display(),
+        log = log.display()
+    );
+    let mut p = lock_cmd(&s, &addrs[1], "1", &script);
+    wait_for(&pid);
+    signal(&nodes[1], libc::SIGSTOP);
+    let b = LockClient::connect(&addrs[0], s.opts("b", Duration::from_secs(10))).unwrap();
+    let hold = b.acquire("lock", Duration::from_secs(30)).unwrap();
+    let at_grant = std::fs::read_to_string(&log).unwrap().len();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = std::fs::read_to_string(&log).unwrap().len();
+    signal(&nodes[1], libc::SIGCONT);
+    assert_eq!(
+        at_grant, after,
+        "the command's child wrote after the next grant"
+    );
+    let status = p.0.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("lost the lock") || err.contains("running out"),
+        "{err}"
+    );
+    b.release(hold).unwrap();
+
+    // The wrapper killed: its command goes with it.
+    let _ = std::fs::remove_file(&pid);
+    let p = lock_cmd(
+        &s,
+        &addrs[0],
+        "10",
+        &format!("echo $$ > {}; while :; do sleep 0.05; done", pid.display()),
+    );
+    let shell = wait_for(&pid);
+    signal(&p, libc::SIGKILL);
+    let t = Instant::now();
+    while std::path::Path::new(&format!("/proc/{shell}")).exists() {
+        let state = std::fs::read_to_string(format!("/proc/{shell}/stat")).unwrap_or_default();
+        if state
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim().starts_with('Z'))
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the command ({shell}) runs on without its wrapper"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

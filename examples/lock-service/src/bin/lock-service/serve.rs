@@ -170,13 +170,22 @@ fn secs(s: f64, what: &str) -> anyhow::Result<Duration> {
 }
 
 /// Acquires the lock, runs the command while holding it, releases; the command's status.
-/// If the lock is lost first (lease expired, node gone), the command is terminated and the
-/// status is 1.
+///
+/// The command must not outlive the lease (review findings, 2026-11-27: it got SIGTERM
+/// only once the lease was over, then 5 s before SIGKILL, alongside the next holder; its
+/// own children were never signalled; and a wrapper killed with -9 left it running). So
+/// it runs in a process group of its own and ends with this process
+/// (`PR_SET_PDEATHSIG`); when the lease has less than half a TTL left without a renewal
+/// (two keep-alives unanswered) the group gets SIGTERM, and SIGKILL when it runs out;
+/// then the status is 1. Nothing can stop it while this process is itself stopped
+/// (SIGSTOP): fences are what protect a resource then.
 pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
     let name = args
         .client_name
         .unwrap_or_else(|| format!("lock-{}", std::process::id()));
-    let mut opts = ConnectOptions::new(name)?.ttl(secs(args.ttl, "ttl")?);
+    let ttl = secs(args.ttl, "ttl")?;
+    let mut opts = ConnectOptions::new(name)?.ttl(ttl);
     if let Some(s) = args.client_secret_file {
         opts = opts.secret(s);
     }
@@ -193,30 +202,38 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("no node answered: {}", failures.join("; ")))?;
     let mut hold = client.acquire(&args.name, secs(args.timeout, "timeout")?)?;
-    let mut child = std::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("LOCK_NAME", &args.name)
-        .env("LOCK_FENCE", hold.fence().to_string())
-        .spawn()
-        .with_context(|| format!("running {}", args.command[0]))?;
+    let mut child =
+        leda_net::daemon::end_with_parent(&mut std::process::Command::new(&args.command[0]))
+            .args(&args.command[1..])
+            .env("LOCK_NAME", &args.name)
+            .env("LOCK_FENCE", hold.fence().to_string())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("running {}", args.command[0]))?;
+    // The command's process group (it leads it).
+    let group = child.id() as libc::pid_t;
+    let mut termed = false;
     loop {
         if let Some(status) = child.try_wait()? {
+            let fence = hold.fence();
+            if termed {
+                let _ = client.release(hold);
+                bail!(
+                    "the lease on {:?} (fence {fence}) was running out without a renewal: \
+                     the command was stopped ({status})",
+                    args.name
+                );
+            }
             client.release(hold)?;
             return Ok(ExitCode::from(
                 status.code().unwrap_or(1).clamp(0, 255) as u8
             ));
         }
-        if !hold.is_valid() {
-            // The lock is gone: the command must stop using it.
-            // SAFETY: plain kill(2) on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let waited = Instant::now();
-            while child.try_wait()?.is_none() {
-                if waited.elapsed() > Duration::from_secs(5) {
-                    child.kill()?;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        let left = hold.valid_for();
+        if left.is_zero() {
+            // The lock may be someone else's already: the command stops now.
+            // SAFETY: kill(2) of the process group our child leads.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
             let _ = child.wait();
             bail!(
                 "lost the lock {:?} (fence {}) while the command ran: {}",
@@ -228,6 +245,16 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or_else(|| "lease expired".into())
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if !termed && left < ttl / 2 {
+            tracing::warn!(
+                lock = %args.name,
+                left_ms = left.as_millis() as u64,
+                "the lease is running out without a renewal: stopping the command"
+            );
+            // SAFETY: as above.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+            termed = true;
+        }
+        std::thread::sleep(Duration::from_millis(10).min(left / 4));
     }
 }
