@@ -302,9 +302,13 @@ impl<'a> Reader<'a> {
                 )
             })?;
         self.ref_budget -= len;
-        let v = peer
-            .read(addr, len)
-            .map_err(|e| format!("reading {len} bytes of the sender's memory: {e}"))?;
+        let v = peer.read(addr, len).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                format!("{SENDER_GONE} (reading {len} bytes of its memory: {e})")
+            } else {
+                format!("reading {len} bytes of the sender's memory: {e}")
+            }
+        })?;
         Ok(Value::Bytes(Bytes::from(v)))
     }
 
@@ -415,6 +419,11 @@ impl<'a> Reader<'a> {
 /// Nesting level of an event's arguments in an `events` body (groups, group, events,
 /// event: four levels above each argument).
 const ARG_DEPTH: usize = 5;
+
+/// How a frame's decoding fails when the sender died after sending it: its memory,
+/// which the frame's large binaries are read from on one host, is gone. Not a bad
+/// frame: the reader reports the sender lost, as for a closed connection.
+pub(crate) const SENDER_GONE: &str = "the sending process is gone";
 
 /// Bytes to write: a byte buffer, and binaries to send from their own memory at given
 /// offsets of it (spliced in, in order).

@@ -684,8 +684,20 @@ impl ProcessHandle {
         let Some(st) = self.process.stages.get(index) else {
             return;
         };
-        st.counters.failed_sends.fetch_add(1, Relaxed);
-        tracing::warn!(stage = %st.name, event = %event, error = %error, "event lost in transit");
+        let n = st.counters.failed_sends.fetch_add(1, Relaxed) + 1;
+        // The first few of a stage are logged whole, the rest counted (in its
+        // `failed_sends`, and by the link's "events lost with the connection" line): one
+        // process lost mid-run logged 32,768 lines here.
+        if n <= LOGGED_TRANSIT_LOSSES {
+            let more = if n == LOGGED_TRANSIT_LOSSES {
+                " (further ones of this stage are counted, not logged)"
+            } else {
+                ""
+            };
+            tracing::warn!(stage = %st.name, event = %event, error = %error, "event lost in transit{more}");
+        } else {
+            tracing::debug!(stage = %st.name, event = %event, error = %error, "event lost in transit");
+        }
         if let Some(Some(_)) = st.error_route.get() {
             let mut report = Event::new()
                 .with(st.name.to_string())
@@ -927,3 +939,6 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
             .unwrap_or_default(),
     }
 }
+
+/// Events lost in transit that are logged whole, per stage ([`ProcessHandle::report_failed`]).
+const LOGGED_TRANSIT_LOSSES: u64 = 10;

@@ -280,7 +280,8 @@ impl Transport {
             delivered: link.acked.iter().map(|a| a.load(Acquire)).sum(),
             noticed_by: self.me.clone(),
         };
-        if self.topology.launcher.is_some() {
+        if self.topology.launcher.is_some() || self.policy != OnProcessLoss::End {
+            // (Under `Continue` the run goes on: this line is how its user learns of it.)
             tracing::warn!(me = %self.me, "{lost}");
         } else {
             // The launcher returns it as the run's error: the caller reports it.

@@ -734,6 +734,20 @@ mod tests {
         assert!(Peer::open(std::process::id(), ends, any, None, None).is_none());
     }
 
+    /// A sender that died after sending: reading its memory fails with ESRCH, which the
+    /// decoder reports as the sender gone (`wire::SENDER_GONE`), not as a bad frame
+    /// (review finding: a killed launcher was reported as a protocol violation).
+    #[test]
+    fn a_dead_sender_s_memory_reads_as_no_such_process() {
+        let (mut child, _sock, ends) = connected_child("true");
+        let pid = child.id();
+        let peer = Peer::open(pid, ends, PeerMemory::AnyExecutable, None, None).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let err = peer.read(0x1000, 16).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ESRCH), "{err}");
+    }
+
     /// A process that holds the other end but did not put this connection's token in
     /// its memory (here a child that only connected: as a proxy relaying the connection
     /// would, or a process the socket was passed to) is refused, even with public bytes

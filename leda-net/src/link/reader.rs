@@ -430,6 +430,12 @@ pub(super) async fn read_loop(
                         // window is full of references waits for `ACK_DELAY` at worst.)
                         deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events).await
                     }
+                    Err(reason) if reason.starts_with(crate::wire::SENDER_GONE) => {
+                        // (Killed after sending: not a protocol violation.)
+                        tracing::debug!(peer = %link.peer, reason = %reason, "sender gone");
+                        link.lose(*reason);
+                        false
+                    }
                     Err(reason) => {
                         let e = FrameError::Malformed {
                             kind: frame::kind_name(frame::kind::EVENTS),
