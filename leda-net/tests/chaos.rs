@@ -382,6 +382,40 @@ fn a_lost_launcher_ends_the_daemons_run_and_it_serves_again() {
     }
 }
 
+/// A launcher frozen (SIGSTOP) past the silence bound, then thawed: its daemon took it
+/// for lost and closed; the launcher's error says that it stood still and was most
+/// likely taken for lost, not that the daemon went silent (review finding: a launcher
+/// frozen for 6 s named a live daemon, "nothing heard from it for 6.0 s").
+#[test]
+fn a_thawed_launcher_says_it_stood_still() {
+    let mut a = long_lived();
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
+        .args(["launch", "--me", ME, "--daemon", &a.addr, "--ms", "1"])
+        .args(["--silence-ms", "1000"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("launcher");
+    let mut out = std::io::BufReader::new(launcher.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "STARTED");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(launcher.id(), "-STOP");
+    let (_, _, lost) = daemon_report(&mut a);
+    assert!(lost.iter().any(|l| l.contains(ME)), "{lost:?}");
+    signal(launcher.id(), "-CONT");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = launcher.wait();
+    assert!(line.starts_with("FAILED"), "{line}");
+    assert!(
+        line.contains("this process stood still") && !line.contains("nothing heard from it"),
+        "{line}"
+    );
+}
+
 /// Under `OnProcessLoss::Continue` the run goes on without a killed daemon: its
 /// replica takes the events, what was in flight to the dead one goes to the sender's
 /// error port, a stage is told of the loss, and every event is accounted for.

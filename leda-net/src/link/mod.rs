@@ -381,6 +381,9 @@ pub struct Transport {
     topology: Topology,
     lost: Mutex<Vec<ProcessLost>>,
     epoch: std::time::Instant,
+    /// This process' last stall long enough to matter, as the liveness watch saw it:
+    /// when it ended and how long it was (transport milliseconds).
+    stood_still: Mutex<(u64, u64)>,
 }
 
 struct RouteIndexes {
@@ -464,6 +467,7 @@ impl Transport {
             topology,
             lost: Mutex::new(Vec::new()),
             epoch: std::time::Instant::now(),
+            stood_still: Mutex::new((0, 0)),
         });
         let weak = Arc::downgrade(&t);
         if let Err(e) = std::thread::Builder::new()
