@@ -115,6 +115,7 @@ pub(super) fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
             return;
         }
         let now = t.now_ms();
+        t.watched_ms.store(now, Relaxed);
         let late = last.elapsed().saturating_sub(tick);
         last = std::time::Instant::now();
         if late > tick / 2 {
@@ -272,11 +273,16 @@ impl Transport {
             .unwrap_or_else(|| "the connection closed without the run ending".into());
         let silent_ms = self.now_ms().saturating_sub(link.heard_ms.load(Relaxed));
         let silence_ms = self.liveness.silence.as_millis() as u64;
+        let now = self.now_ms();
         let (stall_end, stall_ms) = *lock(&self.stood_still);
-        let stood_still = if stall_ms > 0 && self.now_ms().saturating_sub(stall_end) < silence_ms {
+        // Not watched for a while: this process is waking from a stall that the watch
+        // has not seen yet (its readers may see the close first).
+        let unwatched = now.saturating_sub(self.watched_ms.load(Relaxed));
+        let stood_still = if stall_ms > 0 && now.saturating_sub(stall_end) < silence_ms {
             stall_ms
+        } else if unwatched >= silence_ms / 2 {
+            unwatched
         } else if silent_ms >= silence_ms {
-            // (Its readers may see the close before the watch sees the stall.)
             silent_ms
         } else {
             0

@@ -384,6 +384,9 @@ pub struct Transport {
     /// This process' last stall long enough to matter, as the liveness watch saw it:
     /// when it ended and how long it was (transport milliseconds).
     stood_still: Mutex<(u64, u64)>,
+    /// When the liveness watch last ran (transport milliseconds): long ago, this process
+    /// is only now waking from a stall that the watch has not seen yet.
+    watched_ms: AtomicU64,
 }
 
 struct RouteIndexes {
@@ -468,6 +471,7 @@ impl Transport {
             lost: Mutex::new(Vec::new()),
             epoch: std::time::Instant::now(),
             stood_still: Mutex::new((0, 0)),
+            watched_ms: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&t);
         if let Err(e) = std::thread::Builder::new()
