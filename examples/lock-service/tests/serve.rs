@@ -804,3 +804,43 @@ fn a_lock_command_never_outlives_its_lease() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A node that is not serving (waiting for its group's deployment, as a node restarted
+/// after a crash waits for ever) closes client connections at once, so that a client
+/// tries its next node instead of waiting out its 5 s connect timeout (review finding).
+#[test]
+fn a_node_not_serving_yet_turns_clients_away_at_once() {
+    use std::io::BufRead;
+    let s = Scratch::new("unserved");
+    let nodes = [free_addr(), free_addr()];
+    let mut node = Proc(
+        Command::new(BIN)
+            .args(["serve", "--id", "1", "--clients", "127.0.0.1:0"])
+            .args(["--nodes", &nodes.join(","), "--algorithm", "centralized"])
+            .arg("--data-dir")
+            .arg(s.dir.join("node1"))
+            .env("LEDA_SECRET_FILE", &s.secret)
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(node.0.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("CLIENTS ")
+        .expect(&line)
+        .to_owned();
+    let t = Instant::now();
+    let r = LockClient::connect(&addr, s.opts("c", Duration::from_secs(10)));
+    assert!(r.is_err(), "a node that does not serve took a client");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "turned away after {:?}",
+        t.elapsed()
+    );
+}

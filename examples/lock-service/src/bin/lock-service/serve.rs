@@ -74,6 +74,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     println!("CLIENTS {clients}");
     if args.id > 0 {
+        refuse_clients_until_served(&local)?;
         let config = DaemonConfig {
             listen: args.nodes[args.id].clone(),
             secret: Some(secret),
@@ -167,6 +168,44 @@ pub struct LockArgs {
 
 fn secs(s: f64, what: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s}: not a duration"))
+}
+
+/// Until its gate takes the client listener (the group deployed here), a node closes
+/// each client connection at once, so that a client tries its next node instead of
+/// waiting out its connect timeout: a node restarted after a crash binds its port but is
+/// never deployed to again while the group runs (crash-stop), and held every client
+/// that tried it first for 5 s (review finding). A client that connects in the very
+/// instant the gate starts may be closed too; it tries its next node.
+fn refuse_clients_until_served(local: &Arc<GateLocal>) -> anyhow::Result<()> {
+    let listener = match &*local.listener.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some(l) => l.try_clone()?,
+        None => return Ok(()),
+    };
+    // (The gate sets it non-blocking too, for tokio.)
+    listener.set_nonblocking(true)?;
+    let local = local.clone();
+    std::thread::Builder::new()
+        .name("refuse-clients".into())
+        .spawn(move || {
+            loop {
+                if local
+                    .listener
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_none()
+                {
+                    return; // the gate serves now
+                }
+                match listener.accept() {
+                    Ok((conn, peer)) => {
+                        tracing::info!(%peer, "a client before this node serves: closed");
+                        drop(conn);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// Acquires the lock, runs the command while holding it, releases; the command's status.
