@@ -269,6 +269,8 @@ impl Drop for DaemonChild {
 /// run (otherwise its images would never be accounted for and the run would hang).
 struct Watch {
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// How long each daemon may take to exit once the run is over, milliseconds.
+    grace_ms: Arc<std::sync::atomic::AtomicU64>,
     thread: std::thread::JoinHandle<Option<PipelineError>>,
 }
 
@@ -276,6 +278,8 @@ fn watch_daemons(mut daemons: Vec<DaemonChild>, handle: ProcessHandle) -> Watch 
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let grace_ms = Arc::new(std::sync::atomic::AtomicU64::new(10_000));
+    let grace = grace_ms.clone();
     let thread = std::thread::spawn(move || {
         let mut failure = None;
         while !flag.load(Ordering::SeqCst) && failure.is_none() {
@@ -295,20 +299,35 @@ fn watch_daemons(mut daemons: Vec<DaemonChild>, handle: ProcessHandle) -> Watch 
             // 50 ms late).
             std::thread::park_timeout(Duration::from_millis(50));
         }
+        let grace = Duration::from_millis(if failure.is_some() {
+            1_000
+        } else {
+            grace.load(Ordering::SeqCst)
+        });
         for d in daemons {
-            if !d.finish(Duration::from_secs(10)) {
+            if !d.finish(grace) {
                 tracing::warn!("a daemon did not exit cleanly");
             }
         }
         failure
     });
-    Watch { stop, thread }
+    Watch {
+        stop,
+        grace_ms,
+        thread,
+    }
 }
 
 impl Watch {
     /// Stops watching, reaps the daemons, and returns a daemon failure if one ended
-    /// the run.
-    fn finish(self) -> Option<PipelineError> {
+    /// the run. After a run that failed (a process lost), each daemon gets a second to
+    /// exit, not ten: one that is stopped, or still in a long handler call, is killed
+    /// (the error came 10 s after the loss was known: review finding).
+    fn finish(self, failed: bool) -> Option<PipelineError> {
+        if failed {
+            self.grace_ms
+                .store(1_000, std::sync::atomic::Ordering::SeqCst);
+        }
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.thread.thread().unpark();
         self.thread.join().unwrap_or_else(|_| {
@@ -410,7 +429,7 @@ pub fn run(opts: &RunOptions) -> Result<Outcome, PipelineError> {
                 .start(&g, run)?;
             let watch = watch_daemons(daemons, launched.handle());
             let report = launched.wait();
-            let clean = watch.finish();
+            let clean = watch.finish(report.is_err());
             let report = report?;
             if let Some(e) = clean {
                 return Err(e);

@@ -149,9 +149,10 @@ fn bad_files_are_reported_and_the_run_goes_on() {
         let (input, output) = (dir.join("in"), dir.join("out"));
         inputs(&input);
         let good = std::fs::read(input.join("img_00001.jpg")).unwrap();
-        // Cut inside the headers. (A cut inside the entropy-coded data decodes, with
-        // the missing part grey: the `image` crate's decoder is lenient there.)
+        // Cut inside the headers, and inside the entropy-coded data (which the decoder
+        // alone would decode with the missing part grey).
         std::fs::write(input.join("corrupt.jpg"), &good[..150]).unwrap();
+        std::fs::write(input.join("half.jpg"), &good[..good.len() / 2]).unwrap();
         std::fs::write(input.join("readme.txt"), "not an image\n").unwrap();
         let out = run(&[
             "--input",
@@ -168,16 +169,21 @@ fn bad_files_are_reported_and_the_run_goes_on() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("error: corrupt: decode:"), "{stderr}");
         assert!(
+            stderr.contains("error: half: decode: not a valid JPEG: truncated"),
+            "{stderr}"
+        );
+        assert!(
             stderr.contains("error: readme: decode: not a valid JPEG"),
             "{stderr}"
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains(&format!("{N} of {} image(s) processed, 2 failed", N + 2)),
+            stdout.contains(&format!("{N} of {} image(s) processed, 3 failed", N + 3)),
             "{stdout}"
         );
         check_outputs(&output);
         assert!(!output.join("corrupt.jpg").exists());
+        assert!(!output.join("half.jpg").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
