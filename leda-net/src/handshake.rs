@@ -87,7 +87,7 @@ pub struct Accepted {
 
 /// Bounds the handshakes in progress on a listener to `max` without ever refusing a
 /// connection: when all are taken, one is dropped to make room — the oldest of the
-/// source address that holds the most. Connections that say nothing then hold a slot
+/// source that holds the most (an IPv4 address, or an IPv6 /64). Connections that say nothing then hold a slot
 /// only until newer ones arrived, not for a handshake timeout each, and a flood from
 /// one address drops its own handshakes, not those of a peer elsewhere that knows the
 /// secret, however long its round trips (review finding, 2026-11-27: with the oldest
@@ -116,11 +116,26 @@ impl Pending {
         let mut counts: std::collections::HashMap<std::net::IpAddr, usize> =
             std::collections::HashMap::new();
         for (_, ip, _) in &self.live {
-            *counts.entry(*ip).or_default() += 1;
+            *counts.entry(source(*ip)).or_default() += 1;
         }
         let most = counts.values().copied().max()?;
-        let at = self.live.iter().position(|(_, ip, _)| counts[ip] == most)?;
+        let at = self
+            .live
+            .iter()
+            .position(|(_, ip, _)| counts[&source(*ip)] == most)?;
         self.live.remove(at)
+    }
+}
+
+/// The source a handshake is counted under: an IPv4 address (also one mapped into
+/// IPv6), or an IPv6 address' /64 (one host or site has a whole /64 to connect from).
+fn source(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)).into(),
+        },
+        v4 => v4,
     }
 }
 

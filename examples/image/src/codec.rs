@@ -52,34 +52,42 @@ pub fn decode_jpeg(bytes: &[u8], max_pixels: u64) -> Result<Rgb, ImageError> {
     })
 }
 
-/// Whether a JPEG's data goes on to an end-of-image marker (`FF D9`) after its first
-/// scan begins. The segments before the scan are skipped by their lengths (an EXIF
-/// thumbnail's own end marker is inside one); inside entropy-coded data a `FF` byte is
-/// always followed by `00` or a restart marker, so the first `FF D9` there is the end.
-/// Anything that is not a well-formed JPEG start passes (the decoder says why).
+/// Whether a JPEG's data goes on to its end-of-image marker (`FF D9`). Segments are
+/// skipped by their lengths (an EXIF thumbnail's own end marker is inside one, and so
+/// may any bytes of the segments between a progressive file's scans); in a scan's
+/// entropy-coded data a `FF` byte is followed by `00`, a restart marker or fill, so
+/// the first other marker there ends the scan. Anything that is not a well-formed JPEG
+/// start passes (the decoder says why). A file that has all its scans but lacks the end
+/// marker is refused too (libjpeg calls that a premature end).
 fn ends_its_scans(b: &[u8]) -> bool {
     if !b.starts_with(&[0xFF, 0xD8]) {
         return true;
     }
     let mut i = 2;
-    while i + 4 <= b.len() {
+    while i + 1 < b.len() {
         if b[i] != 0xFF {
-            return true;
+            return true; // not at a marker: malformed, the decoder's to say
         }
         let marker = b[i + 1];
-        if marker == 0xFF {
-            i += 1; // fill byte
-            continue;
+        match marker {
+            0xFF => i += 1, // fill byte
+            0xD9 => return true,
+            0x01 | 0xD0..=0xD7 => i += 2, // no length
+            _ => {
+                let Some(len) = b.get(i + 2..i + 4) else {
+                    return false;
+                };
+                i += 2 + usize::from(u16::from_be_bytes([len[0], len[1]]));
+                if marker == 0xDA {
+                    // Entropy-coded data up to the next marker that is not a restart.
+                    while i + 1 < b.len()
+                        && (b[i] != 0xFF || matches!(b[i + 1], 0x00 | 0xD0..=0xD7 | 0xFF))
+                    {
+                        i += 1;
+                    }
+                }
+            }
         }
-        if marker == 0xD9 {
-            return true; // an end before any scan: the decoder refuses it
-        }
-        let len = usize::from(u16::from_be_bytes([b[i + 2], b[i + 3]]));
-        if marker == 0xDA {
-            let scan = &b[(i + 2 + len).min(b.len())..];
-            return scan.windows(2).any(|w| w == [0xFF, 0xD9]);
-        }
-        i += 2 + len;
     }
     false
 }

@@ -84,8 +84,11 @@ struct Resource {
 /// when it comes up, and the queue is compacted once most of it is such entries.
 #[derive(Debug)]
 struct Waiting<T> {
-    queue: VecDeque<(i64, T)>,
-    live: std::collections::HashSet<i64>,
+    /// Id, the entry's number (a withdrawn id used again is a new entry), what it asks.
+    queue: VecDeque<(i64, u64, T)>,
+    /// Waiting ids and the number of their live entry.
+    live: std::collections::HashMap<i64, u64>,
+    next: u64,
 }
 
 impl<T> Default for Waiting<T> {
@@ -93,6 +96,7 @@ impl<T> Default for Waiting<T> {
         Waiting {
             queue: VecDeque::new(),
             live: Default::default(),
+            next: 0,
         }
     }
 }
@@ -104,16 +108,19 @@ impl<T> Waiting<T> {
 
     /// Queues request `id`; `false` (nothing queued) if one with that id waits already.
     fn push_back(&mut self, id: i64, what: T) -> bool {
-        let new = self.live.insert(id);
-        if new {
-            self.queue.push_back((id, what));
+        if self.live.contains_key(&id) {
+            return false;
         }
-        new
+        self.next += 1;
+        self.live.insert(id, self.next);
+        self.queue.push_back((id, self.next, what));
+        true
     }
 
     fn pop_front(&mut self) -> Option<(i64, T)> {
-        while let Some((id, what)) = self.queue.pop_front() {
-            if self.live.remove(&id) {
+        while let Some((id, n, what)) = self.queue.pop_front() {
+            if self.live.get(&id) == Some(&n) {
+                self.live.remove(&id);
                 return Some((id, what));
             }
         }
@@ -122,12 +129,12 @@ impl<T> Waiting<T> {
 
     /// Withdraws request `id`; `false` if it was not waiting.
     fn remove(&mut self, id: i64) -> bool {
-        if !self.live.remove(&id) {
+        if self.live.remove(&id).is_none() {
             return false;
         }
         if self.queue.len() > 64 && self.queue.len() > 2 * self.live.len() {
             let live = &self.live;
-            self.queue.retain(|(q, _)| live.contains(q));
+            self.queue.retain(|(q, n, _)| live.get(q) == Some(n));
         }
         true
     }
@@ -583,6 +590,15 @@ mod waiting_tests {
         }
         assert!(w.is_empty());
         assert!(w.queue.len() <= 64, "compacted: {}", w.queue.len());
+        assert_eq!(w.pop_front(), None);
+        // An id withdrawn and used again: the new request, in its new place.
+        let mut w = Waiting::default();
+        assert!(w.push_back(1, "old"));
+        assert!(w.push_back(2, "two"));
+        assert!(w.remove(1));
+        assert!(w.push_back(1, "new"));
+        assert_eq!(w.pop_front(), Some((2, "two")));
+        assert_eq!(w.pop_front(), Some((1, "new")));
         assert_eq!(w.pop_front(), None);
     }
 }

@@ -94,9 +94,21 @@ pub fn scatter() -> Stage {
                 .map(|k| vector::input_part(st.length, st.np, k).map(|p| vector::to_bytes(&p)))
                 .collect::<Result<Vec<Bytes>, _>>()?;
             st.t0 = ctx.gettime();
-            for (k, part) in st.parts.iter().enumerate() {
-                ctx.send_or_wait(k + 1, (part.clone(), st.t0, k as i64))?;
-                st.holds[k + 1].push(k);
+            for k in 0..st.np {
+                // A stage whose process is lost already (told before the start, or found
+                // unreachable now): its part goes to the next one that lives.
+                if st.lost[k + 1] {
+                    st.send_again(k, ctx)?;
+                    continue;
+                }
+                match ctx.send_or_wait(k + 1, (st.parts[k].clone(), st.t0, k as i64)) {
+                    Ok(()) => st.holds[k + 1].push(k),
+                    Err(SendError::Unreachable { .. }) => {
+                        st.lost[k + 1] = true;
+                        st.send_again(k, ctx)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             Ok(())
         },

@@ -282,8 +282,6 @@ impl Transport {
             stall_ms
         } else if unwatched >= silence_ms / 2 {
             unwatched
-        } else if silent_ms >= silence_ms {
-            silent_ms
         } else {
             0
         };
@@ -292,9 +290,14 @@ impl Transport {
             // stood still meanwhile, and the peer most likely took it for lost. Said so,
             // as this process names the peer (review finding: a launcher frozen for 6 s
             // named a live daemon, "nothing heard from it for 6.0 s").
+            let likely = if stood_still >= silence_ms {
+                "most likely took"
+            } else {
+                "may have taken"
+            };
             reason = format!(
                 "{reason}, after this process stood still for about {:.1} s (SIGSTOP, a \
-                 starved host): the peer most likely took this process for lost",
+                 starved host): the peer {likely} this process for lost",
                 stood_still as f64 / 1000.0
             );
         }

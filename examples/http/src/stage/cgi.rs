@@ -599,8 +599,9 @@ fn first_line(text: &str, shown: &str) -> String {
 
 /// Lua 5.4's C functions whose loops an integer argument bounds, not the memory
 /// they use, so that no hook (and no `cgi_memory`) stops them: `string.rep("", n)`
-/// copies nothing n times, `table.move` moves n nils, and `table.insert(t, pos, v)` /
-/// `table.remove(t, pos)` shift up to a length a `__len` metamethod makes up. Each
+/// copies nothing n times, `table.move` moves n nils, and `table.insert(t, pos, v)`,
+/// `table.remove`, `table.concat` and `table.sort` walk up to a length a `__len`
+/// metamethod makes up, reading through an `__index` that may be a C function. Each
 /// took minutes to centuries for one call, on a worker thread. Pages get versions
 /// that do the same in Lua, or in pieces between which the count hook runs. (LuaJIT's
 /// own are safe: its `rep` of an empty string does not loop, its table functions take
@@ -610,6 +611,7 @@ fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
     lua.load(
         r##"
         local rep, move, insert, remove = string.rep, table.move, table.insert, table.remove
+        local concat, sort = table.concat, table.sort
         local type, rawlen, select, error, tointeger = type, rawlen, select, error, math.tointeger
         local maxinteger = math.maxinteger
         local CHUNK = 4096
@@ -652,35 +654,83 @@ fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
           return dst
         end
 
-        -- The length of `t` when a `__len` makes it up (`nil` otherwise: the table's
-        -- own length, which its memory bounds).
-        local function made_up_len(t)
-          if type(t) ~= "table" then return nil end
-          local n = #t
-          if tointeger(n) == nil or n == rawlen(t) then return nil end
-          return n
-        end
+        -- The table functions that walk a length (`#t`, which a `__len` may make up)
+        -- do it here, in Lua, wherever that length is not the table's own: an
+        -- `__index` or `__newindex` that is a C function runs no Lua code, so a walk in
+        -- C over a made-up length was never stopped (review finding: a `__len` that
+        -- answered the check 0 and the C function 2^53). Errors that Lua's own raise
+        -- are left to them (tail calls: the page's line in the message); positions and
+        -- the order of accesses are Lua 5.4's.
+        local ult, format = math.ult, string.format
 
         table.insert = function(t, ...)
-          local n = select("#", ...) == 2 and made_up_len(t)
-          if not n then return insert(t, ...) end
+          if type(t) ~= "table" or select("#", ...) ~= 2 then return insert(t, ...) end
+          local e = tointeger(#t)
           local pos, v = ...
           local p = tointeger(pos)
-          if p == nil or p < 1 or p > n + 1 then return insert(t, ...) end
-          for i = n + 1, p + 1, -1 do t[i] = t[i - 1] end
+          if e == nil or p == nil then return insert(t, ...) end
+          e = e + 1
+          if not ult(p - 1, e) then
+            error("bad argument #2 to 'insert' (position out of bounds)", 2)
+          end
+          local i = e
+          while i > p do t[i] = t[i - 1]; i = i - 1 end
           t[p] = v
         end
 
         table.remove = function(t, ...)
-          local n = made_up_len(t)
-          if not n then return remove(t, ...) end
-          local p = n
-          if select("#", ...) > 0 then p = tointeger((...)) end
-          if p == nil or (p ~= n and (p < 1 or p > n + 1)) then return remove(t, ...) end
-          local v = t[p]
-          for i = p, n - 1 do t[i] = t[i + 1] end
-          t[p < n and n or p] = nil
+          if type(t) ~= "table" then return remove(t, ...) end
+          local size = tointeger(#t)
+          if size == nil then return remove(t, ...) end
+          local pos = size
+          if select("#", ...) > 0 and (...) ~= nil then
+            pos = tointeger((...))
+            if pos == nil then return remove(t, ...) end
+          end
+          if pos ~= size and ult(size, pos - 1) then
+            error("bad argument #2 to 'remove' (position out of bounds)", 2)
+          end
+          local v = t[pos]
+          while pos < size do t[pos] = t[pos + 1]; pos = pos + 1 end
+          t[pos] = nil
           return v
+        end
+
+        -- The values of t[i..j], read here; `what` names the function in errors.
+        local function values(t, i, j, what)
+          local out, k = {}, i
+          while true do
+            local v = t[k]
+            local tv = type(v)
+            if what == "concat" and tv ~= "string" and tv ~= "number" then
+              error(format("invalid value (at index %d) in table for 'concat'", k), 3)
+            elseif v == nil then
+              error(format("no value at index %d of a table of length %d for '%s'",
+                k, j, what), 3)
+            end
+            out[#out + 1] = v
+            if k == j then return out end
+            k = k + 1
+          end
+        end
+
+        table.concat = function(t, sep, i, j)
+          if type(t) ~= "table" then return concat(t, sep, i, j) end
+          local ii = tointeger(i == nil and 1 or i)
+          local jj = tointeger(j == nil and #t or j)
+          if ii == nil or jj == nil or ii > jj or (ii >= 1 and jj <= rawlen(t)) then
+            return concat(t, sep, i, j)
+          end
+          return concat(values(t, ii, jj, "concat"), sep)
+        end
+
+        table.sort = function(t, comp)
+          if type(t) ~= "table" then return sort(t, comp) end
+          local n = tointeger(#t)
+          if n == nil or n <= rawlen(t) or n >= 0x7fffffff then return sort(t, comp) end
+          local a = values(t, 1, n, "sort")
+          sort(a, comp)
+          for k = 1, n do t[k] = a[k] end
         end
         "##,
     )

@@ -21,7 +21,7 @@
 //! calls `s:find(p)` use it too) and armed by the `cgi` stage around each page.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -585,11 +585,56 @@ fn gmatch(
     })
 }
 
+/// What `gsub` results being built may take, shared by the calls in progress on one
+/// state (a replacement function may call `gsub` again): with the state's own memory,
+/// at most its limit (review finding: each nested call had the whole allowance again,
+/// and one replacement string of `%0`s grew a result to 390 MB under a 32 MB limit).
+struct Budget<'a> {
+    memory: usize,
+    building: &'a AtomicUsize,
+    /// What this call has counted in `building`.
+    mine: usize,
+}
+
+impl<'a> Budget<'a> {
+    fn new(memory: usize, building: &'a AtomicUsize) -> Budget<'a> {
+        Budget {
+            memory,
+            building,
+            mine: 0,
+        }
+    }
+
+    /// This call's result is to grow to `len` bytes: "not enough memory" if that, the
+    /// other calls' results and the state's memory would pass the limit.
+    fn grow(&mut self, lua: &Lua, len: usize) -> mlua::Result<()> {
+        if self.memory == 0 || len <= self.mine {
+            return Ok(());
+        }
+        let others = self
+            .building
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.mine);
+        if len.saturating_add(others).saturating_add(lua.used_memory()) > self.memory {
+            return Err(mlua::Error::MemoryError("not enough memory".into()));
+        }
+        self.building.fetch_add(len - self.mine, Ordering::Relaxed);
+        self.mine = len;
+        Ok(())
+    }
+}
+
+impl Drop for Budget<'_> {
+    fn drop(&mut self) {
+        self.building.fetch_sub(self.mine, Ordering::Relaxed);
+    }
+}
+
 /// `string.gsub`.
 fn gsub(
     lua: &Lua,
     deadline: &Deadline,
-    memory: usize,
+    budget: &mut Budget,
     (s, p, repl, max): (mlua::String, mlua::String, Value, Option<i64>),
 ) -> mlua::Result<(mlua::String, mlua::Integer)> {
     if !matches!(
@@ -625,10 +670,7 @@ fn gsub(
         let replaced = match e {
             Some(e) if cfg!(feature = "luajit") || Some(e) != last => {
                 n += 1;
-                replace(lua, &m, at, e, &repl, &mut out)?;
-                if memory > 0 && out.len() > memory.saturating_sub(lua.used_memory()) {
-                    return Err(mlua::Error::MemoryError("not enough memory".into()));
-                }
+                replace(lua, &m, at, e, &repl, &mut out, budget)?;
                 Some(e)
             }
             _ => None,
@@ -660,7 +702,15 @@ fn replace(
     e: usize,
     repl: &Value,
     out: &mut Vec<u8>,
+    budget: &mut Budget,
 ) -> mlua::Result<()> {
+    // Every piece is counted before it is added: one replacement may copy the whole
+    // match thousands of times (`%0%0%0...`).
+    let mut add = |out: &mut Vec<u8>, piece: &[u8]| -> mlua::Result<()> {
+        budget.grow(lua, out.len() + piece.len())?;
+        out.extend_from_slice(piece);
+        Ok(())
+    };
     let value = match repl {
         Value::String(r) => {
             let r = r.as_bytes();
@@ -669,19 +719,19 @@ fn replace(
                 let c = r[i];
                 i += 1;
                 if c != b'%' {
-                    out.push(c);
+                    add(out, &[c])?;
                     continue;
                 }
                 match r.get(i).copied() {
-                    Some(b'%') => out.push(b'%'),
-                    Some(b'0') => out.extend_from_slice(&m.src[s..e]),
+                    Some(b'%') => add(out, b"%")?,
+                    Some(b'0') => add(out, &m.src[s..e])?,
                     Some(d) if d.is_ascii_digit() => {
                         match m.capture(usize::from(d - b'1'), s, e)? {
-                            Capture::Slice(a, b) => out.extend_from_slice(&m.src[a..b]),
-                            Capture::Position(p) => out.extend_from_slice(p.to_string().as_bytes()),
+                            Capture::Slice(a, b) => add(out, &m.src[a..b])?,
+                            Capture::Position(p) => add(out, p.to_string().as_bytes())?,
                         }
                     }
-                    Some(other) if cfg!(feature = "luajit") => out.push(other),
+                    Some(other) if cfg!(feature = "luajit") => add(out, &[other])?,
                     _ => {
                         return Err(mlua::Error::runtime(
                             "invalid use of '%' in replacement string",
@@ -703,10 +753,10 @@ fn replace(
         _ => unreachable!("checked by gsub"),
     };
     match value {
-        Value::Nil | Value::Boolean(false) => out.extend_from_slice(&m.src[s..e]),
+        Value::Nil | Value::Boolean(false) => add(out, &m.src[s..e])?,
         v @ (Value::String(_) | Value::Integer(_) | Value::Number(_)) => {
             if let Some(text) = lua.coerce_string(v)? {
-                out.extend_from_slice(&text.as_bytes());
+                add(out, &text.as_bytes())?;
             }
         }
         v => {
@@ -724,9 +774,9 @@ fn replace(
 ///
 /// `memory` is the state's memory limit (0: none): `gsub` builds its result outside
 /// the state, and fails as Lua would ("not enough memory") once that result could
-/// not fit in what the state has left, so that a page cannot use the process'
-/// memory through it (ten thousand 10 KB replacements of a 100 KB string were a
-/// gigabyte).
+/// not fit in what the state has left ([`Budget`]), so that a page cannot use the
+/// process' memory through it (ten thousand 10 KB replacements of a 100 KB string
+/// were a gigabyte).
 pub(super) fn install(
     lua: &Lua,
     string: &Table,
@@ -749,9 +799,13 @@ pub(super) fn install(
         lua.create_function(move |lua, args| gmatch(lua, &d, args))?,
     )?;
     let d = deadline.clone();
+    let building = Arc::new(AtomicUsize::new(0));
     string.set(
         "gsub",
-        lua.create_function(move |lua, args| gsub(lua, &d, memory, args))?,
+        lua.create_function(move |lua, args| {
+            let mut budget = Budget::new(memory, &building);
+            gsub(lua, &d, &mut budget, args)
+        })?,
     )?;
     Ok(())
 }

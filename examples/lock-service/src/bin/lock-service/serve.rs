@@ -213,18 +213,19 @@ fn refuse_clients_until_served(local: &Arc<GateLocal>) -> anyhow::Result<()> {
 /// The command must not outlive the lease (review findings, 2026-11-27: it got SIGTERM
 /// only once the lease was over, then 5 s before SIGKILL, alongside the next holder; its
 /// own children were never signalled; and a wrapper killed with -9 left it running). So
-/// it runs in a process group of its own and ends with this process
-/// (`PR_SET_PDEATHSIG`); when the lease has less than half a TTL left without a renewal
-/// (two keep-alives unanswered) the group gets SIGTERM, and SIGKILL when it runs out;
-/// then the status is 1. Nothing can stop it while this process is itself stopped
-/// (SIGSTOP): fences are what protect a resource then.
+/// it runs in a process group of its own (unless this process reads a terminal: the
+/// command must stay in its foreground group, and only the command itself is signalled
+/// then) and ends with this process (`PR_SET_PDEATHSIG`); when the lease has less than
+/// a quarter of the granted TTL left (two keep-alives unanswered) the group gets
+/// SIGTERM, and SIGKILL when it runs out; then the status is 1. Nothing can stop it
+/// while this process is itself stopped (SIGSTOP), and processes the command leaves
+/// behind when it exits are not waited for: fences are what protect a resource then.
 pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let name = args
         .client_name
         .unwrap_or_else(|| format!("lock-{}", std::process::id()));
-    let ttl = secs(args.ttl, "ttl")?;
-    let mut opts = ConnectOptions::new(name)?.ttl(ttl);
+    let mut opts = ConnectOptions::new(name)?.ttl(secs(args.ttl, "ttl")?);
     if let Some(s) = args.client_secret_file {
         opts = opts.secret(s);
     }
@@ -240,17 +241,28 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
             }
         })
         .with_context(|| format!("no node answered: {}", failures.join("; ")))?;
+    // What the node granted (it clamps what was asked).
+    let ttl = client.as_async().ttl();
     let mut hold = client.acquire(&args.name, secs(args.timeout, "timeout")?)?;
-    let mut child =
-        leda_net::daemon::end_with_parent(&mut std::process::Command::new(&args.command[0]))
-            .args(&args.command[1..])
-            .env("LOCK_NAME", &args.name)
-            .env("LOCK_FENCE", hold.fence().to_string())
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("running {}", args.command[0]))?;
-    // The command's process group (it leads it).
-    let group = child.id() as libc::pid_t;
+    let mut cmd = std::process::Command::new(&args.command[0]);
+    leda_net::daemon::end_with_parent(&mut cmd)
+        .args(&args.command[1..])
+        .env("LOCK_NAME", &args.name)
+        .env("LOCK_FENCE", hold.fence().to_string());
+    // SAFETY: isatty(3) on a descriptor number.
+    let own_group = unsafe { libc::isatty(0) } == 0;
+    if own_group {
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {}", args.command[0]))?;
+    // Whom to signal: the process group the command leads, or the command alone.
+    let target = if own_group {
+        -(child.id() as libc::pid_t)
+    } else {
+        child.id() as libc::pid_t
+    };
     let mut termed = false;
     loop {
         if let Some(status) = child.try_wait()? {
@@ -271,8 +283,9 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
         let left = hold.valid_for();
         if left.is_zero() {
             // The lock may be someone else's already: the command stops now.
-            // SAFETY: kill(2) of the process group our child leads.
-            unsafe { libc::kill(-group, libc::SIGKILL) };
+            // SAFETY: kill(2) of our child, or of the process group it leads (not
+            // reused while the child is unreaped).
+            unsafe { libc::kill(target, libc::SIGKILL) };
             let _ = child.wait();
             bail!(
                 "lost the lock {:?} (fence {}) while the command ran: {}",
@@ -284,14 +297,14 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
                     .unwrap_or_else(|| "lease expired".into())
             );
         }
-        if !termed && left < ttl / 2 {
+        if !termed && left < ttl / 4 {
             tracing::warn!(
                 lock = %args.name,
                 left_ms = left.as_millis() as u64,
                 "the lease is running out without a renewal: stopping the command"
             );
             // SAFETY: as above.
-            unsafe { libc::kill(-group, libc::SIGTERM) };
+            unsafe { libc::kill(target, libc::SIGTERM) };
             termed = true;
         }
         std::thread::sleep(Duration::from_millis(10).min(left / 4));
