@@ -648,30 +648,10 @@ fn cgi_require_views_c_loops_gsub_memory_and_content_type() {
             "table.move({}, 1, math.maxinteger - 1, 1, {}) return 'no'",
             true,
         ),
-        (
-            "table.remove(setmetatable({}, {__len = function() return 2^53 end}), 1) return 'no'",
-            true,
-        ),
-        (
-            "table.insert(setmetatable({}, {__len = function() return 2^53 end}), 1, 'x') \
-             return 'no'",
-            true,
-        ),
-        // (Found by the review of the first version: a `__len` that answered the check
-        // and the C function differently; a C function as `__index`, which runs no Lua.)
-        (
-            "local c = 0 local t = setmetatable({}, {__len = function() c = c + 1 \
-             return c == 1 and 0 or 2^53 end}) table.insert(t, 1, 'x') table.remove(t, 1) \
-             return 'no'",
-            true,
-        ),
+        // (A C function as `__index` runs no Lua: found by the review of the first
+        // version.)
         (
             "return table.concat(setmetatable({}, {__index = rawlen}), '', 1, 2^53)",
-            true,
-        ),
-        (
-            "table.sort(setmetatable({}, {__len = function() return 2^31 - 2 end, \
-             __index = rawlen, __newindex = rawequal})) return 'no'",
             true,
         ),
     ];
@@ -688,10 +668,7 @@ fn cgi_require_views_c_loops_gsub_memory_and_content_type() {
         // table functions take the raw length, it has no `table.move`.)
         if runaway && !cfg!(feature = "luajit") {
             let err = out.expect_err(src);
-            assert!(
-                err.contains("cgi_timeout") || err.contains("memory"),
-                "{src}: {err}"
-            );
+            assert!(err.contains("cgi_timeout"), "{src}: {err}");
         } else if !runaway {
             assert_eq!(out.as_deref(), Ok(""), "{src}");
         }
@@ -713,45 +690,27 @@ fn cgi_require_views_c_loops_gsub_memory_and_content_type() {
                 .unwrap(),
             "1,2,1,10000,50005000,3,10000,9999,10000,1,10000,nil"
         );
-        assert_eq!(
-            pages
-                .run(
-                    "shift.lua",
-                    "local t = setmetatable({1, 2, 3}, {__len = function() return 5 end})
-                     table.insert(t, 2, 'x')
-                     local r = table.remove(t, 1)
-                     local out = {tostring(r)}
-                     for i = 1, 6 do out[#out + 1] = tostring(rawget(t, i)) end
-                     return table.concat(out, ',')",
-                )
-                .unwrap(),
-            "1,x,2,3,nil,nil,nil"
-        );
-        assert_eq!(
-            pages
-                .run(
-                    "proxy.lua",
-                    "local p = setmetatable({}, {__len = function() return 3 end, \
-                       __index = {'c', 'a', 'b'}})
-                     local s = table.concat(p, '-')
-                     table.sort(p)
-                     local q = setmetatable({}, {__len = function() return math.mininteger end})
-                     local r = table.remove(q)
-                     local n = setmetatable({'x', 'y', 'z', 'w', 'v'},
-                       {__len = function() return '5' end})
-                     local five = table.remove(n)
-                     return s .. ' ' .. rawget(p, 1) .. rawget(p, 2) .. rawget(p, 3) .. ' '
-                       .. tostring(r) .. ' ' .. five .. tostring(rawget(n, 5))",
-                )
-                .unwrap(),
-            "c-a-b abc nil vnil"
-        );
+        // No `__len` (a made-up length kept Lua's table functions in C for ever, read
+        // through a C function as `__index`: `table.insert`, `remove`, `sort`), not even
+        // added after the metatable was set; `getmetatable` still gives the page's own.
         let err = pages
-            .run("bounds.lua", "table.insert({}, 5, 'x')")
+            .run(
+                "len.lua",
+                "table.remove(setmetatable({}, {__len = function() return 2^53 end}), 1)",
+            )
             .unwrap_err();
-        assert!(
-            err.contains("bounds.lua:1:") && err.contains("position out of bounds"),
-            "{err}"
+        assert!(err.contains("len.lua:1:") && err.contains("__len"), "{err}");
+        assert_eq!(
+            pages
+                .run(
+                    "later.lua",
+                    "local mt = {__index = rawlen} local t = setmetatable({}, mt)
+                     mt.__len = function() return 2^53 end
+                     table.insert(t, 1, 'x') table.sort(t) table.remove(t, 1)
+                     return tostring(#t) .. tostring(getmetatable(t) == mt)",
+                )
+                .unwrap(),
+            "0true"
         );
     }
 

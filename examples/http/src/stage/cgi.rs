@@ -597,22 +597,22 @@ fn first_line(text: &str, shown: &str) -> String {
     }
 }
 
-/// Lua 5.4's C functions whose loops an integer argument bounds, not the memory
-/// they use, so that no hook (and no `cgi_memory`) stops them: `string.rep("", n)`
-/// copies nothing n times, `table.move` moves n nils, and `table.insert(t, pos, v)`,
-/// `table.remove`, `table.concat` and `table.sort` walk up to a length a `__len`
-/// metamethod makes up, reading through an `__index` that may be a C function. Each
-/// took minutes to centuries for one call, on a worker thread. Pages get versions
-/// that do the same in Lua, or in pieces between which the count hook runs. (LuaJIT's
+/// Lua 5.4's C functions whose loops an integer bounds, not the memory they use, so
+/// that no hook (and no `cgi_memory`) stops them: `string.rep("", n)` copies nothing n
+/// times, `table.move` moves n nils, `table.concat` reads a range through an `__index`
+/// that may be a C function, and `table.insert(t, pos, v)`, `table.remove` and
+/// `table.sort` walk a length that a `__len` metamethod may make up. Each took minutes
+/// to centuries for one call, on a worker thread. Pages get a `rep` that returns at
+/// once, a `move` in pieces between which the count hook runs, a `concat` that reads a
+/// range beyond the table's own values in Lua, and no `__len` (see the chunk). (LuaJIT's
 /// own are safe: its `rep` of an empty string does not loop, its table functions take
-/// the raw length and it has no `table.move`.)
+/// the raw length, its `concat` reads raw, and it has no `table.move`.)
 #[cfg(not(feature = "luajit"))]
 fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
     lua.load(
         r##"
-        local rep, move, insert, remove = string.rep, table.move, table.insert, table.remove
-        local concat, sort = table.concat, table.sort
-        local type, rawlen, select, error, tointeger = type, rawlen, select, error, math.tointeger
+        local rep, move, concat = string.rep, table.move, table.concat
+        local type, rawlen, error, tointeger = type, rawlen, error, math.tointeger
         local maxinteger = math.maxinteger
         local CHUNK = 4096
 
@@ -654,66 +654,33 @@ fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
           return dst
         end
 
-        -- The table functions that walk a length (`#t`, which a `__len` may make up)
-        -- do it here, in Lua, wherever that length is not the table's own: an
-        -- `__index` or `__newindex` that is a C function runs no Lua code, so a walk in
-        -- C over a made-up length was never stopped (review finding: a `__len` that
-        -- answered the check 0 and the C function 2^53). Errors that Lua's own raise
-        -- are left to them (tail calls: the page's line in the message); positions and
-        -- the order of accesses are Lua 5.4's.
-        local ult, format = math.ult, string.format
-
-        table.insert = function(t, ...)
-          if type(t) ~= "table" or select("#", ...) ~= 2 then return insert(t, ...) end
-          local e = tointeger(#t)
-          local pos, v = ...
-          local p = tointeger(pos)
-          if e == nil or p == nil then return insert(t, ...) end
-          e = e + 1
-          if not ult(p - 1, e) then
-            error("bad argument #2 to 'insert' (position out of bounds)", 2)
-          end
-          local i = e
-          while i > p do t[i] = t[i - 1]; i = i - 1 end
-          t[p] = v
-        end
-
-        table.remove = function(t, ...)
-          if type(t) ~= "table" then return remove(t, ...) end
-          local size = tointeger(#t)
-          if size == nil then return remove(t, ...) end
-          local pos = size
-          if select("#", ...) > 0 and (...) ~= nil then
-            pos = tointeger((...))
-            if pos == nil then return remove(t, ...) end
-          end
-          if pos ~= size and ult(size, pos - 1) then
-            error("bad argument #2 to 'remove' (position out of bounds)", 2)
-          end
-          local v = t[pos]
-          while pos < size do t[pos] = t[pos + 1]; pos = pos + 1 end
-          t[pos] = nil
-          return v
-        end
-
-        -- The values of t[i..j], read here; `what` names the function in errors.
-        local function values(t, i, j, what)
-          local out, k = {}, i
-          while true do
-            local v = t[k]
-            local tv = type(v)
-            if what == "concat" and tv ~= "string" and tv ~= "number" then
-              error(format("invalid value (at index %d) in table for 'concat'", k), 3)
-            elseif v == nil then
-              error(format("no value at index %d of a table of length %d for '%s'",
-                k, j, what), 3)
+        -- No `__len` in pages' metatables, and a metatable is copied when it is set
+        -- (the page's own table stays what `getmetatable` gives), so that none can be
+        -- added later: Lua's table functions walk `#t`, and a made-up length, read
+        -- through an `__index` or `__newindex` that is a C function (which runs no
+        -- Lua, so no hook), kept them in C for ever (review findings: wrappers that
+        -- walked in Lua instead made every `table.insert` of the B.1 page cost a Lua
+        -- call, +55 % per page). Without `__len` they walk a table's own length, which
+        -- its memory bounds. `table.concat` takes an explicit range too: a range
+        -- beyond the table's own values is read here, in Lua.
+        local setmetatable, rawget, next = setmetatable, rawget, next
+        _G.setmetatable = function(t, mt)
+          if type(mt) == "table" then
+            if rawget(mt, "__gc") ~= nil then
+              error("__gc metamethods are not allowed in pages", 2)
             end
-            out[#out + 1] = v
-            if k == j then return out end
-            k = k + 1
+            if rawget(mt, "__len") ~= nil then
+              error("__len metamethods are not allowed in pages", 2)
+            end
+            local copy = {}
+            for k, v in next, mt do copy[k] = v end
+            if copy.__metatable == nil then copy.__metatable = mt end
+            mt = copy
           end
+          return setmetatable(t, mt)
         end
 
+        local format = string.format
         table.concat = function(t, sep, i, j)
           if type(t) ~= "table" then return concat(t, sep, i, j) end
           local ii = tointeger(i == nil and 1 or i)
@@ -721,16 +688,17 @@ fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
           if ii == nil or jj == nil or ii > jj or (ii >= 1 and jj <= rawlen(t)) then
             return concat(t, sep, i, j)
           end
-          return concat(values(t, ii, jj, "concat"), sep)
-        end
-
-        table.sort = function(t, comp)
-          if type(t) ~= "table" then return sort(t, comp) end
-          local n = tointeger(#t)
-          if n == nil or n <= rawlen(t) or n >= 0x7fffffff then return sort(t, comp) end
-          local a = values(t, 1, n, "sort")
-          sort(a, comp)
-          for k = 1, n do t[k] = a[k] end
+          local parts, k = {}, ii
+          while true do
+            local v = t[k]
+            local tv = type(v)
+            if tv ~= "string" and tv ~= "number" then
+              error(format("invalid value (at index %d) in table for 'concat'", k), 2)
+            end
+            parts[#parts + 1] = v
+            if k == jj then return concat(parts, sep) end
+            k = k + 1
+          end
         end
         "##,
     )
