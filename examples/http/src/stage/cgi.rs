@@ -8,7 +8,9 @@
 //! functions of `os`, `utf8` (Lua 5.4) or `bit` (LuaJIT), and a `require` for those.
 //! Each request runs in a fresh environment, and so does what it compiles with `load`;
 //! under LuaJIT `getfenv` / `setfenv` reach only the page's own functions (never the
-//! globals). No `__gc` (nor `newproxy`): finalizers run where no hook stops them; an
+//! globals). No `__gc` (nor `newproxy`): finalizers run where no hook stops them; on
+//! Lua 5.4 no `__len` either (a made-up length kept the table functions in C, see
+//! `bound_c_loops`); an
 //! `xpcall` handler runs after the unwinding, as ordinary page code. The pattern
 //! functions of `string` are the `pattern` submodule's, which `cgi_timeout` reaches inside
 //! a match. A script that fails, runs past `cgi_timeout` or uses more than `cgi_memory`
