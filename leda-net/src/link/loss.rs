@@ -14,8 +14,9 @@
 //!   nothing at all was read from it for [`Liveness::silence`]: every link writes a
 //!   `Heartbeat` frame when it has written nothing for half of [`Liveness::heartbeat`]
 //!   (checked twice a period), so a live peer is never silent that long. Silence is
-//!   counted only while this process runs (see [`watch`]). TCP keepalive and `TCP_USER_TIMEOUT` (set to
-//!   the same bound) also end a connection whose data goes unacknowledged.
+//!   counted only while this process runs (see [`watch`]). TCP keepalive and
+//!   `TCP_USER_TIMEOUT` (set to the same bound) also end a connection whose data goes
+//!   unacknowledged.
 //! * Every process of a deployment has a link to every other one, so each notices on
 //!   its own; under [`OnProcessLoss::End`] the first to notice also tells the others
 //!   (`Lost` frame), so that a launcher reports the loss even when a daemon noticed it
@@ -286,10 +287,10 @@ impl Transport {
             0
         };
         if stood_still > 0 && reason.starts_with("it closed the connection") {
-            // A live peer does not go silent for the bound and then close: this process
-            // stood still meanwhile, and the peer most likely took it for lost. Said so,
-            // as this process names the peer (review finding: a launcher frozen for 6 s
-            // named a live daemon, "nothing heard from it for 6.0 s").
+            // A peer that closed while this process stood still most likely took it for
+            // lost (at least the bound) or may have (less). Said so, as this process names
+            // the peer (review finding: a launcher frozen for 6 s named a live daemon,
+            // "nothing heard from it for 6.0 s").
             let likely = if stood_still >= silence_ms {
                 "most likely took"
             } else {

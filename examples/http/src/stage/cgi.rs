@@ -10,8 +10,8 @@
 //! under LuaJIT `getfenv` / `setfenv` reach only the page's own functions (never the
 //! globals). No `__gc` (nor `newproxy`): finalizers run where no hook stops them; on
 //! Lua 5.4 no `__len` either (a made-up length kept the table functions in C, see
-//! `bound_c_loops`); an
-//! `xpcall` handler runs after the unwinding, as ordinary page code. The pattern
+//! `bound_c_loops`); an `xpcall` handler runs after the unwinding, as ordinary page
+//! code. The pattern
 //! functions of `string` are the `pattern` submodule's, which `cgi_timeout` reaches inside
 //! a match. A script that fails, runs past `cgi_timeout` or uses more than `cgi_memory`
 //! gives `500`, logged with its file and line; the state then serves the next page (a
@@ -398,11 +398,11 @@ impl Cgi {
 
     /// `body`, counted among this instance's unsent bodies until dropped; `None` when
     /// those already hold `cgi_memory` bytes with it (a page alone always goes; no
-    /// bound when `cgi_memory` is 0). A
-    /// client that does not read holds its page's body for up to `send_timeout`: without
-    /// this bound, 16 such clients held 1.9 GB of 100 MB pages, and it grew with the
-    /// connections (review finding, 2026-11-27). Each instance's state holds up to
-    /// `cgi_memory` too, so pages cost at most twice that per instance.
+    /// bound when `cgi_memory` is 0). A client that does not read holds its page's body
+    /// for up to `send_timeout`: without this bound, 16 such clients held 1.9 GB of
+    /// 100 MB pages, and it grew with the connections (review finding, 2026-11-27).
+    /// Each instance's state holds up to `cgi_memory` too, so pages cost at most twice
+    /// that per instance.
     pub fn admit(&self, body: Bytes) -> Option<Bytes> {
         let len = body.len();
         let before = self.unsent.fetch_add(len, Ordering::Relaxed);
