@@ -771,3 +771,37 @@ pub fn stage() -> Stage {
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page's `print` is one log line, cut at `PRINT_MAX`, control characters escaped
+    /// (review finding: a page printed 200 MB lines, and could forge lines).
+    #[test]
+    fn print_lines_are_cut_and_escaped() {
+        let lua = Lua::new();
+        let big = lua.create_string("x".repeat(1 << 20)).unwrap();
+        let forged = lua
+            .create_string("ok\nINFO leda_http: forged line\r")
+            .unwrap();
+        let args = MultiValue::from_iter([
+            mlua::Value::String(forged),
+            mlua::Value::Integer(7),
+            mlua::Value::String(big),
+        ]);
+        let line = print_line(&args);
+        assert!(
+            line.starts_with("ok\\nINFO leda_http: forged line\\r\t7\txxx"),
+            "{line}"
+        );
+        assert!(!line.contains('\n') && !line.contains('\r'));
+        assert!(
+            line.len() <= PRINT_MAX + 8 && line.ends_with(" [cut]"),
+            "{}",
+            line.len()
+        );
+        let short = MultiValue::from_iter([mlua::Value::Boolean(true), mlua::Value::Nil]);
+        assert_eq!(print_line(&short), "true\tnil");
+    }
+}
