@@ -286,7 +286,17 @@ impl Transport {
         } else {
             0
         };
-        if stood_still > 0 && reason.starts_with("it closed the connection") {
+        // (The connection's end, however this process met it: its reader read the
+        // close, or its writer found the connection broken.)
+        let broken = [
+            "it closed the connection",
+            "writing to it failed",
+            "the connection failed",
+            "the connection closed",
+        ]
+        .iter()
+        .any(|r| reason.starts_with(r));
+        if stood_still > 0 && broken {
             // A peer that closed while this process stood still most likely took it for
             // lost (at least the bound) or may have (less). Said so, as this process names
             // the peer (review finding: a launcher frozen for 6 s named a live daemon,
