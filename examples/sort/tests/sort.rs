@@ -39,19 +39,42 @@ fn read_numbers(path: &std::path::Path) -> Vec<f64> {
         .collect()
 }
 
+/// `n` sort daemons (one thread each), and their addresses joined by commas.
+fn start_daemons(n: usize) -> (Vec<DaemonChild>, String) {
+    let daemons = spawn_many(EXE.as_ref(), n, &["--threads", "1"]).expect("daemons");
+    let addrs = daemons
+        .iter()
+        .map(|d| d.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    (daemons, addrs)
+}
+
+/// `kill -9 PID`; whether it worked.
+fn kill_9(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `kill -9` of `pids` after `delay`, on a thread of its own.
+fn kill_9_after(pids: Vec<u32>, delay: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        for pid in pids {
+            kill_9(pid);
+        }
+    })
+}
+
 /// Daemons started as in the README (two terminals), then the launcher with
 /// `--daemons`: the output is 1..=n in order, and every daemon ends with the run.
 #[test]
 fn sort_over_two_daemon_processes() {
     let dir = scratch("two");
     let out = dir.join("sorted.txt");
-    let daemons: Vec<DaemonChild> =
-        spawn_many(EXE.as_ref(), 2, &["--threads", "1"]).expect("daemons");
-    let procs = daemons
-        .iter()
-        .map(|d| d.addr.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
+    let (daemons, procs) = start_daemons(2);
     let o = Command::new(EXE)
         .args(["run", "--np", "2", "--length", "3000", "--threads", "2"])
         .args(["--daemons", &procs, "--out"])
@@ -129,13 +152,7 @@ fn a_killed_sort_daemon_ends_the_run_or_its_part_moves() {
     for policy in ["end", "continue"] {
         let dir = scratch(&format!("loss-{policy}"));
         let out = dir.join("sorted.txt");
-        let daemons: Vec<DaemonChild> =
-            spawn_many(EXE.as_ref(), 3, &["--threads", "1"]).expect("daemons");
-        let procs = daemons
-            .iter()
-            .map(|d| d.addr.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
+        let (daemons, procs) = start_daemons(3);
         let launcher = Command::new(EXE)
             .args(["run", "--np", "3", "--length", "60000", "--threads", "2"])
             .args(["--on-loss", policy, "--daemons", &procs, "--out"])
@@ -147,11 +164,7 @@ fn a_killed_sort_daemon_ends_the_run_or_its_part_moves() {
         // The parts are out and being sorted (about a second each here).
         std::thread::sleep(Duration::from_millis(400));
         let victim = &daemons[1];
-        let killed = Command::new("kill")
-            .args(["-9", &victim.pid().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(killed);
+        assert!(kill_9(victim.pid()));
         let o = launcher.wait_with_output().expect("launcher ends");
         let (stdout, stderr) = (
             String::from_utf8_lossy(&o.stdout),
@@ -187,7 +200,7 @@ fn run_within(args: &[&str], limit: Duration) -> std::process::Output {
     match rx.recv_timeout(limit) {
         Ok(o) => o.expect("launcher output"),
         Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            kill_9(pid);
             panic!("leda-sort {args:?} still running after {limit:?}");
         }
     }
@@ -202,22 +215,9 @@ fn run_within(args: &[&str], limit: Duration) -> std::process::Output {
 fn continue_moves_every_part_of_the_dead_or_ends_when_none_is_left() {
     let dir = scratch("continue-two");
     let out = dir.join("sorted.txt");
-    let daemons: Vec<DaemonChild> =
-        spawn_many(EXE.as_ref(), 3, &["--threads", "1"]).expect("daemons");
-    let procs = daemons
-        .iter()
-        .map(|d| d.addr.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
-    let killer = {
-        let pids: Vec<u32> = daemons[..2].iter().map(DaemonChild::pid).collect();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(400));
-            for pid in pids {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            }
-        })
-    };
+    let (daemons, procs) = start_daemons(3);
+    let pids = daemons[..2].iter().map(DaemonChild::pid).collect();
+    let killer = kill_9_after(pids, Duration::from_millis(400));
     let o = run_within(
         &[
             "run",
@@ -242,15 +242,8 @@ fn continue_moves_every_part_of_the_dead_or_ends_when_none_is_left() {
     let want: Vec<f64> = (1..=60000).map(f64::from).collect();
     assert_eq!(read_numbers(&out), want, "sorted and complete");
 
-    let daemons: Vec<DaemonChild> =
-        spawn_many(EXE.as_ref(), 1, &["--threads", "1"]).expect("daemon");
-    let d = &daemons[0];
-    let addr = d.addr.clone();
-    let pid = d.pid();
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-    });
+    let (daemons, addr) = start_daemons(1);
+    let killer = kill_9_after(vec![daemons[0].pid()], Duration::from_millis(300));
     let o = run_within(
         &[
             "run",
