@@ -338,24 +338,36 @@ fn a_daemon_restarted_on_the_same_port_serves_again() {
     assert_eq!(good_run(&again), 10);
 }
 
+/// A launcher process (the test node's `launch`, 1 s silence bound) running a graph on
+/// `daemon`, once it said `STARTED`; its stdout, for the lines after that.
+fn launcher_process(
+    daemon: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
+        .args(["launch", "--me", ME, "--daemon", daemon, "--ms", "1"])
+        .args(["--silence-ms", "1000"])
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("launcher");
+    let mut out = std::io::BufReader::new(launcher.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "STARTED");
+    (launcher, out)
+}
+
 /// A launcher killed (-9) or frozen in the middle of a run: the daemon ends that run
 /// within the bound, and serves the next deployment.
 #[test]
 fn a_lost_launcher_ends_the_daemons_run_and_it_serves_again() {
     let mut a = long_lived();
     for sig in ["-KILL", "-STOP"] {
-        let mut launcher = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
-            .args(["launch", "--me", ME, "--daemon", &a.addr, "--ms", "1"])
-            .args(["--silence-ms", "1000"])
-            .env("RUST_LOG", "error")
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("launcher");
-        let mut out = std::io::BufReader::new(launcher.stdout.take().unwrap());
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert_eq!(line.trim(), "STARTED");
+        let (mut launcher, _out) = launcher_process(&a.addr);
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
         signal(launcher.id(), sig);
@@ -389,24 +401,13 @@ fn a_lost_launcher_ends_the_daemons_run_and_it_serves_again() {
 #[test]
 fn a_thawed_launcher_says_it_stood_still() {
     let mut a = long_lived();
-    let mut launcher = Command::new(env!("CARGO_BIN_EXE_leda-net-test-node"))
-        .args(["launch", "--me", ME, "--daemon", &a.addr, "--ms", "1"])
-        .args(["--silence-ms", "1000"])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("launcher");
-    let mut out = std::io::BufReader::new(launcher.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "STARTED");
+    let (mut launcher, mut out) = launcher_process(&a.addr);
     std::thread::sleep(Duration::from_millis(500));
     signal(launcher.id(), "-STOP");
     let (_, _, lost) = daemon_report(&mut a);
     assert!(lost.iter().any(|l| l.contains(ME)), "{lost:?}");
     signal(launcher.id(), "-CONT");
-    line.clear();
+    let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     let _ = launcher.wait();
     assert!(line.starts_with("FAILED"), "{line}");
