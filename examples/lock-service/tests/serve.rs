@@ -67,20 +67,27 @@ fn free_addr() -> String {
 fn group(s: &Scratch, n: usize, algorithm: &str) -> (Vec<Proc>, Vec<String>) {
     let nodes: Vec<String> = (0..n).map(|_| free_addr()).collect();
     let (children, clients) = start_group(n, Duration::from_secs(30), |i| {
-        Command::new(BIN)
-            .args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
-            .args(["--nodes", &nodes.join(","), "--algorithm", algorithm])
-            .arg("--data-dir")
-            .arg(s.dir.join(format!("node{i}")))
-            .env("LEDA_SECRET_FILE", &s.secret)
-            .env_remove("LEDA_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+        node_cmd(s, i, &nodes, algorithm)
             .stderr(Stdio::inherit())
             .spawn()
     })
     .unwrap();
     (children.into_iter().map(Proc).collect(), clients)
+}
+
+/// `lock-service serve` for node `i` of `nodes`, with the scratch's secret and a data
+/// directory in it; stdout piped (its `CLIENTS ADDR` line).
+fn node_cmd(s: &Scratch, i: usize, nodes: &[String], algorithm: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--id", &i.to_string(), "--clients", "127.0.0.1:0"])
+        .args(["--nodes", &nodes.join(","), "--algorithm", algorithm])
+        .arg("--data-dir")
+        .arg(s.dir.join(format!("node{i}")))
+        .env("LEDA_SECRET_FILE", &s.secret)
+        .env_remove("LEDA_SECRET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    cmd
 }
 
 fn lock_cmd(s: &Scratch, addr: &str, ttl: &str, script: &str) -> Proc {
@@ -814,15 +821,7 @@ fn a_node_not_serving_yet_turns_clients_away_at_once() {
     let s = Scratch::new("unserved");
     let nodes = [free_addr(), free_addr()];
     let mut node = Proc(
-        Command::new(BIN)
-            .args(["serve", "--id", "1", "--clients", "127.0.0.1:0"])
-            .args(["--nodes", &nodes.join(","), "--algorithm", "centralized"])
-            .arg("--data-dir")
-            .arg(s.dir.join("node1"))
-            .env("LEDA_SECRET_FILE", &s.secret)
-            .env_remove("LEDA_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+        node_cmd(&s, 1, &nodes, "centralized")
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
