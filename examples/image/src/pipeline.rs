@@ -268,21 +268,24 @@ impl Drop for DaemonChild {
 /// Watches the daemons while the run goes: one that exits before the end stops the
 /// run (otherwise its images would never be accounted for and the run would hang).
 struct Watch {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    /// How long each daemon may take to exit once the run is over, milliseconds.
-    grace_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// 0 while the run goes; then how long each daemon may take to exit, milliseconds.
+    stop: Arc<std::sync::atomic::AtomicU64>,
     thread: std::thread::JoinHandle<Option<PipelineError>>,
 }
 
+/// How long a daemon may take to exit after a run that ended well, and after one that
+/// failed (a daemon stopped, or still in a long handler call, is then killed sooner:
+/// with ten seconds, the error came 10 s after the loss was known, a review found).
+const GRACE: Duration = Duration::from_secs(10);
+const GRACE_FAILED: Duration = Duration::from_secs(1);
+
 fn watch_daemons(mut daemons: Vec<DaemonChild>, handle: ProcessHandle) -> Watch {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let stop = Arc::new(AtomicBool::new(false));
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let stop = Arc::new(AtomicU64::new(0));
     let flag = stop.clone();
-    let grace_ms = Arc::new(std::sync::atomic::AtomicU64::new(10_000));
-    let grace = grace_ms.clone();
     let thread = std::thread::spawn(move || {
         let mut failure = None;
-        while !flag.load(Ordering::SeqCst) && failure.is_none() {
+        while flag.load(Ordering::SeqCst) == 0 && failure.is_none() {
             for d in &mut daemons {
                 if let Ok(Some(status)) = d.child.try_wait()
                     && !handle.is_stopping()
@@ -299,11 +302,11 @@ fn watch_daemons(mut daemons: Vec<DaemonChild>, handle: ProcessHandle) -> Watch 
             // 50 ms late).
             std::thread::park_timeout(Duration::from_millis(50));
         }
-        let grace = Duration::from_millis(if failure.is_some() {
-            1_000
+        let grace = if failure.is_some() {
+            GRACE_FAILED
         } else {
-            grace.load(Ordering::SeqCst)
-        });
+            Duration::from_millis(flag.load(Ordering::SeqCst))
+        };
         for d in daemons {
             if !d.finish(grace) {
                 tracing::warn!("a daemon did not exit cleanly");
@@ -311,24 +314,18 @@ fn watch_daemons(mut daemons: Vec<DaemonChild>, handle: ProcessHandle) -> Watch 
         }
         failure
     });
-    Watch {
-        stop,
-        grace_ms,
-        thread,
-    }
+    Watch { stop, thread }
 }
 
 impl Watch {
-    /// Stops watching, reaps the daemons, and returns a daemon failure if one ended
-    /// the run. After a run that failed (a process lost), each daemon gets a second to
-    /// exit, not ten: one that is stopped, or still in a long handler call, is killed
-    /// (the error came 10 s after the loss was known: review finding).
+    /// Stops watching, reaps the daemons (each given [`GRACE`], or [`GRACE_FAILED`]
+    /// after a run that failed), and returns a daemon failure if one ended the run.
     fn finish(self, failed: bool) -> Option<PipelineError> {
-        if failed {
-            self.grace_ms
-                .store(1_000, std::sync::atomic::Ordering::SeqCst);
-        }
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let grace = if failed { GRACE_FAILED } else { GRACE };
+        self.stop.store(
+            grace.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
         self.thread.thread().unpark();
         self.thread.join().unwrap_or_else(|_| {
             Some(PipelineError::Daemon {
