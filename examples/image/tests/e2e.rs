@@ -275,3 +275,79 @@ fn baselines_produce_the_same_files_as_the_pipeline() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A daemon frozen (SIGSTOP) mid-run: the run fails naming the lost process within the
+/// silence bound (3 s) plus the second a daemon gets to exit after a failed run, not
+/// ten (review finding: the error came 10 s after the loss was known, while the run
+/// waited for the stopped daemon to exit).
+#[test]
+fn a_frozen_daemon_fails_the_run_within_the_bound() {
+    let dir = scratch("frozen");
+    let (input, output) = (dir.join("in"), dir.join("out"));
+    generate(
+        &input,
+        &GenOptions {
+            count: 150,
+            resolution: Resolution::Custom(320, 240),
+            seed: 7,
+            ..GenOptions::default()
+        },
+    )
+    .expect("generating inputs");
+    let mut child = Command::new(BIN)
+        .args(["--input", input.to_str().unwrap(), "--output"])
+        .arg(&output)
+        .args([
+            "--layout",
+            "2",
+            "--threads",
+            "1",
+            "--window",
+            "1",
+            "--no-progress",
+        ])
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running leda-image");
+    // Its daemon: the one child process, once the run got going.
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let daemon = loop {
+        let listed = std::fs::read_to_string(&children).unwrap_or_default();
+        let written = std::fs::read_dir(&output).map_or(0, |d| d.count());
+        if let Some(pid) = listed.split_whitespace().next()
+            && written > 5
+        {
+            break pid.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the run did not get going");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stopped = Command::new("kill").args(["-STOP", &daemon]).status();
+    assert!(stopped.is_ok_and(|s| s.success()));
+    let t0 = Instant::now();
+    let mut took = None;
+    while t0.elapsed() < Duration::from_secs(30) {
+        if child.try_wait().unwrap().is_some() {
+            took = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill").args(["-CONT", &daemon]).status();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let took = took.unwrap_or_else(|| panic!("still running 30 s after the stop: {stderr}"));
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("was lost"), "{stderr}");
+    // 3 s of silence, a second of grace, and room for a loaded machine.
+    assert!(
+        took < Duration::from_secs(7),
+        "ended {took:?} after the stop: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
