@@ -1133,3 +1133,36 @@ fn flush_sends_what_a_long_handler_sent_so_far() {
     assert_eq!(r.reason, EndReason::Quit, "{:?}", r.reason);
     assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "handled");
 }
+
+/// Work a stage carries on outside its handler calls (a thread of its own sending through a
+/// clone of its `Ctx`) keeps a run that ends when idle going while its `Busy` guard lives:
+/// the late event arrives and the run ends idle after it (without the guard the run ended
+/// at once, the event unsent).
+#[test]
+fn a_busy_guard_keeps_an_idle_run_going_until_the_work_outside_is_sent() {
+    let got = Arc::new(AtomicUsize::new(0));
+    let outside = Stage::new("outside", |_: Event, ctx: &mut Ctx| {
+        let mut out = ctx.clone();
+        let busy = ctx.busy();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            out.send("late", 7i64).unwrap();
+            drop(busy);
+        });
+        Ok(())
+    })
+    .autostart(());
+    let seen = got.clone();
+    let sink = Stage::new("sink", move |ev: Event, _: &mut Ctx| {
+        seen.fetch_add(ev.get::<i64>(0)? as usize, SeqCst);
+        Ok(())
+    });
+    let mut g = Graph::new("g");
+    g.add(&outside);
+    g.add(&sink);
+    g.connect(&outside, "late", &sink);
+    let started = Instant::now();
+    run_idle(&g, 2);
+    assert_eq!(got.load(SeqCst), 7, "the late event was not handled");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}

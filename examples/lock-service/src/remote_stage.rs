@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leda_core::prelude::*;
+use leda_core::runtime::Busy;
 use leda_net::Secret;
 use tokio::sync::oneshot;
 
@@ -31,8 +32,9 @@ struct Client {
     opts: ConnectOptions,
     addrs: Vec<String>,
     conn: Arc<tokio::sync::Mutex<Option<AsyncLockClient>>>,
-    /// Holds by id: the signal that releases one.
-    held: Arc<Mutex<HashMap<i64, oneshot::Sender<()>>>>,
+    /// Holds by id: the signal that releases one (it carries the guard that keeps the
+    /// run from ending before the release's reply is sent).
+    held: Arc<Mutex<HashMap<i64, oneshot::Sender<Busy>>>>,
 }
 
 fn addrs_attr(a: &Attrs) -> Result<Vec<String>, BoxError> {
@@ -84,6 +86,8 @@ impl Client {
                     self.opts.clone(),
                 );
                 let mut out = ctx.clone();
+                // Until the acquire's reply is sent, the run is not idle.
+                let busy = ctx.busy();
                 let rt = self.rt.as_ref().ok_or("lock client: stopped")?;
                 rt.spawn(async move {
                     let client = {
@@ -99,15 +103,18 @@ impl Client {
                         }
                         c.clone()
                     };
+                    // Every reply waits for room in the caller's queue; one that cannot be
+                    // delivered at all (the process stops) is logged.
                     let Some(client) = client else {
-                        let _ =
-                            out.send("reply", ("failed", id, lock.as_str(), "no node answered"));
+                        let why = "no node answered";
+                        reply(&mut out, id, ("failed", id, lock.as_str(), why)).await;
                         return;
                     };
                     let mut hold = match client.acquire(&lock, timeout).await {
                         Ok(h) => h,
                         Err(e) => {
-                            let _ = out.send("reply", ("failed", id, lock.as_str(), e.to_string()));
+                            let why = e.to_string();
+                            reply(&mut out, id, ("failed", id, lock.as_str(), why)).await;
                             return;
                         }
                     };
@@ -116,13 +123,22 @@ impl Client {
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(id, tx);
                     let fence = hold.fence() as i64;
-                    let _ = out.send("reply", ("granted", id, lock.as_str(), fence));
+                    if !reply(&mut out, id, ("granted", id, lock.as_str(), fence)).await {
+                        // Nobody will learn of the grant: give the lock back.
+                        held.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                        let _ = hold.release().await;
+                        return;
+                    }
+                    // Held, the lock is no work of the run's: a run that ends when idle
+                    // ends, and the lease with it.
+                    drop(busy);
                     tokio::select! {
                         why = hold.lost() => {
                             held.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                            let _ = out.send("reply", ("lost", id, lock.as_str(), why));
+                            reply(&mut out, id, ("lost", id, lock.as_str(), why)).await;
                         }
-                        _ = rx => {
+                        signal = rx => {
+                            let _busy = signal.ok();
                             let ev: Event = match hold.release().await {
                                 Ok(()) => ("released", id).into(),
                                 Err(e) => Event::new()
@@ -131,7 +147,7 @@ impl Client {
                                     .with(Value::Nil)
                                     .with(e.to_string()),
                             };
-                            let _ = out.send("reply", ev);
+                            reply(&mut out, id, ev).await;
                         }
                     }
                 });
@@ -145,7 +161,7 @@ impl Client {
                     .remove(&id);
                 match signal {
                     Some(tx) => {
-                        let _ = tx.send(());
+                        let _ = tx.send(ctx.busy());
                     }
                     None => {
                         let why = format!("no lock held under id {id}");
@@ -162,6 +178,18 @@ impl Client {
                 Ok(())
             }
             other => Err(format!("lock client: unknown request {other:?}").into()),
+        }
+    }
+}
+
+/// Sends `ev` on `reply`, waiting while the caller's queue is full; `false` (and a log line)
+/// when it cannot be delivered (the port is not connected, the process stops).
+async fn reply(out: &mut Ctx, id: i64, ev: impl Into<Event>) -> bool {
+    match out.send_wait("reply", ev).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(target: "leda::lock", "lock client: the reply to request {id} was not delivered: {e}");
+            false
         }
     }
 }

@@ -432,6 +432,73 @@ return leda.graph{{ user:connect('locks', c), c:connect('reply', user) }}:run()
     assert_eq!(fences[0] >> EPOCH_SHIFT, 1, "{fences:?}");
 }
 
+/// The client stage's replies wait for room in a slow caller's queue, and a run that ends when
+/// idle waits for them: twenty grants to a caller whose queue holds one event and that takes
+/// 20 ms over each reply all arrive. Before, a reply that found the queue full was dropped (its
+/// lock stayed held with nobody to release it), and `leda run` ended as soon as the acquires
+/// were handed to the client stage, before any reply.
+#[test]
+fn the_client_stage_waits_for_room_for_its_replies() {
+    for (module, make) in leda_lock_service::catalogue() {
+        leda_lua::registry::register_stage(module, make);
+    }
+    let s = Scratch::new("lua-slow");
+    let nodes: Vec<String> = (0..3).map(|_| free_addr()).collect();
+    let locks: Vec<String> = (1..=20).map(|i| format!("lock{i}")).collect();
+    let (children, addrs) = start_group(3, Duration::from_secs(30), |i| {
+        node_cmd(&s, i, &nodes, "naimi-trehel")
+            .args(["--locks", &locks.join(",")])
+            .stderr(Stdio::inherit())
+            .spawn()
+    })
+    .unwrap();
+    let _nodes: Vec<Proc> = children.into_iter().map(Proc).collect();
+    let code = format!(
+        r#"
+local client = require 'leda.stage.lock.client'
+local c = leda.stage 'locks' (client)
+c.connect = '{a0}'; c.ttl = 5; c.secret_file = '{secret}'
+local user = leda.stage{{
+    name = 'user', serial = true, autostart = true, capacity = 1,
+    init = function() granted, released, os = 0, 0, require 'os' end,
+    handler = function(tag, id)
+        if tag == nil then
+            for i = 1, 20 do leda.send('locks', 'acquire', i, 'lock' .. i, 10) end
+        elseif tag == 'granted' then
+            local t = os.clock() + 0.02
+            while os.clock() < t do end
+            granted = granted + 1
+            assert(leda.send_wait('locks', 'release', id))
+        elseif tag == 'released' then
+            released = released + 1
+            if released == 20 then leda.quit(granted, released) end
+        else
+            error('unexpected reply ' .. tostring(tag))
+        end
+    end,
+}}
+return leda.graph{{ user:connect('locks', c), c:connect('reply', user) }}:run()
+"#,
+        a0 = addrs[0],
+        secret = s.secret.display()
+    );
+    // Ending when idle, as `leda run` does: the replies still to come keep the run going.
+    let script = leda_lua::Script::new(leda_lua::ScriptOptions {
+        until_idle: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = script.run_str(&code, "=slow").map(|v| v.into_vec());
+        let _ = tx.send(format!("{out:?}"));
+    });
+    let out = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the run did not end within 60 s: replies were lost");
+    assert_eq!(out, "Ok([Integer(20), Integer(20)])");
+}
+
 /// A client speaking the wire protocol itself, to send what `LockClient` never does.
 struct Raw {
     rt: tokio::runtime::Runtime,

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -435,6 +435,16 @@ impl Ctx {
         super::outbox::flush(&self.process);
     }
 
+    /// Marks work this stage carries on outside its handler calls — on a thread or
+    /// runtime of its own, sending through a clone of this `Ctx` — that will still send
+    /// events. While the guard lives the process is not idle, so a run that ends when
+    /// idle ([`super::Run::until_idle`], `leda run`) waits for that work instead of ending
+    /// before its events are sent. Drop the guard after the last send.
+    pub fn busy(&self) -> Busy {
+        self.process.busy_outside.fetch_add(1, SeqCst);
+        Busy(self.process.clone())
+    }
+
     /// Ends the run; `run` returns `values` (`leda.quit`).
     pub fn quit(&self, values: impl Into<Event>) {
         self.process.quit(values.into());
@@ -582,6 +592,16 @@ impl<K: PortKey> SendWait<'_, K> {
                 }
             }
         }
+    }
+}
+
+/// Work outside handler calls that keeps the process from being idle: see [`Ctx::busy`].
+#[must_use = "the process counts as busy only while the guard lives"]
+pub struct Busy(Arc<Process>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy_outside.fetch_sub(1, SeqCst);
     }
 }
 

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-pub use ctx::{Ctx, PortKey, SendWait};
+pub use ctx::{Busy, Ctx, PortKey, SendWait};
 pub use task::{BATCH, Task};
 
 use crate::controller::{Controller, Fixed, Knobs};

@@ -416,6 +416,8 @@ pub(crate) struct Process {
     pub(crate) connectors: Box<[(ConnectorCounters, ConnectorInfo)]>,
     pub(crate) exec: Arc<dyn Executor>,
     activations: AtomicU64,
+    /// Live [`super::ctx::Busy`] guards: work carried on outside handler calls.
+    pub(crate) busy_outside: AtomicUsize,
     pub(crate) stopping: AtomicBool,
     ending: Mutex<Option<Event>>,
     pub(crate) on_end: Box<dyn Fn() + Send + Sync>,
@@ -455,6 +457,7 @@ impl Process {
                 .collect(),
             exec,
             activations: AtomicU64::new(0),
+            busy_outside: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             ending: Mutex::new(None),
             on_end,
@@ -597,10 +600,14 @@ impl Process {
         self.ending.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// `true` when no event is queued, no instance is active and no remote send is in
-    /// flight. Two reads of the activation counter around the scan make it exact: any
+    /// `true` when no event is queued, no instance is active, no remote send is in
+    /// flight and no [`super::ctx::Busy`] guard lives. Two reads of the activation counter around the scan make it exact: any
     /// activation that the scan could have missed changes the counter.
     pub(crate) fn is_quiescent(&self) -> bool {
+        // Read first: a guard dropped after its last send has made that send visible.
+        if self.busy_outside.load(SeqCst) > 0 {
+            return false;
+        }
         let before = self.activations.load(SeqCst);
         for st in self.stages.iter() {
             if st.active() > 0 || st.len() > 0 {
