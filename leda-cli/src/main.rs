@@ -278,9 +278,7 @@ fn register_applications() {
         leda_image::catalogue(),
         leda_lock_service::catalogue(),
     ];
-    for (module, make) in groups.into_iter().flatten() {
-        leda_lua::registry::register_stage(module, make);
-    }
+    leda_lua::registry::register_catalogue(groups.into_iter().flatten());
 }
 
 /// Events built on one worker are often freed on another: mimalloc takes such frees

@@ -1,15 +1,22 @@
-//! What Lua handler code may do: the library set of every instance state, and the
-//! opt-ins a process grants (`leda start --allow io,os`, `leda run --allow io`).
+//! What Lua handler code may do: the library set of every instance state, what library
+//! stages a daemon builds, and the opt-ins a process grants (`leda start --allow
+//! io,os,net`, `leda run --allow io`).
 //!
 //! A deployment ships Lua code to a daemon, so a handler state gets, by default:
 //!
 //! | library | by default | with the opt-in |
 //! |---|---|---|
-//! | base | all but `dofile`, `loadfile`; `load`/`loadstring` compile **text only** | `io`: `dofile`, `loadfile` |
+//! | base | all but `dofile`, `loadfile`; `load`/`loadstring` compile **text only** | `io`: `dofile`, `loadfile` (text only) |
 //! | `coroutine`, `string` (no `string.dump`), `table`, `math`, `utf8` | yes (with `require`) | |
 //! | `os` | `os.time`, `os.clock`, `os.date`, `os.difftime` | `os`: the whole library |
 //! | `io` | no: `require 'io'` fails and says how to allow it | `io` |
-//! | `package` | Lua modules by `require`; no C modules (`package.loadlib` and `package.cpath` are removed) | `os`: C modules too |
+//! | `package` | modules from `package.preload` (the standard libraries, the stage library); no files, no C modules (`loadlib`, `searchpath` removed, `cpath` empty) | `io`: Lua modules from files on `package.path` (text only); `os`: C modules too |
+//!
+//! A daemon builds the Rust stages a deployment names (the stage library's, the bundled
+//! applications') only when they need nothing beyond what it allows
+//! ([`crate::registry::register_stage`] records what each needs): files (`io`: reading
+//! lines, printing to a file, serving or writing files) or sockets (`net`). A script's
+//! own process builds every stage it names.
 //!
 //! The opt-ins are process-wide ([`allow`]) and apply to handler states created
 //! afterwards; a script's own configuring state (the program the user runs) keeps
@@ -25,24 +32,29 @@ pub struct Capabilities {
     /// The whole `os` library (`os.execute`, `os.remove`, `os.exit`, `os.getenv`,
     /// ...) and C modules (`package.loadlib`, `package.cpath`).
     pub os: bool,
+    /// Sockets: library stages that listen or connect (`leda.stage.net.*`, the HTTP
+    /// server's `accept`, the lock service's client). Lua code has no sockets of its own.
+    pub net: bool,
 }
 
 const IO: u8 = 1;
 const OS: u8 = 2;
+const NET: u8 = 4;
 
 static ALLOWED: AtomicU8 = AtomicU8::new(0);
 
 impl Capabilities {
-    /// Parses a comma-separated list: `io`, `os` (`""` allows nothing).
+    /// Parses a comma-separated list: `io`, `os`, `net` (`""` allows nothing).
     pub fn parse(list: &str) -> Result<Capabilities, String> {
         let mut c = Capabilities::default();
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match name {
                 "io" => c.io = true,
                 "os" => c.os = true,
+                "net" => c.net = true,
                 other => {
                     return Err(format!(
-                        "--allow: unknown capability '{other}' (known: io, os)"
+                        "--allow: unknown capability '{other}' (known: io, os, net)"
                     ));
                 }
             }
@@ -51,7 +63,23 @@ impl Capabilities {
     }
 
     fn bits(self) -> u8 {
-        (u8::from(self.io) * IO) | (u8::from(self.os) * OS)
+        (u8::from(self.io) * IO) | (u8::from(self.os) * OS) | (u8::from(self.net) * NET)
+    }
+
+    /// `true` if every capability of `needed` is in `self`.
+    pub fn covers(self, needed: Capabilities) -> bool {
+        needed.bits() & !self.bits() == 0
+    }
+
+    /// The capabilities of `needed` that `self` lacks, as `--allow` would name them.
+    pub fn missing(self, needed: Capabilities) -> String {
+        let lack = needed.bits() & !self.bits();
+        [(IO, "io"), (OS, "os"), (NET, "net")]
+            .iter()
+            .filter(|(b, _)| lack & b != 0)
+            .map(|(_, n)| *n)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -66,6 +94,7 @@ pub fn allowed() -> Capabilities {
     Capabilities {
         io: b & IO != 0,
         os: b & OS != 0,
+        net: b & NET != 0,
     }
 }
 
@@ -74,23 +103,66 @@ pub fn allowed() -> Capabilities {
 /// (`string.dump` is also removed when `string` is `require`d: see
 /// [`crate::instance`].)
 pub(crate) fn sandbox_chunk(c: Capabilities) -> String {
+    // `select('#', ...)` tells an absent environment from an explicit `nil` (a chunk
+    // loaded with `nil` sees no globals).
     let mut s = String::from(
         r#"
-local load = load
-_G.load = function(chunk, name, _, env)
-  if env == nil then return load(chunk, name, "t") end
-  return load(chunk, name, "t", env)
+local load, select, error = load, select, error
+_G.load = function(chunk, name, _, ...)
+  if select('#', ...) == 0 then return load(chunk, name, "t") end
+  return load(chunk, name, "t", (...))
 end
 if loadstring then
   _G.loadstring = function(s, name) return load(s, name, "t") end
 end
+local searchers = package.searchers or package.loaders
 "#,
     );
-    if !c.io {
-        s.push_str("dofile = nil\nloadfile = nil\n");
+    if c.io {
+        // Files, but source text only: `loadfile`, `dofile` and the module searcher.
+        s.push_str(
+            r#"
+local loadfile, searchpath = loadfile, package.searchpath
+_G.loadfile = function(file, _, ...)
+  if select('#', ...) == 0 then return loadfile(file, "t") end
+  return loadfile(file, "t", (...))
+end
+_G.dofile = function(file)
+  local f, why = loadfile(file, "t")
+  if not f then error(why, 2) end
+  return f()
+end
+searchers[2] = function(name)
+  local path, why = searchpath(name, package.path)
+  if not path then return why end
+  local f, e = loadfile(path, "t")
+  if not f then
+    error("error loading module '" .. name .. "' from file '" .. path .. "':\n\t" .. e, 2)
+  end
+  return f, path
+end
+"#,
+        );
+    } else {
+        // No files: not as chunks, nor as modules (the file searcher read any path named
+        // by `package.path`, and took bytecode).
+        s.push_str(
+            r#"
+dofile = nil
+loadfile = nil
+package.searchpath = nil
+searchers[2] = function()
+  return "\n\tno file searched: handlers of this process may not read files (start it with --allow io)"
+end
+"#,
+        );
     }
     if !c.os {
-        s.push_str("package.loadlib = nil\npackage.cpath = ''\n");
+        s.push_str(
+            "package.loadlib = nil
+package.cpath = ''
+",
+        );
     }
     s
 }

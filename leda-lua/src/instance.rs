@@ -13,7 +13,7 @@
 //!   the coroutine: the worker thread is free meanwhile.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use leda_core::prelude::*;
@@ -22,6 +22,7 @@ use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Thread, ThreadS
 
 use crate::api::{CtxCell, install_instance_api, lua_port};
 use crate::error::{LuaStageError, lua_message};
+use crate::interrupt::Slot;
 use crate::source::FnSource;
 use crate::value::{args_to_values, to_lua};
 
@@ -49,9 +50,24 @@ impl StageCode {
     }
 }
 
-fn codes() -> &'static Mutex<HashMap<StageId, Arc<StageCode>>> {
-    static C: OnceLock<Mutex<HashMap<StageId, Arc<StageCode>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
+/// The code of every live Lua stage, by stage id. Weak: the stage's factory holds the
+/// code, so a deployment's code goes with its stages (a daemon kept every deployment's
+/// code, captured upvalues included, for good); dead entries are pruned as the map
+/// grows.
+struct Codes {
+    by_stage: HashMap<StageId, Weak<StageCode>>,
+    /// The map's length after the last pruning.
+    pruned_at: usize,
+}
+
+fn codes() -> &'static Mutex<Codes> {
+    static C: OnceLock<Mutex<Codes>> = OnceLock::new();
+    C.get_or_init(|| {
+        Mutex::new(Codes {
+            by_stage: HashMap::new(),
+            pruned_at: 0,
+        })
+    })
 }
 
 /// A stage whose instances run `code` (kind `"lua"`). Serial policy, attributes and
@@ -65,16 +81,19 @@ pub fn stage_from_code(name: impl Into<String>, code: Arc<StageCode>) -> Stage {
             .map_err(|e: LuaStageError| Box::new(e) as BoxError)
     })
     .kind("lua");
-    remember(&stage, code);
+    remember(&stage, &code);
     stage
 }
 
-/// Records that `stage` runs `code` (see [`code_of`]).
-pub fn remember(stage: &Stage, code: Arc<StageCode>) {
-    codes()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(stage.id(), code);
+/// Records that `stage` runs `code` (see [`code_of`]), for as long as `code` lives
+/// (the stage's factory should hold it).
+pub fn remember(stage: &Stage, code: &Arc<StageCode>) {
+    let mut c = codes().lock().unwrap_or_else(|e| e.into_inner());
+    c.by_stage.insert(stage.id(), Arc::downgrade(code));
+    if c.by_stage.len() >= 2 * c.pruned_at.max(64) {
+        c.by_stage.retain(|_, w| w.strong_count() > 0);
+        c.pruned_at = c.by_stage.len();
+    }
 }
 
 /// The Lua code of `stage`, if it is a Lua stage: what a transport sends to the
@@ -83,8 +102,9 @@ pub fn code_of(stage: &Stage) -> Option<Arc<StageCode>> {
     codes()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+        .by_stage
         .get(&stage.id())
-        .cloned()
+        .and_then(Weak::upgrade)
 }
 
 /// Standard libraries `require` can load into an instance.
@@ -115,7 +135,18 @@ fn base_libs() -> StdLib {
 /// Creates a bare instance state: base library, `coroutine`, `require` with the
 /// standard libraries pre-registered, and `unpack`.
 pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
-    let lua = Lua::new_with(base_libs(), LuaOptions::default())?;
+    let caps = crate::capabilities::allowed();
+    let lua = if caps.os {
+        // SAFETY: C modules can do anything; the process allowed them (`--allow os`).
+        // mlua's safe mode would refuse them whatever `package.cpath` says.
+        unsafe { Lua::unsafe_new_with(base_libs(), LuaOptions::default()) }
+    } else {
+        Lua::new_with(base_libs(), LuaOptions::default())?
+    };
+    if let Some(limit) = state_memory_limit() {
+        // LuaJIT keeps its own allocator: no limit there.
+        let _ = lua.set_memory_limit(limit);
+    }
     let globals = lua.globals();
     if cfg!(feature = "luajit") {
         globals.set("jit", mlua::Value::Nil)?;
@@ -123,13 +154,31 @@ pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
     let package: Table = globals.get("package")?;
     package.set("path", package_path)?;
     let preload: Table = package.get("preload")?;
-    let caps = crate::capabilities::allowed();
     preload_libs(&lua, &globals, &preload, caps)?;
     globals.set("unpack", lua.create_function(unpack)?)?;
     lua.load(crate::capabilities::sandbox_chunk(caps))
         .set_name("=leda sandbox")
         .exec()?;
     Ok(lua)
+}
+
+/// Default of the memory one handler state may hold (Lua 5.4): past it an allocation
+/// fails with "not enough memory" in the handler, which fails, instead of the process
+/// running out of memory. `LEDA_LUA_MEMORY_MB` sets another (0: no limit).
+pub const STATE_MEMORY_MB: usize = 1024;
+
+fn state_memory_limit() -> Option<usize> {
+    static LIMIT: OnceLock<Option<usize>> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let mb = match std::env::var("LEDA_LUA_MEMORY_MB") {
+            Ok(v) => v.trim().parse::<usize>().unwrap_or_else(|_| {
+                tracing::warn!(value = %v, "LEDA_LUA_MEMORY_MB is not a number of MiB: using {STATE_MEMORY_MB}");
+                STATE_MEMORY_MB
+            }),
+            Err(_) => STATE_MEMORY_MB,
+        };
+        (mb > 0).then(|| mb << 20)
+    })
 }
 
 /// What `require NAME` gives a handler under `caps`: the library table `t` (as
@@ -178,6 +227,12 @@ fn preload_libs(
             lua.load_std_libs(lib)?;
             let t = restricted(lua, name, lua.globals().get::<mlua::Value>(name)?, caps)?;
             lua.globals().set(name, t.clone())?;
+            // Opening the library also left the whole of it in the table of loaded
+            // modules (the registry's, which `require` reads, whatever the handler made
+            // of `package.loaded`): a handler calling this loader itself, not through
+            // `require` (which would store `t` there), must not find it.
+            let loaded: Table = lua.named_registry_value("_LOADED")?;
+            loaded.raw_set(name, t.clone())?;
             Ok(t)
         })?;
         preload.set(name, f)?;
@@ -231,7 +286,8 @@ pub fn unpack(_: &Lua, (t, i, j): (Table, Option<i64>, Option<i64>)) -> mlua::Re
     if j < i {
         return Ok(MultiValue::new());
     }
-    if j - i >= 1_000_000 {
+    // In i128: `j - i` overflows i64 for `unpack({}, math.mininteger, math.maxinteger)`.
+    if i128::from(j) - i128::from(i) >= 1_000_000 {
         return Err(mlua::Error::runtime("too many results to unpack"));
     }
     let mut out = Vec::with_capacity((j - i + 1) as usize);
@@ -256,6 +312,8 @@ pub struct LuaInstance {
     handler: Function,
     thread: Option<Thread>,
     cell: Arc<CtxCell>,
+    /// What the interrupt watcher sees of this instance ([`crate::interrupt`]).
+    slot: Arc<Slot>,
     token: Table,
     stage: Arc<str>,
     named: bool,
@@ -306,6 +364,7 @@ impl LuaInstance {
             handler,
             thread: None,
             cell,
+            slot: Slot::new(),
             token,
             stage,
             named: false,
@@ -393,6 +452,7 @@ impl Handler for LuaInstance {
             None => self.lua.create_thread(self.handler.clone())?,
         };
         let res = {
+            let _running = self.slot.resuming(&thread, ctx);
             let _in = self.cell.enter(ctx, &thread);
             thread.resume::<MultiValue>(MultiValue::from_vec(args))
         };
@@ -407,6 +467,7 @@ impl Handler for LuaInstance {
                 let mut owned = ctx.clone();
                 let lua = self.lua.clone();
                 let cell = self.cell.clone();
+                let slot = self.slot.clone();
                 let token = self.token.clone();
                 let stage = self.stage.clone();
                 ctx.wait(async move {
@@ -433,6 +494,7 @@ impl Handler for LuaInstance {
                             },
                         };
                         let res = {
+                            let _running = slot.resuming(&thread, &owned);
                             let _in = cell.enter(&mut owned, &thread);
                             thread.resume::<MultiValue>(back)
                         };

@@ -65,6 +65,7 @@ pub mod api;
 pub mod capabilities;
 pub mod error;
 pub mod instance;
+mod interrupt;
 pub mod library;
 pub mod registry;
 pub mod remote;

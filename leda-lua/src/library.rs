@@ -11,9 +11,7 @@ use std::sync::Once;
 pub fn register_bundled() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        for (module, make) in leda_stages::catalogue() {
-            crate::registry::register_stage(module, make);
-        }
+        crate::registry::register_catalogue(leda_stages::catalogue());
     });
 }
 

@@ -70,7 +70,8 @@ pub enum RemoteError {
 }
 
 /// The stages a daemon of the `leda` command can run: Lua stages (kind [`LUA_KIND`])
-/// and every Rust stage registered for `require`.
+/// and every Rust stage registered for `require` whose needs this process allows
+/// ([`crate::capabilities`]; checked when the deployment is built).
 pub fn registry() -> Registry {
     crate::library::register_bundled();
     let mut r = Registry::new();
@@ -80,6 +81,17 @@ pub fn registry() -> Registry {
     for module in crate::registry::registered() {
         let name = module.clone();
         r.register(module, move |_: &Attrs| {
+            let needs = crate::registry::needs(&name)
+                .ok_or_else(|| format!("stage '{name}' is no longer registered"))?;
+            let allowed = crate::capabilities::allowed();
+            if !allowed.covers(needs) {
+                let lack = allowed.missing(needs);
+                return Err(format!(
+                    "stage '{name}' needs {lack}, which this daemon does not allow \
+                     (start it with --allow {lack})"
+                )
+                .into());
+            }
             crate::registry::make_stage(&name)
                 .ok_or_else(|| format!("stage '{name}' is no longer registered").into())
         });

@@ -15,9 +15,13 @@
 //! | userdata with a `__persist` metamethod | what `__persist(u)` returns |
 //! | functions, threads, other userdata, cyclic tables | error ([`ConvertError`]) |
 //!
-//! Shared (acyclic) sub-tables are copied once per reference.
+//! Shared (acyclic) sub-tables are copied once per reference. A converted value holds
+//! at most [`MAX_VALUES`] values and [`MAX_BYTES`] bytes of strings, so a table that
+//! references one sub-table twice at each of 30 levels (2^30 copies) is refused, not
+//! built.
 
 use std::collections::HashSet;
+use std::fmt;
 
 use bytes::Bytes;
 use leda_core::value::Value;
@@ -25,6 +29,14 @@ use mlua::{Lua, Table};
 
 /// Maximum nesting depth of a converted table.
 pub const MAX_DEPTH: usize = 200;
+
+/// Most values one conversion produces (every nil, number, string and table counts
+/// one; a shared sub-table counts once per reference).
+pub const MAX_VALUES: usize = 1 << 22;
+
+/// Most bytes of strings one conversion copies (a shared string counts once per
+/// reference).
+pub const MAX_BYTES: usize = 1 << 28;
 
 /// Why a Lua value cannot become a [`Value`] (or the reverse).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +61,15 @@ pub enum ConvertError {
         /// Where the table was.
         what: String,
     },
+    /// More than [`MAX_VALUES`] values or [`MAX_BYTES`] bytes of strings in all.
+    #[error(
+        "{what} makes the value larger than {MAX_VALUES} values or {MAX_BYTES} bytes of strings \
+         (a table shared by several references is copied once per reference)"
+    )]
+    TooLarge {
+        /// Where the limit was reached.
+        what: String,
+    },
     /// A map key that Lua cannot use (nil or NaN).
     #[error("a map key {key} cannot be a Lua table key")]
     BadKey {
@@ -65,25 +86,85 @@ pub enum ConvertError {
     },
 }
 
+/// Where a value sits in the one being converted, printed only for an error
+/// (`argument 1.key[2]`): built on the stack as the conversion descends.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root(&'a str),
+    Index(&'a Path<'a>, usize),
+    Key(&'a Path<'a>, &'a Value),
+    AKey(&'a Path<'a>),
+    Persisted(&'a Path<'a>),
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Path::Root(what) => f.write_str(what),
+            Path::Index(up, i) => write!(f, "{up}[{i}]"),
+            Path::Key(up, key) => {
+                // A key is printed whole only when short: a path of long keys, many
+                // levels deep, would be as large as the value.
+                let key = key.to_string();
+                match key.char_indices().nth(40) {
+                    Some((cut, _)) => write!(f, "{up}.{}…", &key[..cut]),
+                    None => write!(f, "{up}.{key}"),
+                }
+            }
+            Path::AKey(up) => write!(f, "{up} (a key)"),
+            Path::Persisted(up) => write!(f, "{up} (__persist result)"),
+        }
+    }
+}
+
+/// What one conversion may still produce.
+struct Budget {
+    values: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    fn take(&mut self, bytes: usize, path: &Path) -> Result<(), ConvertError> {
+        if self.values == 0 || bytes > self.bytes {
+            return Err(ConvertError::TooLarge {
+                what: path.to_string(),
+            });
+        }
+        self.values -= 1;
+        self.bytes -= bytes;
+        Ok(())
+    }
+}
+
 /// Converts one Lua value; `what` names it in errors (e.g. `"argument 1"`).
 pub fn to_value(v: &mlua::Value, what: &str) -> Result<Value, ConvertError> {
     let mut seen = HashSet::new();
-    convert(v, what, &mut seen, 0)
+    let mut budget = Budget {
+        values: MAX_VALUES,
+        bytes: MAX_BYTES,
+    };
+    convert(v, &Path::Root(what), &mut seen, &mut budget, 0)
 }
 
-fn lua_err(what: &str, e: mlua::Error) -> ConvertError {
+fn lua_err(what: &Path, e: mlua::Error) -> ConvertError {
     ConvertError::Lua {
-        what: what.to_owned(),
+        what: what.to_string(),
         message: e.to_string(),
     }
 }
 
 fn convert(
     v: &mlua::Value,
-    what: &str,
+    what: &Path,
     seen: &mut HashSet<usize>,
+    budget: &mut Budget,
     depth: usize,
 ) -> Result<Value, ConvertError> {
+    let bytes = match v {
+        mlua::Value::String(s) => s.as_bytes().len(),
+        _ => 0,
+    };
+    budget.take(bytes, what)?;
     Ok(match v {
         mlua::Value::Nil => Value::Nil,
         mlua::Value::Boolean(b) => Value::Bool(*b),
@@ -99,16 +180,16 @@ fn convert(
         mlua::Value::Table(t) => {
             if depth >= MAX_DEPTH {
                 return Err(ConvertError::TooDeep {
-                    what: what.to_owned(),
+                    what: what.to_string(),
                 });
             }
             let id = t.to_pointer() as usize;
             if !seen.insert(id) {
                 return Err(ConvertError::Cycle {
-                    what: what.to_owned(),
+                    what: what.to_string(),
                 });
             }
-            let out = table(t, what, seen, depth)?;
+            let out = table(t, what, seen, budget, depth)?;
             seen.remove(&id);
             out
         }
@@ -122,15 +203,15 @@ fn convert(
                     let r: mlua::Value = f.call(ud.clone()).map_err(|e| lua_err(what, e))?;
                     if matches!(r, mlua::Value::UserData(_)) {
                         return Err(ConvertError::Unsupported {
-                            what: format!("{what} (__persist result)"),
+                            what: Path::Persisted(what).to_string(),
                             type_name: "userdata",
                         });
                     }
-                    convert(&r, what, seen, depth + 1)?
+                    convert(&r, what, seen, budget, depth + 1)?
                 }
                 None => {
                     return Err(ConvertError::Unsupported {
-                        what: what.to_owned(),
+                        what: what.to_string(),
                         type_name: "userdata without a __persist hook",
                     });
                 }
@@ -138,7 +219,7 @@ fn convert(
         }
         other => {
             return Err(ConvertError::Unsupported {
-                what: what.to_owned(),
+                what: what.to_string(),
                 type_name: other.type_name(),
             });
         }
@@ -147,8 +228,9 @@ fn convert(
 
 fn table(
     t: &Table,
-    what: &str,
+    what: &Path,
     seen: &mut HashSet<usize>,
+    budget: &mut Budget,
     depth: usize,
 ) -> Result<Value, ConvertError> {
     let mut pairs: Vec<(mlua::Value, mlua::Value)> = Vec::new();
@@ -179,23 +261,23 @@ fn table(
         let mut out = Vec::with_capacity(n);
         for (idx, slot) in slots.into_iter().enumerate() {
             let i = slot.unwrap_or(idx);
-            let sub = format!("{what}[{}]", idx + 1);
-            out.push(convert(&pairs[i].1, &sub, seen, depth + 1)?);
+            let sub = Path::Index(what, idx + 1);
+            out.push(convert(&pairs[i].1, &sub, seen, budget, depth + 1)?);
         }
         return Ok(Value::Array(out));
     }
     let mut out = Vec::with_capacity(n);
     for (k, v) in &pairs {
-        let key = convert(k, &format!("{what} (a key)"), seen, depth + 1)?;
-        let sub = format!("{what}.{key}");
-        out.push((key, convert(v, &sub, seen, depth + 1)?));
+        let key = convert(k, &Path::AKey(what), seen, budget, depth + 1)?;
+        let value = convert(v, &Path::Key(what, &key), seen, budget, depth + 1)?;
+        out.push((key, value));
     }
     Ok(Value::Map(out))
 }
 
 /// Converts a [`Value`] into a Lua value of `lua`.
 pub fn to_lua(lua: &Lua, v: &Value) -> Result<mlua::Value, ConvertError> {
-    let err = |e| lua_err("value", e);
+    let err = |e| lua_err(&Path::Root("value"), e);
     Ok(match v {
         Value::Nil => mlua::Value::Nil,
         Value::Bool(b) => mlua::Value::Boolean(*b),

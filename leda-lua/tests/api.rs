@@ -326,7 +326,7 @@ fn every_bundled_stage_is_reachable_with_require() {
 
 #[test]
 fn rust_and_lua_stages_mix_through_require() {
-    leda_lua::registry::register_stage("leda.stage.test.double", || {
+    leda_lua::registry::register_stage("leda.stage.test.double", Default::default(), || {
         Stage::new("double", |ev: Event, ctx: &mut Ctx| {
             let x: i64 = ev.get(0)?;
             ctx.send(1, x * 2)?;
@@ -521,4 +521,28 @@ fn flush_lets_a_long_handler_s_events_leave() {
     "#)
     .unwrap();
     assert_eq!(out, vec![Value::Bool(true)]);
+}
+
+/// A handler still running a second after its run ended (here: in an endless loop, while
+/// another stage quit) is interrupted, so the run ends; before, the worker never came
+/// back and the run never ended (on a daemon: every later deployment was refused).
+#[test]
+fn a_handler_looping_past_the_end_of_its_run_is_interrupted() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = run(r#"
+            local spin = leda.stage{ handler = function() while true do end end }
+            local stop = leda.stage{ handler = function()
+                leda.send('spin', 1)
+                leda.sleep(0.2)
+                leda.quit('stopped')
+            end, autostart = true }
+            return leda.graph{ stop:connect('spin', spin), spin }:run()
+        "#);
+        let _ = tx.send(format!("{out:?}"));
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the run did not end: its looping handler held a worker");
+    assert_eq!(out, r#"Ok([Str("stopped")])"#);
 }

@@ -45,6 +45,76 @@ fn handlers_get_the_default_set_unless_allowed() {
         ],
         "{got:?}"
     );
+    // The loader of `os` called directly (not through `require`) left the whole library in
+    // the registry's table of loaded modules, where `require` found it.
+    let got = in_handler(
+        "local direct = package.preload.os()
+         local loaded = package.loaded.os
+         local required = require 'os'
+         leda.quit(tostring(direct.execute), tostring(loaded.execute), tostring(required.execute),
+                   tostring(required.time ~= nil))",
+    );
+    assert_eq!(
+        got,
+        vec![st("nil"), st("nil"), st("nil"), st("true")],
+        "{got:?}"
+    );
+    // A chunk loaded with an explicit nil environment sees no globals; `unpack` over the
+    // whole integer range is refused (its length overflowed, and it pushed 2^64 nils); a
+    // state past its memory limit fails the allocation, not the process.
+    let got = in_handler(
+        "require 'math'; require 'string'
+         local f = load('return print', 'x', 't', nil)
+         local ok_env = pcall(f)
+         local ok_unpack, why_unpack = pcall(unpack, {}, math.mininteger, math.maxinteger)
+         local ok_mem, why_mem = pcall(string.rep, 'x', 1 << 30)
+         leda.quit(tostring(ok_env), tostring(ok_unpack), tostring(why_unpack):match('too many') or why_unpack,
+                   tostring(ok_mem), tostring(why_mem))",
+    );
+    assert_eq!(
+        got,
+        vec![
+            st("false"),
+            st("false"),
+            st("too many"),
+            st("false"),
+            st("not enough memory")
+        ],
+        "{got:?}"
+    );
+    // Modules from files: none without `io` (the file searcher read any file named by
+    // `package.path`, and ran bytecode); with it, source text only.
+    let dir = common::tempdir();
+    let modules = format!(
+        r#"
+        local dir = '{dir}'
+        local f = io.open(dir .. '/textmod.lua', 'w'); f:write('return "text module"'); f:close()
+        f = io.open(dir .. '/binmod.lua', 'wb')
+        f:write(string.dump(function() return "bytecode module" end)); f:close()
+        local s = leda.stage{{ handler = function()
+            package.path = dir .. '/?.lua'
+            local ok_text, text = pcall(require, 'textmod')
+            local ok_bin, bin = pcall(require, 'binmod')
+            leda.quit(tostring(ok_text), tostring(text), tostring(ok_bin), tostring(bin),
+                      tostring(package.searchpath))
+        end, autostart = true }}
+        return leda.graph{{ s }}:run()
+        "#,
+        dir = dir.display()
+    );
+    let got = run(&modules).expect("run");
+    assert_eq!(got[0], st("false"), "{got:?}");
+    assert!(got[1].to_string().contains("may not read files"), "{got:?}");
+    assert_eq!(got[2], st("false"), "{got:?}");
+    assert_eq!(got[4], st("nil"), "{got:?}");
+
+    allow(Capabilities::parse("io").unwrap());
+    let got = run(&modules).expect("run");
+    allow(Capabilities::default());
+    assert_eq!(got[..2], [st("true"), st("text module")], "{got:?}");
+    assert_eq!(got[2], st("false"), "{got:?}");
+    assert!(got[3].to_string().contains("binary"), "{got:?}");
+
     allow(Capabilities::parse("io,os").unwrap());
     let got = in_handler(
         "require 'os'; local io = require 'io'

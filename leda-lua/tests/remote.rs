@@ -78,7 +78,7 @@ fn pipeline(daemon: &str) -> String {
 }
 
 fn register_triple() {
-    leda_lua::registry::register_stage("leda.stage.test.triple", || {
+    leda_lua::registry::register_stage("leda.stage.test.triple", Default::default(), || {
         Stage::new("triple", |ev: Event, ctx: &mut Ctx| {
             let x: i64 = ev.get(0)?;
             ctx.send(1, x * 3)?;
@@ -149,6 +149,14 @@ fn values_round_trip_through_another_process() {
 #[test]
 fn secrets_and_unknown_stages_are_refused_before_running() {
     register_triple();
+    // A stage that touches files (as `leda.stage.io.lines` does).
+    let io = leda_lua::capabilities::Capabilities {
+        io: true,
+        ..Default::default()
+    };
+    leda_lua::registry::register_stage("leda.stage.test.files", io, || {
+        Stage::new("files", |_: Event, _: &mut Ctx| Ok(()))
+    });
     let (addr, served) = daemon(Some("the right secret, 16+"));
     // A wrong secret fails the handshake.
     let e = common::run_in(&launcher(Some("the wrong secret, 16+")), &pipeline(&addr))
@@ -156,7 +164,7 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
         .to_string();
     assert!(e.contains("authentication"), "{e}");
     // A Rust stage the daemon does not know (registered after it started).
-    leda_lua::registry::register_stage("leda.stage.test.late", || {
+    leda_lua::registry::register_stage("leda.stage.test.late", Default::default(), || {
         Stage::new("late", |_: Event, _: &mut Ctx| Ok(()))
     });
     let e = common::run_in(
@@ -176,6 +184,27 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
     .to_string();
     assert!(
         e.contains("refused the deployment") && e.contains("leda.stage.test.late"),
+        "{e}"
+    );
+    // A stage that needs what the daemon does not allow (a deployment could read and
+    // append to any file of the daemon's host through the stage library).
+    let e = common::run_in(
+        &launcher(Some("the right secret, 16+")),
+        &format!(
+            r#"
+        local files = require 'leda.stage.test.files'
+        local src = leda.stage "src" {{ handler = function() leda.send(1) end }}
+        local g = leda.graph{{ src:connect(files) }}
+        g:part(leda.cluster(src), leda.cluster(files)):map("{ME}", "{addr}")
+        src:push()
+        return g:run()
+    "#
+        ),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("refused the deployment") && e.contains("needs io") && e.contains("--allow io"),
         "{e}"
     );
     // The daemon still serves a good deployment.

@@ -129,6 +129,26 @@ fn refused_values_say_what_and_where() {
         Err(ConvertError::TooDeep { .. })
     ));
 
+    // A table that references one sub-table twice at each of 30 levels is 2^30 values
+    // once copied: refused, not built (it took minutes and all memory); a path of long
+    // keys is printed cut (it was built whole for every level, quadratic in depth).
+    let dag: mlua::Value = lua
+        .load("local t = {} for i = 1, 30 do t = {t, t} end return t")
+        .eval()
+        .unwrap();
+    let e = to_value(&dag, "x").unwrap_err();
+    assert!(matches!(e, ConvertError::TooLarge { .. }), "{e}");
+    let keys: mlua::Value = lua
+        .load("local k = string.rep('k', 1 << 20) local t = print for i = 1, 150 do t = {[k] = t} end return t")
+        .eval()
+        .unwrap();
+    let e = to_value(&keys, "x").unwrap_err().to_string();
+    assert!(
+        e.contains("function") && e.len() < 150 * 50,
+        "{}",
+        &e[..200]
+    );
+
     // Map keys Lua cannot hold.
     let bad = Value::Map(vec![(Value::Nil, Value::Int(1))]);
     assert!(matches!(

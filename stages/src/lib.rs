@@ -81,28 +81,31 @@ pub const LUA_MAP: &str = include_str!("lua/map.lua");
 /// Builds a fresh stage.
 pub type StageMaker = fn() -> Stage;
 
-/// The stages this crate registers with the `leda` command, by `require` name.
-pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
+/// The stages this crate registers with the `leda` command, by `require` name, with
+/// what each needs beyond computing, as `--allow` names it (`io`: files, `net`:
+/// sockets; a daemon builds a deployed stage only when it allows that much).
+pub fn catalogue() -> Vec<(&'static str, &'static str, StageMaker)> {
     vec![
-        ("leda.stage.util.timer", util::timer),
-        ("leda.stage.util.print", util::print),
-        ("leda.stage.util.map.rust", util::map),
-        ("leda.stage.util.average", util::average),
-        ("leda.stage.util.broadcast", util::broadcast),
-        ("leda.stage.util.roundrobin", util::roundrobin),
-        ("leda.stage.util.switch", util::switch),
-        ("leda.stage.util.quit", util::quit),
-        ("leda.stage.window.merge", window::merge),
-        ("leda.stage.window.sliding", window::sliding),
-        ("leda.stage.window.spatial", window::spatial),
-        ("leda.stage.window.time", window::time),
-        ("leda.stage.string.match", string::string_match),
-        ("leda.stage.io.lines", io::lines),
-        ("leda.stage.net.tcp.accept", net::accept),
-        ("leda.stage.net.tcp.read", net::read),
-        ("leda.stage.net.tcp.write", net::write),
-        ("leda.stage.net.http", net::http_stage),
-        ("leda.stage.net.http.serve", net::serve),
+        ("leda.stage.util.timer", "", util::timer),
+        // Its `file` attribute appends to any file the process may write.
+        ("leda.stage.util.print", "io", util::print),
+        ("leda.stage.util.map.rust", "", util::map),
+        ("leda.stage.util.average", "", util::average),
+        ("leda.stage.util.broadcast", "", util::broadcast),
+        ("leda.stage.util.roundrobin", "", util::roundrobin),
+        ("leda.stage.util.switch", "", util::switch),
+        ("leda.stage.util.quit", "", util::quit),
+        ("leda.stage.window.merge", "", window::merge),
+        ("leda.stage.window.sliding", "", window::sliding),
+        ("leda.stage.window.spatial", "", window::spatial),
+        ("leda.stage.window.time", "", window::time),
+        ("leda.stage.string.match", "", string::string_match),
+        ("leda.stage.io.lines", "io", io::lines),
+        ("leda.stage.net.tcp.accept", "net", net::accept),
+        ("leda.stage.net.tcp.read", "net", net::read),
+        ("leda.stage.net.tcp.write", "net", net::write),
+        ("leda.stage.net.http", "net", net::http_stage),
+        ("leda.stage.net.http.serve", "net", net::serve),
     ]
 }
 

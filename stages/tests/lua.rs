@@ -108,7 +108,7 @@ fn bind_errors_reach_the_lua_script() {
 fn every_catalogue_entry_is_requirable() {
     let names: Vec<String> = leda_stages::catalogue()
         .iter()
-        .map(|(n, _)| format!("'{n}'"))
+        .map(|(n, _, _)| format!("'{n}'"))
         .collect();
     let out = run(&format!(
         r#"

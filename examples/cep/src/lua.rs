@@ -77,7 +77,7 @@ fn run_script(
     // The Lua stages persist windows and alarms to files (`cep.lua`): they need `io`.
     leda_lua::capabilities::allow(leda_lua::capabilities::Capabilities {
         io: true,
-        os: false,
+        ..Default::default()
     });
     let s = Script::new(ScriptOptions {
         mode: Mode::Run,

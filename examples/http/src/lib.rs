@@ -41,14 +41,16 @@ pub type StageMaker = fn() -> Stage;
 
 /// The stages this crate registers with the `leda` command, by `require` name
 /// (`require 'leda.stage.http.accept'` ...). `examples/http/server.lua` wires them.
-pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
+/// Each with what it needs beyond computing, as `leda start --allow` names it (`io`:
+/// files, `net`: sockets).
+pub fn catalogue() -> Vec<(&'static str, &'static str, StageMaker)> {
     vec![
-        ("leda.stage.http.accept", stage::accept::stage),
-        ("leda.stage.http.handle_request", stage::handle::stage),
-        ("leda.stage.http.cache", stage::cache::stage),
-        ("leda.stage.http.send_file", stage::send_file::stage),
-        ("leda.stage.http.cgi", stage::cgi::stage),
-        ("leda.stage.http.send_buffer", stage::send_buffer::stage),
-        ("leda.stage.http.close", stage::close::stage),
+        ("leda.stage.http.accept", "net", stage::accept::stage),
+        ("leda.stage.http.handle_request", "", stage::handle::stage),
+        ("leda.stage.http.cache", "io", stage::cache::stage),
+        ("leda.stage.http.send_file", "io", stage::send_file::stage),
+        ("leda.stage.http.cgi", "io", stage::cgi::stage),
+        ("leda.stage.http.send_buffer", "", stage::send_buffer::stage),
+        ("leda.stage.http.close", "", stage::close::stage),
     ]
 }

@@ -38,19 +38,21 @@ pub type StageMaker = fn() -> Stage;
 
 /// The stages this crate registers with the `leda` command, by `require` name
 /// (`require 'leda.stage.image.decode'`...). See `examples/image/pipeline.lua`.
-pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
+/// Each comes with what it needs beyond computing, as `leda start --allow` names it (`io`:
+/// files).
+pub fn catalogue() -> Vec<(&'static str, &'static str, StageMaker)> {
     use stages::kinds;
     fn report() -> Stage {
         report::report(None)
     }
     vec![
-        (kinds::SOURCE, stages::source as StageMaker),
-        (kinds::DECODE, stages::decode),
-        (kinds::DENOISE, stages::denoise),
-        (kinds::COLOR, stages::color),
-        (kinds::SCALE, stages::scale),
-        (kinds::ENCODE, stages::encode),
-        (kinds::WRITE, stages::write),
-        (kinds::REPORT, report),
+        (kinds::SOURCE, "io", stages::source as StageMaker),
+        (kinds::DECODE, "", stages::decode),
+        (kinds::DENOISE, "", stages::denoise),
+        (kinds::COLOR, "", stages::color),
+        (kinds::SCALE, "", stages::scale),
+        (kinds::ENCODE, "", stages::encode),
+        (kinds::WRITE, "io", stages::write),
+        (kinds::REPORT, "", report),
     ]
 }

@@ -71,18 +71,21 @@ pub type StageMaker = fn() -> Stage;
 /// - `leda.stage.lock.client`: a client of a serving group over the network; set `connect`
 ///   (and `ttl`, `name`, `secret_file`), send it `("acquire", id, lock[, timeout])` and
 ///   `("release", id)`, and connect its `reply` port ([`remote_stage`]).
-pub fn catalogue() -> Vec<(&'static str, StageMaker)> {
+///
+/// Each comes with what it needs beyond computing, as `leda start --allow` names it (the
+/// client: `net`, sockets).
+pub fn catalogue() -> Vec<(&'static str, &'static str, StageMaker)> {
     vec![
-        ("leda.stage.mutex.node", || {
+        ("leda.stage.mutex.node", "", || {
             leda_mutex::stage::node_stage_by_attrs("mutex.node")
         }),
-        ("leda.stage.lock.front", || {
+        ("leda.stage.lock.front", "", || {
             front::front_stage_by_attrs("lock.front")
         }),
-        ("leda.stage.mutex.multi", || {
+        ("leda.stage.mutex.multi", "", || {
             leda_mutex::multi::stage::multi_node_stage_by_attrs("mutex.multi")
         }),
-        ("leda.stage.lock.client", || {
+        ("leda.stage.lock.client", "net", || {
             remote_stage::client_stage_by_attrs("lock.client")
         }),
     ]

@@ -56,9 +56,7 @@ return leda.graph(conns):run()
 
 #[test]
 fn lua_clients_share_a_lock() {
-    for (module, make) in leda_lock_service::catalogue() {
-        leda_lua::registry::register_stage(module, make);
-    }
+    leda_lua::registry::register_catalogue(leda_lock_service::catalogue());
     for algorithm in [
         "ricart-agrawala",
         "suzuki-kasami",
@@ -175,9 +173,7 @@ return leda.graph(conns):run{until_idle = true, timeout = 60}
 
 #[test]
 fn lua_clients_share_multi_resource_locks() {
-    for (module, make) in leda_lock_service::catalogue() {
-        leda_lua::registry::register_stage(module, make);
-    }
+    leda_lua::registry::register_catalogue(leda_lock_service::catalogue());
     // The script's `gpu` has 2 instances: the single-instance-only algorithms (Lejeune et al.)
     // are covered by the Rust API test.
     for algorithm in leda_mutex::multi::MultiAlgorithm::ALL

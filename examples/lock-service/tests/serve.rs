@@ -388,9 +388,7 @@ fn a_client_cannot_pass_for_the_node() {
 /// (`leda.stage.lock.client`), by events.
 #[test]
 fn lua_handlers_take_locks_of_a_serving_group() {
-    for (module, make) in leda_lock_service::catalogue() {
-        leda_lua::registry::register_stage(module, make);
-    }
+    leda_lua::registry::register_catalogue(leda_lock_service::catalogue());
     let s = Scratch::new("lua");
     let (_nodes, addrs) = group(&s, 3, "naimi-trehel");
     let code = format!(
@@ -439,9 +437,7 @@ return leda.graph{{ user:connect('locks', c), c:connect('reply', user) }}:run()
 /// were handed to the client stage, before any reply.
 #[test]
 fn the_client_stage_waits_for_room_for_its_replies() {
-    for (module, make) in leda_lock_service::catalogue() {
-        leda_lua::registry::register_stage(module, make);
-    }
+    leda_lua::registry::register_catalogue(leda_lock_service::catalogue());
     let s = Scratch::new("lua-slow");
     let nodes: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let locks: Vec<String> = (1..=20).map(|i| format!("lock{i}")).collect();

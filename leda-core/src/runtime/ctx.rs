@@ -445,6 +445,13 @@ impl Ctx {
         Busy(self.process.clone())
     }
 
+    /// `true` once the run is ending (a quit, a timeout, the loss of the process that
+    /// launched it): what a handler still sends may not be handled, and a long
+    /// computation may as well stop.
+    pub fn is_stopping(&self) -> bool {
+        self.process.stopping.load(Relaxed)
+    }
+
     /// Ends the run; `run` returns `values` (`leda.quit`).
     pub fn quit(&self, values: impl Into<Event>) {
         self.process.quit(values.into());

@@ -197,7 +197,7 @@ pub(super) fn stage_ctor(
             lock(&sh).names.insert(n.clone());
             let clone = s.clone_as(n);
             if let Some(code) = code_of(&s) {
-                remember(&clone, code);
+                remember(&clone, &code);
             }
             lua.pack(LuaStage(clone))
         }

@@ -221,7 +221,7 @@ fn run() -> anyhow::Result<()> {
             // The Lua stages it runs persist windows and alarms to files: `io`.
             leda_lua::capabilities::allow(leda_lua::capabilities::Capabilities {
                 io: true,
-                os: false,
+                ..Default::default()
             });
             let options = leda_lua::remote::DaemonOptions {
                 listen,
