@@ -440,6 +440,7 @@ async fn deploy(
         return Err(e);
     }
     transport.attach(&d.launcher, s);
+    transport.tell_losses(&d.launcher);
     let mut run = Run::default()
         .process(d.target.clone())
         .remote(transport.clone());

@@ -528,3 +528,92 @@ fn arrivals_for_a_stage_not_declared_nonblocking_run_on_the_pool() {
     let (status, _) = node.finish(EXIT);
     assert!(status.is_some_and(|s| s.success()));
 }
+
+/// A TCP relay to `to` whose first connection carries its client's bytes at about
+/// 160 KB/s (the others, and every answer, at full speed): a slow path from the launcher
+/// to one daemon. Its address sorts after `after`, so that a daemon at `after` dials it
+/// (the lower address of two peers dials the higher one).
+struct SlowFirst {
+    addr: String,
+}
+
+impl SlowFirst {
+    fn start(to: &str, after: &str) -> SlowFirst {
+        let listener = loop {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            if l.local_addr().unwrap().to_string().as_str() > after {
+                break l;
+            }
+        };
+        let addr = listener.local_addr().unwrap().to_string();
+        let to = to.to_owned();
+        std::thread::spawn(move || {
+            for (n, client) in listener.incoming().enumerate() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(&to) else {
+                    return;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut into: std::net::TcpStream, slow| {
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(k) = from.read(&mut buf) {
+                            if k == 0 || into.write_all(&buf[..k]).is_err() {
+                                break;
+                            }
+                            if slow {
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                        }
+                        let _ = into.shutdown(std::net::Shutdown::Write);
+                    });
+                };
+                pipe(
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    n == 0,
+                );
+                pipe(server, client, false);
+            }
+        });
+        SlowFirst { addr }
+    }
+}
+
+/// A daemon that dials a peer whose own deployment is still on its way (here 400 KB of
+/// it over a 160 KB/s path: about 2.5 s, five times the silence bound) does not take that
+/// peer for lost: silence counts from the start of the run. Before, the dialler declared
+/// the live peer lost during the deployment, the run went on without it, and the launcher
+/// was told of a normal end: `Ok`, every event discarded, nothing delivered.
+#[test]
+fn a_peer_deployed_slowly_is_not_taken_for_lost() {
+    let (a, b) = (Node::spawn(&[]), Node::spawn(&[]));
+    let slow = SlowFirst::start(&b.addr, &a.addr);
+    const N: i64 = 100;
+    let gen_ = stages::generator("gen");
+    let inc = stages::inc("inc").attr("add", 10);
+    let collect = stages::collect("collect")
+        .attr("expect", N)
+        .attr("pad", "x".repeat(400_000));
+    let mut g = Graph::new("slow-deployment");
+    g.connect(&gen_, 1, &inc);
+    g.connect(&inc, 1, &collect);
+    g.part([
+        Cluster::of([&gen_]),
+        Cluster::of([&inc]),
+        Cluster::of([&collect]),
+    ])
+    .unwrap()
+    .map([ME, a.addr.as_str(), slow.addr.as_str()])
+    .unwrap();
+    gen_.push((N, 0, false));
+    let report = Launcher::new(ME)
+        .liveness(leda_net::Liveness::with_silence(Duration::from_millis(500)))
+        .run(&g, Run::default().threads(2))
+        .expect("the run ends normally");
+    assert_eq!(report.run.reason, EndReason::Quit);
+    let q = quit_ints(&report);
+    assert_eq!(q.first().and_then(Value::as_int), Some(N), "{q:?}");
+    assert_eq!(report.transport.delivered, N as u64);
+    drop((a, b));
+}

@@ -135,7 +135,7 @@ pub(super) fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
             let quiet = now
                 .saturating_sub(heard)
                 .saturating_sub(stalls.since(heard));
-            if quiet >= silence_ms {
+            if quiet >= silence_ms && t.running.load(Relaxed) {
                 let s = quiet as f64 / 1000.0;
                 tracing::debug!(peer = %link.peer, silent_s = s, "peer silent; closing the link");
                 link.lose(format!("nothing heard from it for {s:.1} s"));
@@ -333,6 +333,19 @@ impl Transport {
             tracing::info!(me = %self.me, "{lost}");
         }
         self.record_loss(lost, true).await;
+    }
+
+    /// Tells `peer` of the losses recorded so far: for the launcher, whose link a daemon
+    /// attaches only at the start, and so missed a loss noticed during the deployment
+    /// (the daemon's run then ended at once, and the launcher, told of nothing but the
+    /// run's end, took it for a normal one: `Ok`, every event discarded).
+    pub(crate) fn tell_losses(&self, peer: &str) {
+        let Some(link) = lock(&self.links).get(peer).cloned() else {
+            return;
+        };
+        for lost in self.lost() {
+            link.send_frame(Frame::Lost(Box::new(lost)));
+        }
     }
 
     /// A peer tells of a loss it noticed (`Lost` frame).

@@ -387,6 +387,11 @@ pub struct Transport {
     /// When the liveness watch last ran (transport milliseconds): long ago, this process
     /// is only now waking from a stall that the watch has not seen yet.
     watched_ms: AtomicU64,
+    /// The run has started here ([`Transport::set_handle`]): silence counts from then.
+    /// Before, a peer may not be listening yet (a daemon parks a peer's connection until
+    /// its own deployment arrives, which a slow path from the launcher can delay past
+    /// the bound: a live peer was taken for lost, and the run went on without it).
+    running: AtomicBool,
 }
 
 struct RouteIndexes {
@@ -464,6 +469,7 @@ impl Transport {
             indexes: Mutex::new(None),
             pending_inbound: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            running: AtomicBool::new(false),
             rt,
             liveness,
             policy,
@@ -545,6 +551,12 @@ impl Transport {
     /// Gives the transport the running process (inbound events wait for it). A
     /// process lost before the run started ends it now under [`OnProcessLoss::End`].
     pub(crate) fn set_handle(&self, h: ProcessHandle) {
+        // Silence counts from the start of the run (see `running`).
+        let now = self.now_ms();
+        for link in self.links() {
+            link.heard_ms.fetch_max(now, Relaxed);
+        }
+        self.running.store(true, Relaxed);
         let from = self.routes.iter().map(|r| h.stage_index(&r.from)).collect();
         let to = self.routes.iter().map(|r| h.stage_index(&r.to)).collect();
         *lock(&self.indexes) = Some(Arc::new(RouteIndexes { from, to }));
