@@ -60,6 +60,7 @@ pub mod runtime;
 pub mod sim;
 pub mod stage;
 pub mod stats;
+pub mod text;
 pub mod value;
 
 /// The names most programs need.

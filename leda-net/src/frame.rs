@@ -349,9 +349,11 @@ fn de<T: serde::de::DeserializeOwned>(k: u8, body: &[u8]) -> Result<T, FrameErro
     }
     let mut d = rmp_serde::Deserializer::new(std::io::Cursor::new(body));
     d.set_max_depth(MAX_DEPTH);
+    // (The decoder's message may quote the peer's bytes, before it is authenticated
+    // too: bounded and escaped, it cannot flood or forge the log.)
     let v = T::deserialize(&mut d).map_err(|e| FrameError::Malformed {
         kind: kind_name(k),
-        reason: e.to_string(),
+        reason: leda_core::text::printable(&e.to_string(), 200).into_owned(),
     })?;
     let left = body.len() as u64 - d.position();
     if left != 0 {
@@ -563,6 +565,19 @@ pub fn write_frame<'w, W: AsyncWrite + Unpin + Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame whose decoding fails on a string of the peer's (a hello with a role of 60
+    /// KiB of terminal escapes and forged lines, before authentication) gets an error
+    /// that is short and escaped: it was logged whole.
+    #[test]
+    fn decode_errors_quote_the_peer_bounded_and_escaped() {
+        let role = "\n2026-01-01T00:00:00Z  INFO forged line \u{1b}[2J".repeat(1500);
+        let mut b = vec![kind::HELLO];
+        b.extend(rmp_serde::to_vec(&(role.as_str(), "from", 0u64, [0u8; 0], [0u8; 0])).unwrap());
+        let e = decode(&b).unwrap_err().to_string();
+        assert!(e.len() < 400, "{} bytes", e.len());
+        assert!(!e.chars().any(char::is_control), "{e}");
+    }
 
     /// Control frames (decoded through rmp-serde) hold a bounded number of values too:
     /// a quit frame of nils past the bound is refused before anything is decoded (a

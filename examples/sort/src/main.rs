@@ -146,7 +146,18 @@ impl Procs {
     fn resolve(&self, n: usize) -> anyhow::Result<(Vec<String>, Vec<DaemonChild>)> {
         if self.spawn {
             let exe = std::env::current_exe().context("locating this binary")?;
-            let children = daemons::spawn_many(&exe, n, &[]).context("starting daemons")?;
+            // The daemons prove the launcher's secret: the same file (they took the
+            // cookie, and every run failed "authentication failed").
+            let file = self
+                .secret
+                .secret_file
+                .as_ref()
+                .map(|p| p.display().to_string());
+            let extra: Vec<&str> = match &file {
+                Some(f) => vec!["--secret-file", f],
+                None => Vec::new(),
+            };
+            let children = daemons::spawn_many(&exe, n, &extra).context("starting daemons")?;
             Ok((children.iter().map(|c| c.addr.clone()).collect(), children))
         } else if self.procs.is_empty() {
             bail!("give the daemons with --daemons ADDR,... or start them here with --spawn")

@@ -135,6 +135,28 @@ fn send_one_vector_and_bad_arguments() {
     assert_eq!(&fields[..2], ["send", "100000"], "{stdout}");
     assert!(fields[2].parse::<f64>().is_ok_and(|s| s > 0.0));
 
+    // With a secret file, the spawned daemons get it too (they took the cookie, and the
+    // run failed "authentication failed").
+    let dir = scratch("secret");
+    let secret = dir.0.join("secret");
+    std::fs::write(&secret, "a secret of the test, 16+ bytes").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let o = Command::new(EXE)
+        .args([
+            "send",
+            "--bytes",
+            "1000",
+            "--rounds",
+            "1",
+            "--spawn",
+            "--secret-file",
+        ])
+        .arg(&secret)
+        .env("LEDA_COOKIE", dir.0.join("cookie"))
+        .output()
+        .expect("send");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
     // 1000 doubles do not split into 3 equal parts: refused before anything runs.
     let o = Command::new(EXE)
         .args(["run", "--np", "3", "--length", "1000", "--spawn"])

@@ -482,8 +482,9 @@ impl Activation {
             "handler failed; instance destroyed"
         };
         // A log line stays readable whatever the event holds (a megabyte line, an
-        // image): the event and the error are cut at `LOG_MAX` bytes in the log (the
-        // `error` port gets them whole).
+        // image, terminal escapes): the event and the error are cut at `LOG_MAX` bytes
+        // and their control characters escaped in the log (the `error` port gets them
+        // whole).
         let error_text = clip(error);
         if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
             let event_text = event.to_string();
@@ -661,16 +662,10 @@ impl Wake for WakeCell {
 /// The most of an event or error a failure's log line shows (bytes).
 const LOG_MAX: usize = 2048;
 
-/// `s`, cut to [`LOG_MAX`] bytes at a character boundary and marked when cut.
+/// `s`, cut to [`LOG_MAX`] bytes at a character boundary (marked when cut), control
+/// characters escaped.
 fn clip(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.len() <= LOG_MAX {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut end = LOG_MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    std::borrow::Cow::Owned(format!("{}… ({} bytes in all)", &s[..end], s.len()))
+    crate::text::printable(s, LOG_MAX)
 }
 
 #[cfg(test)]
@@ -685,5 +680,10 @@ mod tests {
         assert!(c.len() < LOG_MAX + 40, "{}", c.len());
         assert!(c.ends_with(&format!("… ({} bytes in all)", 2 * LOG_MAX)));
         assert!(c.starts_with(&"é".repeat(LOG_MAX / 2)));
+        // A hostile event cannot forge a line or drive a terminal.
+        assert_eq!(
+            clip("evil\u{1b}]0;PWNED\u{7}\rfake"),
+            "evil\\u{1b}]0;PWNED\\u{7}\\rfake"
+        );
     }
 }

@@ -1,0 +1,37 @@
+//! Text from outside (events, peers' strings, error messages quoting them) made safe
+//! for a log line: bounded, and with control characters escaped, so that a line of
+//! hostile input can neither flood the log nor forge lines or drive a terminal.
+
+use std::borrow::Cow;
+
+/// `s` cut to at most `max` bytes (at a character boundary, marked when cut), with
+/// every control character escaped as Rust writes it (`\n`, `\u{1b}`).
+///
+/// ```
+/// use leda_core::text::printable;
+/// assert_eq!(printable("plain", 100), "plain");
+/// assert_eq!(printable("a\nfake: line\u{1b}[2J", 100), "a\\nfake: line\\u{1b}[2J");
+/// assert_eq!(printable("abcdef", 3), "abc… (6 bytes in all)");
+/// ```
+pub fn printable(s: &str, max: usize) -> Cow<'_, str> {
+    let fits = s.len() <= max;
+    if fits && !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + 16);
+    for c in s[..end].chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    if !fits {
+        out.push_str(&format!("… ({} bytes in all)", s.len()));
+    }
+    Cow::Owned(out)
+}
