@@ -573,3 +573,43 @@ g:run()
         "{e}"
     );
 }
+
+/// With stderr closed (`leda run ... 2>&1 | head -1`), failures that are logged do not
+/// take the run down: each log line that cannot be written is dropped. Before, the
+/// logger's fallback `eprintln!` panicked on the worker reporting a failed event, and the
+/// run hung for ever (or the final message panicked, exit 101).
+#[test]
+fn a_closed_stderr_neither_hangs_nor_panics_a_run() {
+    let dir = std::env::temp_dir().join(format!("leda-cli-stderr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fail.lua");
+    std::fs::write(
+        &script,
+        "local s = leda.stage{ handler = function(i) error('failing ' .. i) end }\n\
+         for i = 1, 200 do s:push(i) end\n\
+         leda.graph{ s }:run()\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leda"))
+        .arg("run")
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run hung with stderr closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // 200 events failed: exit 1 (not the 101 of a panic).
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -29,10 +29,14 @@ use std::time::{Duration, Instant};
 pub fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A log line that cannot be written (stderr closed: `cmd 2>&1 | head -1`) is
+    // dropped: the default reports it with `eprintln!`, which then panics, on whatever
+    // thread logged (a worker reporting a failed event died, and the run never ended).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .try_init();
 }
 
@@ -81,11 +85,13 @@ pub fn exit_code(prog: &str, result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            if backtrace_asked() {
-                eprintln!("{prog}: {e:?}");
+            // (Not `eprintln!`: it panics when stderr is closed.)
+            let mut err = std::io::stderr().lock();
+            let _ = if backtrace_asked() {
+                writeln!(err, "{prog}: {e:?}")
             } else {
-                eprintln!("{prog}: {}", one_line(e.as_ref()));
-            }
+                writeln!(err, "{prog}: {}", one_line(e.as_ref()))
+            };
             ExitCode::FAILURE
         }
     }
@@ -163,6 +169,10 @@ impl Progress {
                 let (lock, cv) = &*s;
                 let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
+                    // (Dropped before this thread took the lock: do not wait a period.)
+                    if *done {
+                        return;
+                    }
                     let (d, timeout) = cv
                         .wait_timeout(done, PROGRESS_EVERY)
                         .unwrap_or_else(|e| e.into_inner());
@@ -171,7 +181,8 @@ impl Progress {
                         return;
                     }
                     if timeout.timed_out() {
-                        eprintln!("{line} ({} s)", started.elapsed().as_secs());
+                        let secs = started.elapsed().as_secs();
+                        let _ = writeln!(std::io::stderr(), "{line} ({secs} s)");
                     }
                 }
             })
