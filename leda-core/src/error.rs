@@ -59,6 +59,33 @@ pub struct Rejected {
     pub event: Event,
 }
 
+/// A handler's error that says the **event** was bad, not the instance: the event fails
+/// like any other (counted, logged, sent to the `error` port), but the instance is kept,
+/// and a fail-stop stage goes on. For a stage whose state is worth more than one event
+/// (a merge holding what every source sent so far) and that checks an event before it
+/// changes anything: returning a plain error there threw the state away with the event.
+///
+/// ```
+/// use leda_core::prelude::*;
+/// use leda_core::error::BadEvent;
+/// let total = Stage::stateful("total", |_| Ok(0i64), |sum: &mut i64, ev: Event, _: &mut Ctx| {
+///     let x: i64 = ev.get(0).map_err(BadEvent::new)?; // before anything changes
+///     *sum += x;
+///     Ok(())
+/// });
+/// # let _ = total;
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadEvent(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl BadEvent {
+    /// Marks `why` as the event's fault.
+    pub fn new(why: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> BadEvent {
+        BadEvent(why.into())
+    }
+}
+
 /// Why a run could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -1166,3 +1166,34 @@ fn a_busy_guard_keeps_an_idle_run_going_until_the_work_outside_is_sent() {
     assert_eq!(got.load(SeqCst), 7, "the late event was not handled");
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
+
+/// A handler that refuses an event with `BadEvent` fails that event alone (counted as the
+/// stage's error): the instance keeps its state, and a fail-stop stage does not stop
+/// (with a plain error it would have, and 2 and 3 would have failed too).
+#[test]
+fn a_bad_event_fails_alone_and_keeps_the_instance() {
+    let total = Stage::stateful(
+        "total",
+        |_: &Attrs| Ok(0i64),
+        |sum: &mut i64, ev: Event, ctx: &mut Ctx| {
+            let x: i64 = ev.get(0).map_err(leda_core::error::BadEvent::new)?;
+            *sum += x;
+            if x == 3 {
+                ctx.quit(*sum);
+            }
+            Ok(())
+        },
+    )
+    .fail_stop();
+    let mut g = Graph::new("g");
+    g.add(&total);
+    total.push(1i64);
+    total.push("not a number");
+    total.push(2i64);
+    total.push(3i64);
+    let r = g.run(Run::default().threads(2)).unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    assert_eq!(r.quit.unwrap().get::<i64>(0).unwrap(), 6);
+    let st = r.stats.stages.iter().find(|s| s.name == "total").unwrap();
+    assert_eq!(st.errors, 1);
+}

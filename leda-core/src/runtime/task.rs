@@ -396,6 +396,12 @@ impl Activation {
                 }
                 return;
             }
+            Ok(Err(e)) if e.is::<crate::error::BadEvent>() => {
+                // The event's fault: it fails, the instance stays.
+                self.ctx.take_wait();
+                self.refused(process, copy.unwrap_or_default(), &e.to_string());
+                return;
+            }
             Ok(Err(e)) => e.to_string(),
             Err(panic) => panic_message(&panic),
         };
@@ -437,6 +443,9 @@ impl Activation {
                 let p = self.pending.take().expect("pending checked above");
                 match r {
                     Ok(()) => self.done(process, p.started.map(|t| t.elapsed())),
+                    Err(e) if e.is::<crate::error::BadEvent>() => {
+                        self.refused(process, p.copy.unwrap_or_default(), &e.to_string());
+                    }
                     Err(e) => {
                         if let Some(i) = self.instance.take() {
                             st.destroy(i);
@@ -492,6 +501,21 @@ impl Activation {
         } else {
             // The event was not kept (`leda::failed_event=off`): the failure is still logged.
             tracing::warn!(target: "leda::handler", stage = %st.name, error = %error_text, "{what}");
+        }
+        self.report_failure(process, event, error);
+    }
+
+    /// The handler refused the event ([`crate::error::BadEvent`]): it fails (counted,
+    /// logged, to the `error` port) and the instance, which the refusal left as it was,
+    /// stays; a fail-stop stage does not stop.
+    fn refused(&mut self, process: &Arc<Process>, event: Event, error: &str) {
+        let st = &process.stages[self.ctx.stage];
+        let error_text = clip(error);
+        if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
+            let event_text = event.to_string();
+            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %clip(&event_text), error = %error_text, "handler refused the event; instance kept");
+        } else {
+            tracing::warn!(target: "leda::handler", stage = %st.name, error = %error_text, "handler refused the event; instance kept");
         }
         self.report_failure(process, event, error);
     }
