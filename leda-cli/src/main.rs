@@ -46,7 +46,7 @@ enum Command {
     /// Run a Lua script (the graph runs in this process).
     Run {
         /// Worker threads when the script names no controller.
-        #[arg(long, value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, value_parser = leda_core::cli::thread_count)]
         threads: Option<usize>,
         /// Keep running when the graph is idle (until leda.quit).
         #[arg(long)]
@@ -103,7 +103,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
         /// Worker threads (default: one per CPU).
-        #[arg(long, value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, value_parser = leda_core::cli::thread_count)]
         threads: Option<usize>,
         /// Run each deployment under the automatic controller, between MIN and MAX
         /// threads, instead of a fixed pool.

@@ -119,12 +119,39 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// clap value parser of a thread range `MIN,MAX` (`--auto-threads 1,4`): `1 <= MIN <= MAX`.
+/// The most worker threads a command takes: 64, or 4 per CPU on a larger machine (what
+/// the dashboard lets a pool grow to). Thousands of threads are no setting: every idle
+/// worker looks at the others, and a review measured 3,000 log lines take 48 s on a
+/// pool of 1,000.
+pub fn max_threads() -> usize {
+    64.max(4 * num_cpus::get())
+}
+
+/// A clap value parser for a worker thread count: `1..=`[`max_threads`].
+///
+/// ```
+/// assert_eq!(leda_core::cli::thread_count("4"), Ok(4));
+/// assert!(leda_core::cli::thread_count("0").is_err());
+/// assert!(leda_core::cli::thread_count("100000").is_err());
+/// ```
+pub fn thread_count(s: &str) -> Result<usize, String> {
+    let n = at_least_one(s)?;
+    let max = max_threads();
+    if n > max {
+        return Err(format!(
+            "at most {max} (64, or 4 per CPU): more threads only wait for each other"
+        ));
+    }
+    Ok(n)
+}
+
+/// clap value parser of a thread range `MIN,MAX` (`--auto-threads 1,4`): `1 <= MIN <= MAX`,
+/// each a [`thread_count`].
 pub fn thread_range(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("{s:?}: expected MIN,MAX (e.g. 1,4)"))?;
-    let (min, max) = (at_least_one(a.trim())?, at_least_one(b.trim())?);
+    let (min, max) = (thread_count(a.trim())?, thread_count(b.trim())?);
     if min > max {
         return Err(format!("{s:?}: MIN is above MAX"));
     }

@@ -296,7 +296,7 @@ fn a_token_guards_every_route() {
     let running = start(
         Run::default()
             .dashboard("127.0.0.1:0")
-            .dashboard_token("s3cret"),
+            .dashboard_token("s3cret-token"),
     );
     let addr = running.dashboard_addr().unwrap();
     for path in [
@@ -310,8 +310,11 @@ fn a_token_guards_every_route() {
         assert_eq!(http(addr, "GET", path, None).0, 401, "{path}");
     }
     assert_eq!(http(addr, "GET", "/stats", Some("wrong")).0, 401);
-    assert_eq!(http(addr, "GET", "/stats", Some("s3cret")).0, 200);
-    assert_eq!(http(addr, "GET", "/metrics?token=s3cret", None).0, 200);
+    assert_eq!(http(addr, "GET", "/stats", Some("s3cret-token")).0, 200);
+    assert_eq!(
+        http(addr, "GET", "/metrics?token=s3cret-token", None).0,
+        200
+    );
     assert_eq!(http(addr, "POST", "/control/threads?n=1", None).0, 401);
     assert_eq!(
         http(addr, "POST", "/control/threads?n=1&token=wrong", None).0,
@@ -319,7 +322,7 @@ fn a_token_guards_every_route() {
     );
     assert_eq!(running.handle().snapshot().process.threads, 2);
     assert_eq!(
-        http(addr, "POST", "/control/threads?n=1", Some("s3cret")).0,
+        http(addr, "POST", "/control/threads?n=1", Some("s3cret-token")).0,
         200
     );
     assert_eq!(running.handle().snapshot().process.threads, 1);
@@ -470,7 +473,7 @@ fn page_in_headless_chromium_shows_stages_and_adds_a_thread() {
     let running = busy_pipeline(
         Run::default()
             .dashboard("127.0.0.1:0")
-            .dashboard_token("t0k3n"),
+            .dashboard_token("t0k3n-token"),
         100,
     );
     let addr = running.dashboard_addr().unwrap();
@@ -487,7 +490,7 @@ fn page_in_headless_chromium_shows_stages_and_adds_a_thread() {
     .expect("launch chromium");
     let tab = browser.new_tab().unwrap();
     tab.set_default_timeout(Duration::from_secs(10));
-    tab.navigate_to(&format!("http://{addr}/?token=t0k3n"))
+    tab.navigate_to(&format!("http://{addr}/?token=t0k3n-token"))
         .unwrap()
         .wait_until_navigated()
         .unwrap();
@@ -560,6 +563,29 @@ fn cross_site_requests_huge_values_and_floods_are_refused() {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    // A Host or Origin that is not UTF-8, or a Host given twice, is not ours either
+    // (each passed for absent).
+    for head in [
+        b"GET /stats HTTP/1.1\r\nHost: evil\xff.example\r\nConnection: close\r\n\r\n".to_vec(),
+        format!(
+            "GET /stats HTTP/1.1\r\nHost: {addr}\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes(),
+        {
+            let mut v = format!(
+                "POST /control/threads?n=2 HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://evil"
+            )
+            .into_bytes();
+            v.extend_from_slice(b"\xff.example\r\nConnection: close\r\n\r\n");
+            v
+        },
+    ] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&head).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    }
     // Its own page's origin is fine, and so is a client that sends none (curl).
     let own = format!("Origin: http://{addr}\r\n");
     assert_eq!(request(addr, "POST", "/control/threads?n=3", &own).0, 200);

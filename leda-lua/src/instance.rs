@@ -177,7 +177,7 @@ fn state_memory_limit() -> Option<usize> {
             }),
             Err(_) => STATE_MEMORY_MB,
         };
-        (mb > 0).then(|| mb << 20)
+        (mb > 0).then_some(mb << 20)
     })
 }
 

@@ -36,7 +36,7 @@ pub struct DaemonArgs {
     #[arg(long, default_value_t = format!("127.0.0.1:{DEFAULT_PORT}"))]
     pub listen: String,
     /// Worker threads, at least 1 (default: one per CPU).
-    #[arg(long, value_parser = leda_core::cli::at_least_one)]
+    #[arg(long, value_parser = leda_core::cli::thread_count)]
     pub threads: Option<usize>,
     /// Run each deployment under the automatic controller, between MIN and MAX threads,
     /// instead of a fixed pool.

@@ -83,7 +83,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     layout: u8,
     /// Worker threads per process (default: one per CPU).
-    #[arg(long, value_parser = leda_core::cli::at_least_one)]
+    #[arg(long, value_parser = leda_core::cli::thread_count)]
     threads: Option<usize>,
     /// Images in flight at most (default: threads in layout 1, else
     /// threads x processes + 2).
@@ -144,7 +144,7 @@ enum Command {
         #[arg(long)]
         output: PathBuf,
         /// rayon threads (default: one per CPU).
-        #[arg(long, value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, value_parser = leda_core::cli::thread_count)]
         threads: Option<usize>,
         #[command(flatten)]
         filters: FilterArgs,

@@ -48,7 +48,7 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9999")]
         listen: String,
         /// Worker threads (default: one per CPU).
-        #[arg(long, value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, value_parser = leda_core::cli::thread_count)]
         threads: Option<usize>,
         #[command(flatten)]
         secret: SecretArg,
@@ -135,7 +135,7 @@ struct Procs {
     #[arg(long, default_value = "launcher:0")]
     me: String,
     /// Worker threads here (default: one per CPU).
-    #[arg(long, value_parser = leda_core::cli::at_least_one)]
+    #[arg(long, value_parser = leda_core::cli::thread_count)]
     threads: Option<usize>,
     #[command(flatten)]
     secret: SecretArg,

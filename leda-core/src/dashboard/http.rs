@@ -69,14 +69,28 @@ pub(super) fn read_request(stream: &mut TcpStream) -> Result<Option<Request>, st
                     .and_then(|v| v.strip_prefix("Bearer "))
                     .map(str::to_owned);
                 let wants_dot = header("accept").is_some_and(|a| a.contains("text/vnd.graphviz"));
+                // The values the Host and Origin checks compare: one that is not UTF-8,
+                // or a header given twice, compares as what it is — not ours — instead of
+                // passing for absent (a review found both checks failing open).
+                let checked = |name: &str| {
+                    let mut found = req
+                        .headers
+                        .iter()
+                        .filter(|h| h.name.eq_ignore_ascii_case(name));
+                    let first = found.next()?;
+                    Some(match found.next() {
+                        Some(_) => format!("(several {name} headers)"),
+                        None => String::from_utf8_lossy(first.value).into_owned(),
+                    })
+                };
                 return Ok(Some(Request {
                     method: req.method.unwrap_or("GET").to_owned(),
                     path: path.to_owned(),
                     query: parse_query(query),
                     bearer,
                     wants_dot,
-                    host: header("host").map(str::to_owned),
-                    origin: header("origin").or(header("referer")).map(str::to_owned),
+                    host: checked("host"),
+                    origin: checked("origin").or_else(|| checked("referer")),
                 }));
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,

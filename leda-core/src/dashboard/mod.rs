@@ -175,6 +175,20 @@ pub(crate) fn serve(
     let addr = listener
         .local_addr()
         .map_err(io("dashboard address".into()))?;
+    if let Some(t) = &cfg.token
+        && t.trim().len() < MIN_TOKEN
+    {
+        return Err(RunError::Io {
+            context: format!("dashboard on {addr}"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "a dashboard token needs at least {MIN_TOKEN} characters (an empty one, \
+                     from an unset variable, let anyone in)"
+                ),
+            ),
+        });
+    }
     if !addr.ip().is_loopback() && cfg.token.is_none() {
         return Err(RunError::Io {
             context: format!("dashboard on {addr}"),
@@ -406,6 +420,9 @@ fn handle_connection(
 const MAX_THREADS: usize = 64;
 /// Largest queue capacity the dashboard may set.
 const MAX_CAPACITY: usize = 1 << 20;
+
+/// The shortest dashboard token taken.
+const MIN_TOKEN: usize = 8;
 
 /// Compares a presented token with the expected one in time independent of where
 /// they differ.

@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
     /// Worker threads, at least 1 (default: one per CPU).
-    #[arg(long, value_parser = leda_core::cli::at_least_one)]
+    #[arg(long, value_parser = leda_core::cli::thread_count)]
     threads: Option<usize>,
     /// Total bytes of file data the cache may hold.
     #[arg(long, default_value_t = Config::default().cache_bytes)]
