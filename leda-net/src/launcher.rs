@@ -171,7 +171,7 @@ impl Launcher {
             threads: None,
             until_idle: false,
             timeout: Duration::from_secs(30),
-            liveness: Liveness::default(),
+            liveness: Liveness::from_env(),
             tls: None,
         }
     }
@@ -184,7 +184,7 @@ impl Launcher {
     }
 
     /// How the run's links tell a live peer from a lost one (every process uses the
-    /// launcher's setting; default: [`Liveness::default`]).
+    /// launcher's setting; default: [`Liveness::from_env`]).
     pub fn liveness(mut self, l: Liveness) -> Self {
         self.liveness = l;
         self

@@ -49,6 +49,23 @@ impl Default for Liveness {
 }
 
 impl Liveness {
+    /// The silence bound in milliseconds from `LEDA_SILENCE_MS`, else the default (3 s):
+    /// how a `leda-*` command's user sets it for a slow or lossy network (a bound under
+    /// about twice TCP's retransmission back-off takes a total outage of half the bound
+    /// for a loss, see docs/running-across-processes.md).
+    pub fn from_env() -> Liveness {
+        match std::env::var("LEDA_SILENCE_MS") {
+            Err(_) => Liveness::default(),
+            Ok(v) => match v.trim().parse::<u64>() {
+                Ok(ms) => Liveness::with_silence(Duration::from_millis(ms)),
+                Err(_) => {
+                    tracing::warn!(value = %v, "LEDA_SILENCE_MS is not a number of milliseconds: using 3000");
+                    Liveness::default()
+                }
+            },
+        }
+    }
+
     /// Peers silent for `silence` are lost; heartbeats go every sixth of it (so a few
     /// late or slow ones are not mistaken for a loss), at least every 10 ms.
     pub fn with_silence(silence: Duration) -> Liveness {
