@@ -72,6 +72,9 @@ enum Command {
         allow: Option<leda_lua::capabilities::Capabilities>,
         #[command(flatten)]
         dashboard: DashboardArgs,
+        /// Mutual TLS to the daemons of a mapped graph (they must speak it too).
+        #[command(flatten)]
+        tls: leda_net::cli::TlsArgs,
         /// The script.
         script: PathBuf,
         /// Arguments (`arg[1]`, `arg[2]`...).
@@ -118,12 +121,16 @@ enum Command {
         /// Serve one deployment, then exit (default: wait for the next one).
         #[arg(long)]
         once: bool,
-        /// Let deployed handlers use more than the default libraries: `io` (files),
-        /// `os` (the whole os library, C modules), comma-separated.
-        #[arg(long, value_name = "io,os", value_parser = leda_lua::capabilities::Capabilities::parse)]
+        /// Let deployments use more than the default: `io` (files, in handlers and
+        /// library stages), `os` (the whole os library, C modules), `net` (library
+        /// stages that listen or connect), comma-separated.
+        #[arg(long, value_name = "io,os,net", value_parser = leda_lua::capabilities::Capabilities::parse)]
         allow: Option<leda_lua::capabilities::Capabilities>,
         #[command(flatten)]
         dashboard: DashboardArgs,
+        /// Mutual TLS on every link (the launchers must speak it too).
+        #[command(flatten)]
+        tls: leda_net::cli::TlsArgs,
     },
     /// Chart queue length and throughput per stage over time from a statistics
     /// JSON-lines file (PNG).
@@ -148,6 +155,9 @@ const RUN_FLAGS: &[&str] = &[
     "--allow",
     "--dashboard",
     "--dashboard-token",
+    "--tls-cert",
+    "--tls-key",
+    "--tls-ca",
 ];
 
 /// The script's arguments: one of `leda run`'s own flags among them is refused (the
@@ -301,6 +311,7 @@ fn main() -> ExitCode {
             secret,
             allow,
             dashboard,
+            tls,
             script,
             args,
         } => (|| {
@@ -314,6 +325,7 @@ fn main() -> ExitCode {
                 aliases,
                 secret,
                 dashboard: dashboard.config()?,
+                tls: tls.config(),
             };
             let s = Script::new(options)?;
             s.run_file(&script, &args)?;
@@ -372,6 +384,7 @@ fn main() -> ExitCode {
             once,
             allow,
             dashboard,
+            tls,
         } => (|| {
             leda_lua::capabilities::allow(allow.unwrap_or_default());
             let options = DaemonOptions {
@@ -381,6 +394,7 @@ fn main() -> ExitCode {
                 dashboard: dashboard.config()?,
                 maxpar: None,
                 auto_threads,
+                tls: tls.config(),
             };
             leda_lua::remote::serve(&options, !once, |addr| {
                 if let Err(e) = leda_core::cli::announce_listening(addr) {

@@ -613,3 +613,72 @@ fn a_closed_stderr_neither_hangs_nor_panics_a_run() {
     assert_eq!(status.code(), Some(1), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `leda start` and `leda run` speak mutual TLS when given the same CA: a graph mapped to
+/// a TLS daemon runs; a launcher without TLS is refused by it. Before, neither command
+/// had the flags, and every deployment from them crossed the network in plain TCP.
+#[test]
+fn leda_start_and_run_speak_tls() {
+    let dir = std::env::temp_dir().join(format!("leda-cli-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let (crt, pem, ca_crt) = (dir.join("p.crt"), dir.join("p.key"), dir.join("ca.crt"));
+    std::fs::write(&crt, cert.pem()).unwrap();
+    std::fs::write(&pem, key.serialize_pem()).unwrap();
+    std::fs::write(&ca_crt, ca.pem()).unwrap();
+    let tls: Vec<&str> = vec![
+        "--tls-cert",
+        crt.to_str().unwrap(),
+        "--tls-key",
+        pem.to_str().unwrap(),
+        "--tls-ca",
+        ca_crt.to_str().unwrap(),
+    ];
+    let script = dir.join("tls.lua");
+    std::fs::write(
+        &script,
+        r#"
+local work = leda.stage{ name = 'work', handler = function(x) leda.send(1, x * 2) end }
+local back = leda.stage{ name = 'back', handler = function(y) print('BACK', y); leda.quit(y) end }
+local g = leda.graph{ leda.connect(work, 1, back) }
+g:part(leda.cluster(work), leda.cluster(back))
+g:map('127.0.0.1:9999', '127.0.0.1:9998')
+work:push(21)
+g:run()
+"#,
+    )
+    .unwrap();
+    let run = |with_tls: bool, addr: &str| {
+        let alias = format!("127.0.0.1:9999={addr}");
+        let mut c = Command::new(env!("CARGO_BIN_EXE_leda"));
+        c.args(["run", "--map", &alias, "--process", "127.0.0.1:9998"]);
+        if with_tls {
+            c.args(&tls);
+        }
+        c.arg(&script).output().expect("leda run")
+    };
+    let mut start = vec!["start", "--listen", "127.0.0.1:0", "--once"];
+    start.extend(&tls);
+    let (child, addr, rest) = daemon(&start);
+    // A launcher without TLS gets no deployment through (and the daemon serves on).
+    let out = run(false, &addr);
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    let out = run(true, &addr);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("BACK\t42"),
+        "{}",
+        text(&out.stdout)
+    );
+    let (exited, _) = finish(child, 10, rest);
+    assert!(exited);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -158,13 +158,18 @@ fn net_runtime() -> Result<tokio::runtime::Runtime, RemoteError> {
 
 /// Which address of `mapped` is this process: the only one where no Leda daemon
 /// answers (each is probed with a handshake in the `Probe` role, so daemons log
-/// nothing).
-pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String, RemoteError> {
+/// nothing; over TLS when `tls` is given, as the daemons then expect).
+pub fn this_process(
+    mapped: &[String],
+    secret: Option<&Secret>,
+    tls: Option<&leda_net::TlsConfig>,
+) -> Result<String, RemoteError> {
     let rt = net_runtime()?;
     let key = match secret {
         Some(s) => s.clone(),
         None => Secret::for_user().map_err(NetError::from)?,
     };
+    let tls = tls.map(leda_net::Tls::load).transpose()?;
     let mut free = Vec::new();
     let mut busy = Vec::new();
     for addr in mapped {
@@ -174,7 +179,7 @@ pub fn this_process(mapped: &[String], secret: Option<&Secret>) -> Result<String
             "probe",
             0,
             &key,
-            None,
+            tls.as_ref(),
             Duration::from_millis(1500),
         ));
         match r {
@@ -214,6 +219,8 @@ pub struct LaunchOptions {
     pub secret: Option<Secret>,
     /// End the run when every process is idle.
     pub until_idle: bool,
+    /// Mutual TLS to every daemon (they must speak it too).
+    pub tls: Option<leda_net::TlsConfig>,
 }
 
 /// Deploys `graph` to its daemons and runs this process's cluster; returns the
@@ -242,6 +249,9 @@ pub fn launch(
     if opts.until_idle {
         launcher = launcher.until_idle();
     }
+    if let Some(t) = &opts.tls {
+        launcher = launcher.tls(t.clone());
+    }
     tracing::info!(graph = graph.name(), me = %opts.me, "deploying");
     let report = launcher.run(graph, run)?;
     tracing::info!(
@@ -267,6 +277,8 @@ pub struct DaemonOptions {
     pub dashboard: Option<leda_core::dashboard::DashboardConfig>,
     /// Default instance limit of parallel stages (default: the thread count).
     pub maxpar: Option<usize>,
+    /// Mutual TLS on every link (`leda start --tls-cert ... --tls-key ... --tls-ca ...`).
+    pub tls: Option<leda_net::TlsConfig>,
 }
 
 impl Default for DaemonOptions {
@@ -278,6 +290,7 @@ impl Default for DaemonOptions {
             secret: None,
             dashboard: None,
             maxpar: None,
+            tls: None,
         }
     }
 }
@@ -295,6 +308,7 @@ impl DaemonOptions {
         if self.secret.is_some() {
             c.secret = self.secret.clone();
         }
+        c.tls = self.tls.clone();
         c
     }
 }

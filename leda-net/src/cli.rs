@@ -28,6 +28,36 @@ pub struct SecretArgs {
     pub secret: Option<Secret>,
 }
 
+/// `--tls-cert`, `--tls-key`, `--tls-ca`: mutual TLS on every link, for daemons and
+/// launchers alike (each process presents a certificate signed by the CA).
+#[derive(Debug, Clone, Default, Args)]
+pub struct TlsArgs {
+    /// This process' certificate (PEM): with --tls-key and --tls-ca, every link speaks
+    /// mutual TLS.
+    #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// This process' private key (PEM).
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_ca"])]
+    pub tls_key: Option<PathBuf>,
+    /// The CA that signs every process' certificate (PEM).
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The TLS configuration, if the three files were given.
+    pub fn config(&self) -> Option<TlsConfig> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(TlsConfig {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// The options of a daemon command.
 #[derive(Debug, Clone, Args)]
 pub struct DaemonArgs {
@@ -55,16 +85,9 @@ pub struct DaemonArgs {
     /// Token the dashboard requires (mandatory off loopback).
     #[arg(long, value_name = "TOKEN", requires = "dashboard")]
     pub dashboard_token: Option<String>,
-    /// This process' certificate (PEM): with --tls-key and --tls-ca, every link speaks
-    /// mutual TLS.
-    #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
-    pub tls_cert: Option<PathBuf>,
-    /// This process' private key (PEM).
-    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_ca"])]
-    pub tls_key: Option<PathBuf>,
-    /// The CA that signs every process' certificate (PEM).
-    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
-    pub tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub tls: TlsArgs,
     /// Milliseconds a connecting peer has for the handshake (tests).
     #[arg(long, value_name = "MS", hide = true)]
     pub handshake_timeout_ms: Option<u64>,
@@ -87,9 +110,7 @@ impl DaemonArgs {
                 token: self.dashboard_token,
             });
         }
-        if let (Some(cert), Some(key), Some(ca)) = (self.tls_cert, self.tls_key, self.tls_ca) {
-            c.tls = Some(TlsConfig { cert, key, ca });
-        }
+        c.tls = self.tls.config();
         if let Some(ms) = self.handshake_timeout_ms {
             c.handshake_timeout = Duration::from_millis(ms);
         }

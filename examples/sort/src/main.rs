@@ -52,6 +52,8 @@ enum Cmd {
         threads: Option<usize>,
         #[command(flatten)]
         secret: SecretArg,
+        #[command(flatten)]
+        tls: leda_net::cli::TlsArgs,
     },
     /// Run the distributed sort.
     Run {
@@ -139,6 +141,10 @@ struct Procs {
     threads: Option<usize>,
     #[command(flatten)]
     secret: SecretArg,
+    /// Mutual TLS to the daemons (they must speak it too; with --spawn they get the
+    /// same files).
+    #[command(flatten)]
+    tls: leda_net::cli::TlsArgs,
 }
 
 impl Procs {
@@ -153,10 +159,22 @@ impl Procs {
                 .secret_file
                 .as_ref()
                 .map(|p| p.display().to_string());
-            let extra: Vec<&str> = match &file {
+            let mut extra: Vec<&str> = match &file {
                 Some(f) => vec!["--secret-file", f],
                 None => Vec::new(),
             };
+            let tls: Vec<String> = match self.tls.config() {
+                Some(t) => [
+                    ("--tls-cert", t.cert),
+                    ("--tls-key", t.key),
+                    ("--tls-ca", t.ca),
+                ]
+                .into_iter()
+                .flat_map(|(flag, p)| [flag.to_owned(), p.display().to_string()])
+                .collect(),
+                None => Vec::new(),
+            };
+            extra.extend(tls.iter().map(String::as_str));
             let children = daemons::spawn_many(&exe, n, &extra).context("starting daemons")?;
             Ok((children.iter().map(|c| c.addr.clone()).collect(), children))
         } else if self.procs.is_empty() {
@@ -167,11 +185,14 @@ impl Procs {
     }
 
     fn launcher(&self) -> anyhow::Result<Launcher> {
-        let l = Launcher::new(self.me.clone());
-        Ok(match self.secret.get()? {
-            Some(s) => l.secret(s),
-            None => l,
-        })
+        let mut l = Launcher::new(self.me.clone());
+        if let Some(s) = self.secret.get()? {
+            l = l.secret(s);
+        }
+        if let Some(t) = self.tls.config() {
+            l = l.tls(t);
+        }
+        Ok(l)
     }
 
     fn run_opts(&self) -> Run {
@@ -195,7 +216,8 @@ fn run_cli() -> anyhow::Result<()> {
             listen,
             threads,
             secret,
-        } => daemon(listen, threads, secret.get()?, once),
+            tls,
+        } => daemon(listen, threads, secret.get()?, tls.config(), once),
         Cmd::Run {
             np,
             length,
@@ -217,6 +239,7 @@ fn daemon(
     listen: String,
     threads: Option<usize>,
     secret: Option<Secret>,
+    tls: Option<leda_net::TlsConfig>,
     once: bool,
 ) -> anyhow::Result<()> {
     let config = DaemonConfig {
@@ -224,6 +247,7 @@ fn daemon(
         threads,
         secret,
         once,
+        tls,
         ..DaemonConfig::default()
     };
     let daemon = Daemon::bind(config, stages::registry())?;

@@ -157,6 +157,43 @@ fn send_one_vector_and_bad_arguments() {
         .expect("send");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
+    // Over mutual TLS: the spawned daemons get the same files.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let (crt, pem, ca_crt) = (
+        dir.0.join("p.crt"),
+        dir.0.join("p.key"),
+        dir.0.join("ca.crt"),
+    );
+    std::fs::write(&crt, cert.pem()).unwrap();
+    std::fs::write(&pem, key.serialize_pem()).unwrap();
+    std::fs::write(&ca_crt, ca.pem()).unwrap();
+    let o = Command::new(EXE)
+        .args([
+            "send",
+            "--bytes",
+            "100000",
+            "--rounds",
+            "1",
+            "--spawn",
+            "--tls-cert",
+        ])
+        .arg(&crt)
+        .arg("--tls-key")
+        .arg(&pem)
+        .arg("--tls-ca")
+        .arg(&ca_crt)
+        .output()
+        .expect("send");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
     // 1000 doubles do not split into 3 equal parts: refused before anything runs.
     let o = Command::new(EXE)
         .args(["run", "--np", "3", "--length", "1000", "--spawn"])

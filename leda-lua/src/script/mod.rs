@@ -70,6 +70,9 @@ pub struct ScriptOptions {
     /// Serve the dashboard of every run (`leda run --dashboard ADDR`; for a mapped
     /// graph, this process' dashboard shows every process).
     pub dashboard: Option<leda_core::dashboard::DashboardConfig>,
+    /// Mutual TLS for deployments and daemons (`leda run --tls-cert ...`): every link
+    /// of a mapped graph, and the daemons `leda.start` serves.
+    pub tls: Option<leda_net::TlsConfig>,
 }
 
 impl Default for ScriptOptions {
@@ -82,6 +85,7 @@ impl Default for ScriptOptions {
             aliases: Vec::new(),
             secret: None,
             dashboard: None,
+            tls: None,
         }
     }
 }

@@ -82,13 +82,16 @@ pub(super) fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::R
         // Other processes run the other clusters: deploy them (leda-net).
         let me = match me {
             Some(me) => me,
-            None => crate::remote::this_process(&mapped, options.secret.as_ref())
-                .map_err(|e| rt(e.to_string()))?,
+            None => {
+                crate::remote::this_process(&mapped, options.secret.as_ref(), options.tls.as_ref())
+                    .map_err(|e| rt(e.to_string()))?
+            }
         };
         let launch = crate::remote::LaunchOptions {
             me,
             secret: options.secret.clone(),
             until_idle,
+            tls: options.tls.clone(),
         };
         let launched =
             crate::remote::launch(&graph, run, &launch).map_err(|e| rt(e.to_string()))?;
@@ -184,6 +187,7 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
         secret: options.secret.clone(),
         dashboard: options.dashboard.clone(),
         maxpar,
+        tls: options.tls.clone(),
     };
     let quit = crate::remote::serve(&daemon, false, |addr| {
         // A closed stdout is not this daemon's failure.
