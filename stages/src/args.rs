@@ -55,7 +55,8 @@ pub fn required_positive(
         .ok_or_else(|| StageError::attr(stage, key, "must be set (a positive integer)"))
 }
 
-/// A positive number of seconds (`time` of a window, `timeout` of http...).
+/// A positive number of seconds (`time` of a window, `timeout` of http...), one that
+/// a [`Duration`](std::time::Duration) can hold (about 1.8e19 s at most).
 pub fn seconds_attr(
     stage: &str,
     attrs: &Attrs,
@@ -64,11 +65,14 @@ pub fn seconds_attr(
     match attrs.get(key) {
         None | Some(Value::Nil) => Ok(None),
         Some(v) => match to_f64(v) {
-            Some(x) if x > 0.0 && x.is_finite() => Ok(Some(x)),
+            Some(x) if x > 0.0 && std::time::Duration::try_from_secs_f64(x).is_ok() => Ok(Some(x)),
             _ => Err(StageError::attr(
                 stage,
                 key,
-                format!("must be a positive number of seconds, not {v}"),
+                format!(
+                    "must be a positive number of seconds (at most {:e}), not {v}",
+                    u64::MAX as f64
+                ),
             )),
         },
     }

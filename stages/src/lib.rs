@@ -4,7 +4,9 @@
 //! (the functions below return a fresh [`Stage`]) and from Lua
 //! (`require 'leda.stage.<group>.<name>'` returns a fresh stage; set its attributes
 //! like any stage's, e.g. `window.size = 5`). Every stage checks its attributes and
-//! connected ports in `bind`, so a misconfigured graph is refused before it runs.
+//! connected ports in `bind`, so a misconfigured graph is refused before it runs (what
+//! needs the running process — `util.print`'s `file`, opened where the stage runs — or
+//! an event — `util.timer`'s period — fails that event instead).
 //!
 //! Module map: [`util`], [`window`], [`string`], [`io`], [`net`]; [`args`] holds the
 //! shared readers of numbers, attributes and ports; [`error`] the stages' errors.
@@ -25,13 +27,13 @@
 //! | `leda.stage.window.sliding` | [`window::sliding`] | yes | one element | `1`: last `size` elements, on every event once full | `size` (required) |
 //! | `leda.stage.window.spatial` | [`window::spatial`] | yes | one element, or a tick `()` to flush | `1`: every `size` elements | `size` (required) |
 //! | `leda.stage.window.time` | [`window::time`] | yes | one element, or a tick `()` | `1`: the elements of each interval | `time` (seconds, required) |
-//! | `leda.stage.string.match` | [`string::string_match`] | no | `(text)` | `match` or `1`: the captures | `pattern` (Lua pattern, required) |
-//! | `leda.stage.io.lines` | [`io::lines`] | no (async) | `(filename)` | `line` or `1`: `(line)`; `io_error`: `(filename, reason)`; `eof`: `()` | `bytes` (lines as bytes) |
+//! | `leda.stage.string.match` | [`string::string_match`] | no | `(text)` | `match` or `1`: the captures | `pattern` (Lua 5.4 pattern, required) |
+//! | `leda.stage.io.lines` | [`io::lines`] | no (async) | `(filename)` | `line` or `1`: `(line)`; `io_error`: `(filename, reason)`; `eof`: `()` (also after an open or read error) | `bytes` (lines as bytes), `chunk`; a line over [`io::MAX_LINE`] is skipped and reported |
 //! | `leda.stage.net.tcp.accept` | [`net::accept`] | no (async) | `(host, port)` | `client` or `1`: `(peer)` + [`net::Connection`]; `listening`: `(addr)` | `count` |
-//! | `leda.stage.net.tcp.read` | [`net::read`] | no (async) | `()` + connection | `1`: `(data)` + connection; `closed`: `(peer)` | `mode` (`line`/`chunk`), `size` |
+//! | `leda.stage.net.tcp.read` | [`net::read`] | no (async) | `()` + connection | `1`: `(data)` + connection; `closed`: `(peer)`, or `(peer, "idle timeout")` | `mode` (`line`/`chunk`), `size`, `max_line`, `idle_timeout` |
 //! | `leda.stage.net.tcp.write` | [`net::write`] | no (async) | `(data...)` + connection | `1` (optional): `()` + connection | `close` |
 //! | `leda.stage.net.http` | [`net::http_stage`] | no (async) | `(url, extra...)` | `1`: `(body, extra...)`; `http_error`: `(url, reason)` | `timeout`, `max_size` |
-//! | `leda.stage.net.http.serve` | [`net::serve`] | no (async) | `(host, port)` | `listening`: `("http://addr/")` | `pages` or `body`, `count` |
+//! | `leda.stage.net.http.serve` | [`net::serve`] | no (async) | `(host, port)` | `listening`: `("http://addr/")` | `pages` or `body`, `count`, `request_timeout` |
 //!
 //! "async" stages wait on the runtime's reactor (timers, sockets, room in a full
 //! queue) with the instance *Waiting*: no worker thread is held while they wait.

@@ -124,3 +124,35 @@ fn every_catalogue_entry_is_requirable() {
     .unwrap();
     assert_eq!(out, vec![Value::Int(names.len() as i64 + 1)]);
 }
+
+/// F24: the Lua `util.map(function)` used `leda.send`, so a full downstream queue
+/// failed the event (98 % of a fast stream); it waits now, as the Rust map does.
+#[test]
+fn lua_map_waits_for_a_full_queue_and_loses_nothing() {
+    let out = run(r#"
+        local leda = require 'leda'
+        local map = require 'leda.stage.util.map'(function(v) return v * 2 end)
+        local gen = leda.stage{
+          handler = function(n)
+            for i = 1, n do assert(leda.send_wait(1, {i})) end
+          end,
+        }
+        local sink = leda.stage{
+          serial = true,
+          capacity = 4,
+          init = function() seen, total = 0, 0 end,
+          handler = function(t)
+            seen = seen + 1
+            total = total + t[1]
+            local x = 0
+            for i = 1, 300 do x = x + i end
+            if seen == 5000 then leda.quit(seen, total) end
+          end,
+        }
+        local g = leda.graph{ gen:connect(map), map:connect(sink) }
+        gen:push(5000)
+        return g:run()
+    "#)
+    .unwrap();
+    assert_eq!(out, vec![Value::Int(5000), Value::Int(5000 * 5001)]);
+}

@@ -251,31 +251,183 @@ fn tcp_read_in_chunk_mode_emits_bytes() {
     assert_eq!(got[0][0].as_bytes().unwrap(), b"abc");
 }
 
+/// F21: `mode` (and `size`, `max_line`, `idle_timeout`) are checked in bind, before
+/// any connection (a bad mode used to fail each connection at run time; a huge chunk
+/// `size` allocated that much per read).
 #[test]
-fn tcp_read_rejects_an_unknown_mode() {
-    let read = net::read().attr("mode", "words");
+fn tcp_read_checks_its_attributes_in_bind() {
+    for (read, needle) in [
+        (net::read().attr("mode", "words"), "\"line\" or \"chunk\""),
+        (
+            net::read().attr("mode", "chunk").attr("size", 1e15),
+            "'size' must be at most",
+        ),
+        (
+            net::read().attr("max_line", 0),
+            "'max_line' must be a positive integer",
+        ),
+        (
+            net::read().attr("idle_timeout", -1),
+            "'idle_timeout' must be a positive number",
+        ),
+        (
+            net::read().attr("idle_timeout", 1e20),
+            "'idle_timeout' must be a positive number",
+        ),
+    ] {
+        let (out, _) = sink("out");
+        let mut g = Graph::new("x");
+        g.connect(&read, 1, &out).local();
+        let msg = refused(&g);
+        assert!(msg.contains(needle), "{msg}");
+    }
+}
+
+/// Runs `g` (an `accept` pushed with port 0 whose `listening` reports on `rx`) on a
+/// thread; returns the address and the run's thread.
+fn start(
+    g: Graph,
+    rx: &mpsc::Receiver<String>,
+) -> (String, std::thread::JoinHandle<Result<RunReport, RunError>>) {
+    let runner = std::thread::spawn(move || {
+        g.run(
+            Run::default()
+                .threads(1)
+                .until_idle()
+                .timeout(Duration::from_secs(20)),
+        )
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(5)).expect("listening");
+    (addr, runner)
+}
+
+/// F14: an idle connection parked a `read` instance for ever (256 of them starved
+/// every later client); it is closed after `idle_timeout` and reported on `closed`.
+#[test]
+fn tcp_read_closes_an_idle_connection() {
+    let accept = net::accept().attr("count", 1);
+    let read = net::read().attr("idle_timeout", 0.2);
+    let (out, got) = sink("out");
+    let (closed, cgot) = sink("closed");
+    let (tx, rx) = mpsc::channel();
+    let listening = report("listening", tx);
+    let mut g = Graph::new("idle");
+    g.connect(&accept, "client", &read).local();
+    g.connect(&accept, "listening", &listening);
+    g.connect(&read, 1, &out).local();
+    g.connect(&read, "closed", &closed);
+    accept.push(0);
+    let (addr, runner) = start(g, &rx);
+    let client = std::net::TcpStream::connect(&addr).unwrap();
+    let report = runner.join().unwrap().unwrap();
+    drop(client);
+    assert_eq!(report.reason, EndReason::Idle);
+    assert!(take(&got).is_empty());
+    let c = take(&cgot);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0][1], s("idle timeout"));
+}
+
+/// F14: a line was buffered whole (300 MiB of no newline: 1.2 GB); a line longer than
+/// `max_line` is now an error of its connection, and one of exactly `max_line` bytes
+/// (with `\r\n`) is kept.
+#[test]
+fn tcp_read_refuses_a_line_longer_than_max_line() {
+    let accept = net::accept().attr("count", 1);
+    let read = net::read().attr("max_line", 8);
+    let (lines, got) = sink("lines");
+    // Records the line and reads the next one on the same connection.
+    let again = Stage::new("again", |mut ev: Event, ctx: &mut Ctx| {
+        let conn = ev
+            .take_attachment::<net::Connection>()
+            .ok_or("no connection")?;
+        ctx.send("line", ev.take(0))?;
+        ctx.send(1, Event::new().attach(conn))?;
+        Ok(())
+    });
     let (errs, egot) = sink("errs");
-    let mut g = Graph::new("x");
+    let (tx, rx) = mpsc::channel();
+    let listening = report("listening", tx);
+    let mut g = Graph::new("long");
+    g.connect(&accept, "client", &read).local();
+    g.connect(&accept, "listening", &listening);
+    g.connect(&read, 1, &again).local();
+    g.connect(&again, 1, &read).local();
+    g.connect(&again, "line", &lines);
     g.connect(&read, "error", &errs);
-    // The mode is checked after the connection: attach a real one.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let _client = std::net::TcpStream::connect(addr).unwrap();
-    let (server, _) = l.accept().unwrap();
-    server.set_nonblocking(true).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let conn = rt
-        .block_on(async { net::Connection::new(tokio::net::TcpStream::from_std(server).unwrap()) });
-    read.push(Event::new().attach(conn));
-    run(&g);
+    accept.push(0);
+    let (addr, runner) = start(g, &rx);
+    let mut client = std::net::TcpStream::connect(&addr).unwrap();
+    client.write_all(b"12345678\r\n").unwrap();
+    // The server may close before it has all of it.
+    let _ = client.write_all(&[b'x'; 64 * 1024]);
+    let report = runner.join().unwrap().unwrap();
+    drop(client);
+    assert_eq!(report.reason, EndReason::Idle);
+    assert_eq!(take(&got), vec![vec![s("12345678")]]);
     let e = take(&egot);
-    assert_eq!(e.len(), 1);
+    assert_eq!(e.len(), 1, "{e:?}");
     assert!(
-        e[0][1].as_str().unwrap().contains("\"line\" or \"chunk\""),
-        "{:?}",
-        e[0]
+        e[0][1]
+            .as_str()
+            .unwrap()
+            .contains("a line longer than 8 bytes"),
+        "{e:?}"
     );
+}
+
+/// F14: `net.http.serve` answered one request at a time and waited for ever on a
+/// client that sent nothing; it drops such a client after `request_timeout`.
+#[test]
+fn serve_drops_a_client_that_sends_no_request() {
+    let serve = net::serve()
+        .attr("body", "the page")
+        .attr("count", 1)
+        .attr("request_timeout", 0.2);
+    let (tx, rx) = mpsc::channel();
+    let listening = report("listening", tx);
+    let mut g = Graph::new("serve");
+    g.connect(&serve, "listening", &listening);
+    serve.push(("127.0.0.1", 0));
+    let (url, runner) = start(g, &rx);
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let idle = std::net::TcpStream::connect(addr).unwrap();
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut c, &mut answer);
+    drop(idle);
+    runner.join().unwrap().unwrap();
+    assert!(answer.ends_with("the page"), "{answer:?}");
+    let mut g = Graph::new("s");
+    let bad = net::serve().attr("body", "x").attr("request_timeout", 0);
+    g.add(&bad);
+    assert!(refused(&g).contains("'request_timeout'"));
+}
+
+/// F12, F21: `timeout` and `max_size` are checked in bind; a finite but huge timeout
+/// (1e20 s) panicked in `Duration::from_secs_f64` at run time.
+#[test]
+fn http_checks_its_attributes_in_bind() {
+    for (http, needle) in [
+        (
+            net::http_stage().attr("timeout", 1e20),
+            "'timeout' must be a positive number",
+        ),
+        (
+            net::http_stage().attr("timeout", -1),
+            "'timeout' must be a positive number",
+        ),
+        (
+            net::http_stage().attr("max_size", 0),
+            "'max_size' must be a positive integer",
+        ),
+    ] {
+        let (out, _) = sink("out");
+        let mut g = Graph::new("h");
+        g.connect(&http, 1, &out);
+        let msg = refused(&g);
+        assert!(msg.contains(needle), "{msg}");
+    }
 }

@@ -213,12 +213,17 @@ fn read_chunk_skips_an_overlong_line_and_goes_on() {
     let e = io::read_chunk(&mut input, &mut carry, 4096).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     assert_eq!(io::read_chunk(&mut input, &mut carry, 4096).unwrap(), None);
-    // A line longer than the chunk size but within MAX_LINE is sent whole; one of
-    // exactly MAX_LINE bytes (its newline included) is the first refused, whatever
-    // the chunk size; the lines around it are all kept.
+    // A line longer than the chunk size but within MAX_LINE is sent whole, one of
+    // exactly MAX_LINE bytes with `\n` or `\r\n` too (F6: the end-of-line is not
+    // counted); one byte more is refused, whatever the chunk size; the lines around
+    // it are all kept.
     for size in [64, 4096, io::MAX_LINE, 1 << 21] {
-        let ok = format!("{}\n", "y".repeat(io::MAX_LINE - 1));
-        let bad = format!("{}\n", "z".repeat(io::MAX_LINE));
+        let ok = format!(
+            "{}\n{}\r\n",
+            "y".repeat(io::MAX_LINE),
+            "w".repeat(io::MAX_LINE)
+        );
+        let bad = format!("{}\r\n", "z".repeat(io::MAX_LINE + 1));
         let text = format!("a\n{ok}b\n{bad}c\nd");
         let mut input = text.as_bytes();
         let mut carry = Vec::new();
@@ -242,33 +247,128 @@ fn read_chunk_skips_an_overlong_line_and_goes_on() {
     }
 }
 
+/// F21: `chunk` was checked only when a file came (each file then failed).
 #[test]
 fn lines_chunk_must_be_a_whole_number_of_bytes_within_max_line() {
-    // A float that is a whole number (a Lua `2^16`) is taken; 0, a fraction and more
-    // than MAX_LINE are the handler's error (reported on `error`), nothing is read.
+    // A float that is a whole number (a Lua `2^16`) is taken; 0, a negative number, a
+    // fraction and more than MAX_LINE are refused in bind.
     let p = tmp("chunkattr", "a\nb\n");
-    for (chunk, ok) in [
-        (Value::Float(65536.0), true),
-        (Value::Int(0), false),
-        (Value::Float(1.5), false),
-        (Value::Int(io::MAX_LINE as i64 + 1), false),
+    let l = io::lines().attr("chunk", Value::Float(65536.0));
+    let (out, got) = sink("out");
+    let mut g = Graph::new("l");
+    g.connect(&l, 1, &out);
+    l.push(p.to_string_lossy().into_owned());
+    run(&g);
+    assert_eq!(take(&got).len(), 1, "one chunk");
+    let _ = std::fs::remove_file(&p);
+    for chunk in [
+        Value::Int(0),
+        Value::Int(-5),
+        Value::Float(1.5),
+        Value::Int(io::MAX_LINE as i64 + 1),
     ] {
         let l = io::lines().attr("chunk", chunk.clone());
-        let (out, got) = sink("out");
-        let (errs, egot) = sink("errs");
+        let (out, _) = sink("out");
         let mut g = Graph::new("l");
         g.connect(&l, 1, &out);
-        g.connect(&l, "error", &errs);
+        let msg = refused(&g);
+        assert!(
+            msg.contains("'chunk' must be a whole number"),
+            "{chunk}: {msg}"
+        );
+    }
+}
+
+/// F1: a file that cannot be opened got no `eof`, so a stage waiting for every
+/// source's end (a merge) waited for ever; it gets the tick, then the error, in both
+/// modes, as a read error does.
+#[test]
+fn lines_sends_eof_for_a_file_it_cannot_open() {
+    for chunk in [None, Some(4096)] {
+        let l = match chunk {
+            Some(n) => io::lines().attr("chunk", n),
+            None => io::lines(),
+        };
+        let (out, got) = sink("out");
+        let mut g = Graph::new("l");
+        g.connect(&l, "line", &out);
+        g.connect(&l, "eof", &out);
+        g.connect(&l, "io_error", &out);
+        l.push("/nonexistent/leda/file");
+        run(&g);
+        let got = take(&got);
+        assert_eq!(got.len(), 2, "{chunk:?}: {got:?}");
+        assert!(got[0].is_empty(), "{chunk:?}: the eof tick first: {got:?}");
+        assert!(
+            got[1][1].as_str().unwrap().starts_with("Open error: "),
+            "{chunk:?}: {got:?}"
+        );
+    }
+}
+
+/// F5, F6: line mode read whole lines (a 300 MB line took 1.6 GB) and kept lines that
+/// chunk mode skips; both modes now give the same lines: a line of MAX_LINE bytes
+/// (with `\n` or `\r\n`) is kept, a longer one skipped and reported, reading goes on.
+#[test]
+fn lines_in_line_mode_and_chunk_mode_give_the_same_lines() {
+    let max = io::MAX_LINE;
+    let text = format!(
+        "a\n{}\n{}\r\nb\n{}\nc\r\n{}\r\nd\n{}",
+        "y".repeat(max),
+        "w".repeat(max),
+        "z".repeat(max + 1),
+        "v".repeat(max + 1),
+        "u".repeat(3 * max),
+    );
+    let p = tmp("linemodes", &text);
+    let expected: Vec<String> = vec![
+        "a".into(),
+        "y".repeat(max),
+        "w".repeat(max),
+        "b".into(),
+        "c".into(),
+        "d".into(),
+    ];
+    for chunk in [None, Some(4096)] {
+        let l = match chunk {
+            Some(n) => io::lines().attr("chunk", n),
+            None => io::lines(),
+        };
+        let (out, got) = sink("out");
+        let (ioe, egot) = sink("ioe");
+        let mut g = Graph::new("l");
+        g.connect(&l, "line", &out);
+        g.connect(&l, "io_error", &ioe);
         l.push(p.to_string_lossy().into_owned());
         run(&g);
-        let (got, egot) = (take(&got), take(&egot));
-        if ok {
-            assert_eq!(got.len(), 1, "{chunk}: one chunk");
-            assert!(egot.is_empty(), "{chunk}: {egot:?}");
-        } else {
-            assert!(got.is_empty(), "{chunk}: nothing read");
-            assert_eq!(egot.len(), 1, "{chunk}: reported");
-        }
+        let lines: Vec<String> = match chunk {
+            None => take(&got)
+                .iter()
+                .map(|e| e[0].as_str().unwrap().to_owned())
+                .collect(),
+            Some(_) => {
+                let all: Vec<u8> = take(&got)
+                    .iter()
+                    .flat_map(|e| e[0].as_bytes().unwrap().to_vec())
+                    .collect();
+                String::from_utf8(all)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            }
+        };
+        assert_eq!(lines.len(), expected.len(), "{chunk:?}");
+        assert!(lines == expected, "{chunk:?}: not the expected lines");
+        let errs = take(&egot);
+        assert_eq!(errs.len(), 3, "{chunk:?}: {errs:?}");
+        assert!(
+            errs.iter()
+                .all(|e| e[1].as_str().unwrap().contains(&format!(
+                    "a line longer than {max} bytes (end-of-line not counted)"
+                ))),
+            "{chunk:?}: {errs:?}"
+        );
     }
     let _ = std::fs::remove_file(&p);
 }

@@ -330,9 +330,32 @@ fn quit_ends_with_the_nth_event() {
     assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "second");
 }
 
+/// F21: `file` of print and `count` of quit were checked only when an event came.
 #[test]
-fn print_with_a_bad_file_attribute_fails_its_events() {
-    let p = util::print().attr("file", 5);
+fn print_and_quit_check_their_attributes_in_bind() {
+    for (st, needle) in [
+        (util::print().attr("file", 5), "'file' must be a path"),
+        (util::print().attr("file", ""), "'file' must be a path"),
+        (
+            util::quit().attr("count", 0),
+            "'count' must be a positive integer",
+        ),
+        (
+            util::quit().attr("count", -5),
+            "'count' must be a positive integer",
+        ),
+    ] {
+        let mut g = Graph::new("p");
+        g.add(&st);
+        let msg = refused(&g);
+        assert!(msg.contains(needle), "{msg}");
+    }
+}
+
+#[test]
+fn print_to_a_file_it_cannot_open_fails_its_events() {
+    // The file is opened where the stage runs, for its first event: not in bind.
+    let p = util::print().attr("file", "/nonexistent/leda/dir/out.txt");
     let (errs, got) = sink("errs");
     let mut g = Graph::new("p");
     g.connect(&p, "error", &errs);
@@ -341,10 +364,30 @@ fn print_with_a_bad_file_attribute_fails_its_events() {
     let e = take(&got);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(
-        e[0][1].as_str().unwrap().contains("must be a path"),
+        e[0][1]
+            .as_str()
+            .unwrap()
+            .contains("open /nonexistent/leda/dir/out.txt"),
         "{:?}",
         e[0]
     );
+}
+
+/// F12: a finite but huge period (1e20 s) panicked in `Duration::from_secs_f64`; it
+/// is an error of that event, with a message.
+#[test]
+fn timer_refuses_a_period_no_duration_holds() {
+    let t = util::timer();
+    let (errs, got) = sink("errs");
+    let mut g = Graph::new("t");
+    g.connect(&t, "error", &errs);
+    t.push((1e20, 1));
+    run(&g);
+    let got = take(&got);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let msg = got[0][1].as_str().unwrap();
+    assert!(msg.contains("argument 1 (period)"), "{msg}");
+    assert!(!msg.contains("panic"), "{msg}");
 }
 
 #[test]

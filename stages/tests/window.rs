@@ -134,3 +134,62 @@ fn windows_check_their_attributes_and_port() {
     g.add(&w);
     assert!(refused(&g).contains("port 1 must be connected"));
 }
+
+/// F11: a huge `size` (1e15, i64::MAX) is a window that never fills, not an
+/// allocation of `size` elements up front (which aborted the process, or panicked with
+/// "capacity overflow" in `init`).
+#[test]
+fn a_huge_size_allocates_nothing_up_front() {
+    for size in [Value::Float(1e15), Value::Int(i64::MAX)] {
+        let w = window::spatial().attr("size", size.clone());
+        let mut evs = nums(&[1, 2, 3]);
+        evs.push(Event::new());
+        assert_eq!(
+            feed(&w, evs),
+            vec![vec![ints(&[1, 2, 3])]],
+            "spatial {size}"
+        );
+
+        let w = window::sliding().attr("size", size.clone());
+        let (out, got) = sink("out");
+        let mut g = Graph::new("w");
+        g.connect(&w, 1, &out);
+        for e in nums(&[1, 2, 3]) {
+            w.push(e);
+        }
+        let report = run(&g);
+        assert!(take(&got).is_empty());
+        let stage = report.stats.stage("sliding").expect("sliding stats");
+        assert_eq!((stage.handled, stage.errors), (3, 0), "sliding {size}");
+
+        let m = window::merge()
+            .attr("size", size.clone())
+            .attr("sources", 1);
+        let (out, got) = sink("out");
+        let mut g = Graph::new("w");
+        g.connect(&m, 1, &out);
+        m.push((1.0, 0, "a"));
+        m.push((2.0, 0, "b"));
+        m.push(0);
+        run(&g);
+        assert_eq!(
+            take(&got),
+            vec![vec![Value::Array(vec![s("a"), s("b")])]],
+            "merge {size}"
+        );
+    }
+}
+
+/// F12: a `time` no `Duration` holds (1e20 s) is refused in bind, naming it.
+#[test]
+fn time_window_refuses_a_huge_time_in_bind() {
+    let (out, _) = sink("out");
+    let w = window::time().attr("time", 1e20);
+    let mut g = Graph::new("w");
+    g.connect(&w, 1, &out);
+    let msg = refused(&g);
+    assert!(
+        msg.contains("'time' must be a positive number of seconds"),
+        "{msg}"
+    );
+}

@@ -38,17 +38,86 @@ local function helpers()
     local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     return era * 146097 + doe - 719468
   end
-  -- ip, time (s), status, micros of a combined-format line ending with %D.
+  -- The grammar of an entry and of a time is `src/log.rs`'s, check for check
+  -- (docs/stage-library.md § CEP): Apache's combined format ending with %D, single
+  -- spaces, ASCII digits only where digits are meant, fields in range.
+  -- `s` as exactly `n` ASCII digits with a value in lo..hi, or nil.
+  local function num(s, n, lo, hi)
+    if #s ~= n or s:find('[^0-9]') then return nil end
+    local v = tonumber(s)
+    if v < lo or v > hi then return nil end
+    return v
+  end
+  local function days_in_month(y, m)
+    if m == 2 then return (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) and 29 or 28 end
+    if m == 4 or m == 6 or m == 9 or m == 11 then return 30 end
+    return 31
+  end
+  -- Apache's %t (dd/Mon/yyyy:hh:mm:ss +zzzz) to seconds since the epoch, or nil:
+  -- year 1970..9999, a day of the month, hour <= 23, minute and second <= 59, zone
+  -- hours <= 23 and minutes <= 59 (as `log::parse_time`).
+  function parse_time(t)
+    if #t ~= 26 or t:sub(3, 3) ~= '/' or t:sub(7, 7) ~= '/' or t:sub(12, 12) ~= ':'
+       or t:sub(15, 15) ~= ':' or t:sub(18, 18) ~= ':' or t:sub(21, 21) ~= ' ' then
+      return nil
+    end
+    local y = num(t:sub(8, 11), 4, 1970, 9999)
+    local mon = months[t:sub(4, 6)]
+    if not y or not mon then return nil end
+    local d = num(t:sub(1, 2), 2, 1, days_in_month(y, mon))
+    local h, mi, s = num(t:sub(13, 14), 2, 0, 23), num(t:sub(16, 17), 2, 0, 59), num(t:sub(19, 20), 2, 0, 59)
+    local zs, zh, zm = t:sub(22, 22), num(t:sub(23, 24), 2, 0, 23), num(t:sub(25, 26), 2, 0, 59)
+    if not (d and h and mi and s and zh and zm) or (zs ~= '+' and zs ~= '-') then return nil end
+    local off = (zh * 3600 + zm * 60) * (zs == '-' and -1 or 1)
+    return days_from_civil(y, mon, d) * 86400 + h * 3600 + mi * 60 + s - off
+  end
+  -- The index after the run of non-space bytes at i (at least one), or nil.
+  local function token(line, i)
+    local _, e = line:find('^[^ \t\n\v\f\r]+', i)
+    return e and e + 1
+  end
+  -- The index after the quoted string at i (`\` escapes the byte after it), or nil.
+  local function quoted(line, i)
+    if line:byte(i) ~= 34 then return nil end
+    i = i + 1
+    while true do
+      local j = line:find('["\\]', i)
+      if not j then return nil end
+      if line:byte(j) == 34 then return j + 1 end
+      if j == #line then return nil end
+      i = j + 2
+    end
+  end
+  -- client, time (s), status, micros of an entry (`log::parse`), or nil.
   function parse(line)
-    local ip, t, status, micros =
-      line:match('^(%S+) %S+ %S+ %[([^%]]+)%] "[^"]*" (%d+) %S+ "[^"]*" "[^"]*" (%d+)$')
-    if not ip then return nil end
-    local d, mon, y, h, mi, s, zs, zh, zm = t:match('^(%d+)/(%a+)/(%d+):(%d+):(%d+):(%d+) ([+-])(%d%d)(%d%d)$')
-    if not d or not months[mon] then return nil end
-    local off = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (zs == '-' and -1 or 1)
-    local secs = days_from_civil(tonumber(y), months[mon], tonumber(d)) * 86400
-      + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
-    return ip, secs, tonumber(status), tonumber(micros)
+    local i = token(line, 1)
+    if not i or line:byte(i) ~= 32 then return nil end
+    local client = line:sub(1, i - 1)
+    i = token(line, i + 1)
+    if not i or line:byte(i) ~= 32 then return nil end
+    i = token(line, i + 1)
+    if not i or line:byte(i) ~= 32 or line:byte(i + 1) ~= 91 then return nil end
+    local close = line:find(']', i + 2, true)
+    if not close then return nil end
+    local t = parse_time(line:sub(i + 2, close - 1))
+    if not t or line:byte(close + 1) ~= 32 then return nil end
+    i = quoted(line, close + 2)
+    if not i or line:byte(i) ~= 32 then return nil end
+    local j = token(line, i + 1)
+    if not j then return nil end
+    local status = num(line:sub(i + 1, j - 1), 3, 100, 599)
+    if not status or line:byte(j) ~= 32 then return nil end
+    i = token(line, j + 1)
+    if not i then return nil end
+    local size = line:sub(j + 1, i - 1)
+    if (size ~= '-' and size:find('[^0-9]')) or line:byte(i) ~= 32 then return nil end
+    i = quoted(line, i + 1)
+    if not i or line:byte(i) ~= 32 then return nil end
+    i = quoted(line, i + 1)
+    if not i or line:byte(i) ~= 32 then return nil end
+    local m = line:sub(i + 1)
+    if #m == 0 or #m > 18 or m:find('[^0-9]') then return nil end
+    return client, t, status, tonumber(m)
   end
   -- filter's work on a window: emit('filter', line) for each relevant entry.
   function filter_window(w, emit)
@@ -83,14 +152,19 @@ local function helpers()
     end
     for ip, count in pairs(hot) do emit('correlate', ip, count) end
   end
-  -- The time of a line (its %t) alone, as `log::time_of`.
+  -- The time of a line that is not an entry: between its first `[` and the first
+  -- `]` after it (`log::time_of`).
   function time_of(line)
-    local t = line:match('%[([^%]]+)%]')
-    local d, mon, y, h, mi, s, zs, zh, zm = (t or ''):match('^(%d+)/(%a+)/(%d+):(%d+):(%d+):(%d+) ([+-])(%d%d)(%d%d)$')
-    if not d or not months[mon] then return nil end
-    local off = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (zs == '-' and -1 or 1)
-    return days_from_civil(tonumber(y), months[mon], tonumber(d)) * 86400
-      + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - off
+    local open = line:find('[', 1, true)
+    if not open then return nil end
+    local close = line:find(']', open + 1, true)
+    if not close then return nil end
+    return parse_time(line:sub(open + 1, close - 1))
+  end
+  -- A line's event time: an entry's, else `time_of`'s (as `batch::stamp`).
+  function line_time(line)
+    local _, t = parse(line)
+    return t or time_of(line)
   end
 end
 
@@ -102,8 +176,14 @@ if scenario == 'seq' then
   helpers()
   local files = { table.unpack(arg, 8) }
   local n = #files
-  local persisted = assert(io.open(out .. '/persist-lua-seq.log', 'a'))
-  local alarms = assert(io.open(out .. '/alarms.log', 'a'))
+  -- I/O errors name the file (`PATH: reason`), as the Rust baseline's do.
+  local function open(path, mode)
+    local f, err = io.open(path, mode)
+    if not f then error(err, 0) end
+    return f
+  end
+  local persisted = open(out .. '/persist-lua-seq.log', 'a')
+  local alarms = open(out .. '/alarms.log', 'a')
   local function alarm(...) alarms:write(table.concat({ ... }, '\t'), '\n') end
   local queue, head, tail, latest, live = {}, {}, {}, {}, {}
   for i = 1, n do queue[i], head[i], tail[i], live[i] = {}, 1, 0, true end
@@ -143,7 +223,14 @@ if scenario == 'seq' then
   local readers = {}
   -- Lines as `io.lines` gives them: without `\n`, or `\r\n` (a last line ending in
   -- a bare `\r` loses it here and keeps it there: the one difference).
-  for i = 1, n do readers[i] = assert(io.open(files[i])):lines() end
+  for i = 1, n do
+    local lines = open(files[i], 'r'):lines()
+    readers[i] = function()
+      local ok, line = pcall(lines)
+      if not ok then error(files[i] .. ': ' .. tostring(line), 0) end
+      return line
+    end
+  end
   local open = n
   while open > 0 do
     for i = 1, n do
@@ -152,8 +239,13 @@ if scenario == 'seq' then
           local line = readers[i]()
           if not line then live[i], open = false, open - 1; break end
           if line:byte(-1) == 13 then line = line:sub(1, -2) end
-          local t = time_of(line)
-          if t then push(i, t, line) else io.stderr:write('no access-log time: ', line, '\n') end
+          local t = line_time(line)
+          if t then
+            push(i, t, line)
+          else
+            io.stderr:write(string.format('no access-log time: line skipped: source=%d line=%q\n',
+              i - 1, line:sub(1, 200)))
+          end
         end
         release()
       end
@@ -166,17 +258,26 @@ if scenario == 'seq' then
 end
 
 -- `stamp`, one per source next to it (serial: its lines keep their order): a line
--- becomes (time, source, line), the end-of-file tick (source).
+-- becomes (time, source, line), the end-of-file tick (source). A line without a
+-- time is left out with a warning on stderr (as the Rust `stamp` does), not a
+-- failed event: a run fails only for what it could not do.
 local function stamp(source)
   return leda.stage('stamp' .. (source + 1)) {
-    init = helpers,
+    init = function()
+      helpers()
+      require 'io'
+    end,
     handler = function(line)
       if line == nil then
         assert(leda.send_wait(1, source))
         return
       end
-      local t = time_of(line)
-      if not t then error('stamp: no access-log time in ' .. line) end
+      local t = line_time(line)
+      if not t then
+        io.stderr:write(string.format('no access-log time: line skipped: source=%d line=%q\n',
+          source, line:sub(1, 200)))
+        return
+      end
       assert(leda.send_wait(1, t, source, line))
     end,
     serial = true,

@@ -70,6 +70,90 @@ pub struct Setup {
     pub scenario: Scenario,
 }
 
+/// The largest window (`--window`): a window is held whole in memory (about 220 bytes
+/// a line) and `correlate` compares every pair of its lines, so a window of a million
+/// lines is already 10^12 comparisons; beyond it no run ends in useful time.
+pub const MAX_WINDOW: usize = 1_000_000;
+
+/// Why a window size is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadWindow {
+    /// Not a number.
+    #[error("window '{0}': expected a number of lines")]
+    NotANumber(String),
+    /// Out of `1..=MAX_WINDOW`.
+    #[error("window {0}: expected 1 to {MAX_WINDOW} lines")]
+    OutOfRange(usize),
+}
+
+/// Checks a window size: 1 to [`MAX_WINDOW`] lines.
+pub fn check_window(size: usize) -> Result<usize, BadWindow> {
+    if (1..=MAX_WINDOW).contains(&size) {
+        Ok(size)
+    } else {
+        Err(BadWindow::OutOfRange(size))
+    }
+}
+
+/// Parses and checks a window size (`--window`).
+pub fn window_size(s: &str) -> Result<usize, BadWindow> {
+    let n = s
+        .parse::<usize>()
+        .map_err(|_| BadWindow::NotANumber(s.to_owned()))?;
+    check_window(n)
+}
+
+/// The handlers of one stage that failed in a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageFailures {
+    /// The process (`this process` for the launching one).
+    pub process: String,
+    /// The stage.
+    pub stage: String,
+    /// How many of its events failed.
+    pub count: u64,
+}
+
+impl std::fmt::Display for StageFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} in '{}' ({})", self.count, self.stage, self.process)
+    }
+}
+
+/// A run in which events failed (each was logged as it failed): its outputs are
+/// incomplete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} event(s) failed: {} (each logged above)", .0.iter().map(|f| f.count).sum::<u64>(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+pub struct EventsFailed(pub Vec<StageFailures>);
+
+/// The stages of `process` whose handlers failed, from its statistics.
+pub fn failures(process: &str, stats: &leda_core::stats::Snapshot) -> Vec<StageFailures> {
+    stats
+        .stages
+        .iter()
+        .filter(|s| s.errors > 0)
+        .map(|s| StageFailures {
+            process: process.to_owned(),
+            stage: s.name.clone(),
+            count: s.errors,
+        })
+        .collect()
+}
+
+/// Removes an earlier run's outputs from `out` (`alarms.log`, every `persist-*`),
+/// creating `out` if needed: every mode counts what is there when it ends.
+pub fn clear_outputs(out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("{}", out.display()))?;
+    for f in std::fs::read_dir(out).with_context(|| format!("{}", out.display()))? {
+        let p = f?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "alarms.log" || name.starts_with("persist-") {
+            std::fs::remove_file(&p).with_context(|| format!("{}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// What a run produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
@@ -83,6 +167,9 @@ pub struct Outcome {
     pub entries: usize,
     /// Lines later than the lateness bound (recorded as `late` alarm lines).
     pub late: usize,
+    /// The stages whose handlers failed (`run` and `lua`; empty for the baselines,
+    /// which stop at their first error).
+    pub failed: Vec<StageFailures>,
 }
 
 /// Counts the alarms in `<out>/alarms.log` and the windows persisted in `<out>`.
@@ -231,22 +318,20 @@ impl Drop for DaemonChild {
     }
 }
 
-/// Runs the CEP graph as `s` says; returns the outcome and the wall time.
+/// Runs the CEP graph as `s` says; returns the outcome (with the stages whose
+/// handlers failed, on any process) and the wall time.
 pub fn run(s: &Setup) -> anyhow::Result<(Outcome, Duration)> {
-    std::fs::create_dir_all(&s.out)?;
-    for f in std::fs::read_dir(&s.out)? {
-        let p = f?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name == "alarms.log" || name.starts_with("persist-") {
-            std::fs::remove_file(&p)?;
-        }
-    }
+    check_window(s.window)?;
+    clear_outputs(&s.out)?;
     let mut b = build(s);
+    let mut failed = Vec::new();
     let start = Instant::now();
     match s.scenario {
         Scenario::Local => {
-            b.graph
+            let report = b
+                .graph
                 .run(Run::default().threads(s.threads).until_idle())?;
+            failed = failures("this process", &report.stats);
         }
         Scenario::One | Scenario::Two => {
             let (mine, theirs) = match s.scenario {
@@ -280,14 +365,20 @@ pub fn run(s: &Setup) -> anyhow::Result<(Outcome, Duration)> {
             clusters.push(rest);
             procs.push(me.clone());
             b.graph.part(clusters)?.map(procs)?;
-            Launcher::new(me)
+            let report = Launcher::new(me)
                 .until_idle()
                 .run(&b.graph, Run::default().threads(mine))
                 .context("running the CEP graph across processes")?;
+            for peer in &report.peers {
+                failed.extend(failures(&peer.name, &peer.snapshot));
+            }
+            failed.extend(failures("this process", &report.run.stats));
             drop(corr);
             drop(daemons);
         }
     }
     let elapsed = start.elapsed();
-    Ok((outcome(&s.out)?, elapsed))
+    let mut o = outcome(&s.out)?;
+    o.failed = failed;
+    Ok((o, elapsed))
 }

@@ -4,9 +4,9 @@
 //! a window (one per consumer, or a line quoted in an alarm) share the buffers
 //! instead of copying them. Between processes each is one MessagePack `bin`.
 //!
-//! A record is [`RECORD`] bytes, little-endian: `time i64, micros u64, ip u32,
+//! A record is [`RECORD`] bytes, little-endian: `time i64, micros u64, client_len u32,
 //! status u16, flags u16, start u32, end u32`; its line is `text[start..end]`, without
-//! its end-of-line. A line with a time whose other fields cannot be read is kept (it
+//! its end-of-line, and its client the line's first `client_len` bytes. A line with a time whose other fields cannot be read is kept (it
 //! goes into a window and is persisted) with [`PARSED`] clear: `filter` and
 //! `correlate` skip it, as the sequential program does. The buffers may come from
 //! another process: a span outside the text is an error when the line is read.
@@ -96,7 +96,7 @@ impl Batch {
         (flags & PARSED != 0).then(|| Entry {
             time: u64_at(r, 0) as i64,
             micros: u64_at(r, 8),
-            ip: u32_at(r, 16),
+            client_len: u32_at(r, 16),
             status: u16::from_le_bytes([r[20], r[21]]),
         })
     }
@@ -127,9 +127,18 @@ impl Batch {
         &self.text
     }
 
-    /// The fields of every line that has them.
-    pub fn entries(&self) -> Vec<Entry> {
-        (0..self.len()).filter_map(|i| self.entry(i)).collect()
+    /// The fields of every line that has them, each with its client.
+    pub fn entries(&self) -> Result<Vec<(&[u8], Entry)>, BadBatch> {
+        let mut out = Vec::with_capacity(self.len());
+        for i in 0..self.len() {
+            if let Some(e) = self.entry(i) {
+                let client = e
+                    .client(self.line(i)?)
+                    .ok_or(BadBatch("a client lies outside its line"))?;
+                out.push((client, e));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -161,7 +170,7 @@ impl Builder {
 
     fn record(&mut self, time: i64, entry: Option<Entry>, start: u32, end: u32) {
         let e = entry.unwrap_or(Entry {
-            ip: 0,
+            client_len: 0,
             time,
             status: 0,
             micros: 0,
@@ -169,7 +178,7 @@ impl Builder {
         let r = &mut self.records;
         r.extend_from_slice(&time.to_le_bytes());
         r.extend_from_slice(&e.micros.to_le_bytes());
-        r.extend_from_slice(&e.ip.to_le_bytes());
+        r.extend_from_slice(&e.client_len.to_le_bytes());
         r.extend_from_slice(&e.status.to_le_bytes());
         r.extend_from_slice(&u16::from(entry.is_some()).to_le_bytes());
         r.extend_from_slice(&start.to_le_bytes());
@@ -300,7 +309,8 @@ mod tests {
         assert_eq!(b.entry(1), None);
         assert_eq!(b.time(1), b.time(0) + 1);
         assert_eq!(b.line(2).unwrap(), GOOD.as_bytes());
-        assert_eq!(b.entries().len(), 2);
+        assert_eq!(b.entries().unwrap().len(), 2);
+        assert_eq!(b.entries().unwrap()[0].0, b"203.0.113.7");
     }
 
     #[test]

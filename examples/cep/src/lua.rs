@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leda_lua::script::{Mode, Script, ScriptOptions};
 
-use crate::app::{DaemonChild, Outcome, Scenario, outcome};
+use crate::app::{DaemonChild, Outcome, Scenario, StageFailures, outcome};
 
 /// The script.
 pub const SCRIPT: &str = include_str!("../lua/cep.lua");
@@ -15,7 +15,7 @@ pub const SCRIPT: &str = include_str!("../lua/cep.lua");
 /// Runs `lua/cep.lua` on `files` with `threads` processing workers (split equally in
 /// scenario 2) and `[persist, filter, correlate]` instances, in `scenario`: the
 /// daemons are this program's `lua-daemon`s (leda-lua deployment); returns the
-/// outcome and the wall time.
+/// outcome (with the stages whose handlers failed) and the wall time.
 pub fn run(
     files: &[PathBuf],
     out: &Path,
@@ -47,14 +47,8 @@ fn run_script(
     instances: [usize; 3],
     scenario: Option<Scenario>,
 ) -> anyhow::Result<(Outcome, Duration)> {
-    std::fs::create_dir_all(out)?;
-    for f in std::fs::read_dir(out)? {
-        let p = f?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name == "alarms.log" || name.starts_with("persist-") {
-            std::fs::remove_file(&p)?;
-        }
-    }
+    crate::app::check_window(window)?;
+    crate::app::clear_outputs(out)?;
     let script_dir = std::env::temp_dir().join(format!("leda-cep-lua-{}", std::process::id()));
     std::fs::create_dir_all(&script_dir)?;
     let path = script_dir.join("cep.lua");
@@ -117,5 +111,15 @@ fn run_script(
     let _ = std::fs::remove_dir_all(&script_dir);
     drop(daemons);
     res.context("running lua/cep.lua")?;
-    Ok((outcome(out)?, elapsed))
+    let mut o = outcome(out)?;
+    o.failed = s
+        .failures()
+        .into_iter()
+        .map(|f| StageFailures {
+            process: f.process,
+            stage: f.stage,
+            count: f.count,
+        })
+        .collect();
+    Ok((o, elapsed))
 }

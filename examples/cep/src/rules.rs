@@ -10,7 +10,7 @@
 //!   client with a hot entry in a window raises one alarm. The comparison is
 //!   pairwise over the whole window, O(w²), as in the thesis.
 
-use crate::log::{Entry, ip_text};
+use crate::log::{Entry, client_ids};
 
 /// A response at least this slow (µs) is relevant.
 pub const SLOW_MICROS: u64 = 2_000_000;
@@ -24,33 +24,29 @@ pub fn is_relevant(e: &Entry) -> bool {
     e.status >= 500 || e.micros >= SLOW_MICROS
 }
 
-/// `correlate`'s rule: the clients (sorted) with a hot entry in `window`, with the
-/// number of their hot entries. Pairwise: every entry is compared with every other.
-pub fn correlate(window: &[Entry]) -> Vec<(u32, usize)> {
-    let mut hot: Vec<(u32, usize)> = Vec::new();
-    for (i, a) in window.iter().enumerate() {
+/// `correlate`'s rule: the clients (sorted) with a hot entry in `window` (each entry
+/// with its client, [`Entry::client`]), with the number of their hot entries.
+/// Pairwise: every entry is compared with every other.
+pub fn correlate<'a>(window: &[(&'a [u8], Entry)]) -> Vec<(&'a [u8], usize)> {
+    let (ids, names) = client_ids(window.iter().map(|(c, _)| *c));
+    let mut hot = vec![0usize; names.len()];
+    for (i, (_, a)) in window.iter().enumerate() {
         let mut peers = 0usize;
-        for (j, b) in window.iter().enumerate() {
+        for (j, (_, b)) in window.iter().enumerate() {
             peers += usize::from(
                 i != j
-                    && a.ip == b.ip
+                    && ids[i] == ids[j]
                     && a.status >= 400
                     && b.status >= 400
                     && (a.time - b.time).abs() <= BURST_SECONDS,
             );
         }
         if peers >= BURST_PEERS {
-            hot.push((a.ip, 1));
+            hot[ids[i] as usize] += 1;
         }
     }
-    hot.sort_unstable();
-    let mut out: Vec<(u32, usize)> = Vec::new();
-    for (ip, n) in hot {
-        match out.last_mut() {
-            Some((last, count)) if *last == ip => *count += n,
-            _ => out.push((ip, n)),
-        }
-    }
+    let mut out: Vec<(&[u8], usize)> = names.into_iter().zip(hot).filter(|&(_, n)| n > 0).collect();
+    out.sort_unstable();
     out
 }
 
@@ -68,12 +64,14 @@ pub mod alarm {
     }
 
     /// `correlate`'s alarms for a window's entries (one per client with a burst).
-    pub fn correlate(window: &[Entry]) -> Vec<u8> {
-        let mut out = String::new();
-        for (ip, n) in super::correlate(window) {
-            out.push_str(&format!("correlate\t{}\t{n}\n", ip_text(ip)));
+    pub fn correlate(window: &[(&[u8], Entry)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (client, n) in super::correlate(window) {
+            out.extend_from_slice(b"correlate\t");
+            out.extend_from_slice(client);
+            out.extend_from_slice(format!("\t{n}\n").as_bytes());
         }
-        out.into_bytes()
+        out
     }
 
     /// The alarm for a line of `source` later than the lateness bound.
@@ -89,33 +87,38 @@ pub mod alarm {
 mod tests {
     use super::*;
 
-    fn e(ip: u32, time: i64, status: u16) -> Entry {
-        Entry {
-            ip,
+    fn e(client: &'static str, time: i64, status: u16) -> (&'static [u8], Entry) {
+        let entry = Entry {
+            client_len: client.len() as u32,
             time,
             status,
             micros: 1000,
-        }
+        };
+        (client.as_bytes(), entry)
     }
 
     #[test]
     fn relevance() {
-        assert!(is_relevant(&e(1, 0, 500)));
-        assert!(!is_relevant(&e(1, 0, 404)));
+        assert!(is_relevant(&e("a", 0, 500).1));
+        assert!(!is_relevant(&e("a", 0, 404).1));
         assert!(is_relevant(&Entry {
             micros: SLOW_MICROS,
-            ..e(1, 0, 200)
+            ..e("a", 0, 200).1
         }));
     }
 
     #[test]
     fn bursts_need_enough_close_errors_from_one_client() {
         assert!(correlate(&[]).is_empty());
-        // Four 404s within 30 s from client 1: all hot. Client 2's errors are spread.
-        let mut w: Vec<Entry> = (0..4).map(|i| e(1, 100 + i * 10, 404)).collect();
-        w.extend((0..4).map(|i| e(2, i * 100, 404)));
-        w.push(e(1, 105, 200)); // not an error: does not count
-        assert_eq!(correlate(&w), vec![(1, 4)]);
+        // Four 404s within 30 s from an IPv6 client: all hot. A host name's errors
+        // are spread.
+        let mut w: Vec<_> = (0..4)
+            .map(|i| e("2001:db8::1", 100 + i * 10, 404))
+            .collect();
+        w.extend((0..4).map(|i| e("host.example", i * 100, 404)));
+        w.push(e("2001:db8::1", 105, 200)); // not an error: does not count
+        assert_eq!(correlate(&w), vec![(&b"2001:db8::1"[..], 4)]);
+        assert_eq!(alarm::correlate(&w), b"correlate\t2001:db8::1\t4\n");
         // Three errors are not enough (each has two peers).
         assert!(correlate(&w[..3]).is_empty());
     }

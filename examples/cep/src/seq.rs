@@ -38,7 +38,10 @@ fn process(window: &[Line], sinks: &mut Sinks) -> std::io::Result<()> {
             if is_relevant(&e) {
                 alarm::filter(&mut alarms, &l.text);
             }
-            entries.push(e);
+            // (`stamp` read the client from this very line: always in it.)
+            if let Some(client) = e.client(&l.text) {
+                entries.push((client, e));
+            }
         }
     }
     alarms.extend_from_slice(&alarm::correlate(&entries));
@@ -74,23 +77,26 @@ pub fn sequential(
     window: usize,
     out: &Path,
 ) -> anyhow::Result<(Outcome, Duration)> {
-    std::fs::create_dir_all(out)?;
-    for name in ["alarms.log", "persist-seq.log"] {
-        let _ = std::fs::remove_file(out.join(name));
-    }
+    crate::app::check_window(window)?;
+    crate::app::clear_outputs(out)?;
     let start = Instant::now();
+    let at = |p: PathBuf| {
+        move |e: std::io::Error| anyhow::Error::new(e).context(p.display().to_string())
+    };
+    let (persist, alarms) = (out.join("persist-seq.log"), out.join("alarms.log"));
     let mut sinks = Sinks {
         persist: OpenOptions::new()
             .create(true)
             .append(true)
-            .open(out.join("persist-seq.log"))?,
-        alarms: BufWriter::new(File::create(out.join("alarms.log"))?),
+            .open(&persist)
+            .map_err(at(persist.clone()))?,
+        alarms: BufWriter::new(File::create(&alarms).map_err(at(alarms.clone()))?),
     };
     // The files are read a chunk at a time in turn, so that the merge holds about a
     // chunk per file (they are each in time order, up to the lateness bound).
     let mut readers = Vec::with_capacity(files.len());
     for f in files {
-        readers.push(Some((File::open(f)?, Vec::new())));
+        readers.push(Some((File::open(f).map_err(at(f.clone()))?, Vec::new())));
     }
     let mut merge: Merge<Line> = Merge::new(window, files.len(), LATENESS as f64);
     let mut windows = Vec::new();
@@ -100,7 +106,8 @@ pub fn sequential(
                 continue;
             };
             match read_chunk(file, carry, CHUNK) {
-                Ok(Some(chunk)) => stamp_and_merge(chunk, i, &mut merge, &mut windows, &mut sinks)?,
+                Ok(Some(chunk)) => stamp_and_merge(chunk, i, &mut merge, &mut windows, &mut sinks)
+                    .map_err(at(alarms.clone()))?,
                 Ok(None) => {
                     *reader = None;
                     merge.end(i, &mut windows);
@@ -109,14 +116,14 @@ pub fn sequential(
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                     tracing::warn!(file = %files[i].display(), error = %e, "line skipped");
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(at(files[i].clone())(e)),
             }
             for w in windows.drain(..) {
-                process(&w, &mut sinks)?;
+                process(&w, &mut sinks).map_err(at(out.to_path_buf()))?;
             }
         }
     }
-    sinks.alarms.flush()?;
+    sinks.alarms.flush().map_err(at(alarms.clone()))?;
     let elapsed = start.elapsed();
     Ok((outcome(out)?, elapsed))
 }

@@ -2,7 +2,8 @@
 --
 --   require 'leda.stage.util.map'(function(v) return ... end)
 --     a Lua stage applying the function to each element of the array it receives
---     and sending the mapped array (plus any further arguments) on port 1; the
+--     and sending the mapped array (plus any further arguments) on port 1 (waiting
+--     while the destination's queue is full, as the Rust map does); the
 --     instances load string, table, math and utf8 for the function's use;
 --   require 'leda.stage.util.map'('decimal_point')
 --     the Rust stage with a built-in function (tonumber, tostring, upper, lower,
@@ -30,7 +31,9 @@ return function(f)
       for i = 1, #t do
         out[i] = (f(t[i]))
       end
-      assert(leda.send(1, out, ...))
+      -- send_wait: a full downstream queue parks the instance until there is room
+      -- (as the Rust map does), instead of failing the event.
+      assert(leda.send_wait(1, out, ...))
     end,
   }
 end

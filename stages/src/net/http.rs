@@ -14,6 +14,10 @@ pub enum HttpError {
     /// The URL is not `http://host[:port][/path]`.
     #[error("bad URL '{0}': expected http://host[:port][/path]")]
     BadUrl(String),
+    /// The URL holds a space or a control character (CR and LF would end the request
+    /// line and inject headers or a second request): they must be percent-encoded.
+    #[error("bad URL {0:?}: spaces and control characters must be percent-encoded")]
+    UnsafeUrl(String),
     /// Connecting, writing or reading failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -43,8 +47,13 @@ pub struct Url {
 }
 
 impl Url {
-    /// Parses `http://host[:port][/path]` (no TLS, no user info).
+    /// Parses `http://host[:port][/path]` (no TLS, no user info). A URL with a space
+    /// or a control character (CR, LF...) is refused ([`HttpError::UnsafeUrl`]): the
+    /// path goes verbatim into the request line.
     pub fn parse(url: &str) -> Result<Url, HttpError> {
+        if url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(HttpError::UnsafeUrl(url.to_owned()));
+        }
         let bad = || HttpError::BadUrl(url.to_owned());
         let rest = url.strip_prefix("http://").ok_or_else(bad)?;
         let (authority, path) = match rest.find(['/', '?']) {
@@ -91,11 +100,12 @@ fn decode_chunked(mut b: &[u8]) -> Result<Vec<u8>, HttpError> {
         if size == 0 {
             return Ok(out);
         }
-        if b.len() < size + 2 {
-            return Err(HttpError::Malformed("chunk cut short".into()));
-        }
+        let end = size
+            .checked_add(2)
+            .filter(|&end| end <= b.len())
+            .ok_or_else(|| HttpError::Malformed("chunk cut short".into()))?;
         out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
+        b = &b[end..];
     }
 }
 
@@ -206,6 +216,9 @@ fn parse_response(buf: &[u8]) -> Result<Vec<u8>, HttpError> {
 ///
 /// * **Event**: `(url, extra...)`, an `http://` URL (no TLS).
 /// * **Attributes**: `timeout` (seconds, default 10), `max_size` (bytes, default 16 MiB).
+/// * **URL**: a space or control character in it (CR, LF...) is refused, so an URL
+///   built from event data cannot add headers or a second request.
+/// * **bind**: `timeout` and `max_size`, when set, must be valid.
 /// * **Port 1**: `(body, extra...)`, the body as a string (bytes if not UTF-8), for
 ///   a 2xx answer.
 /// * **Port `http_error`** (optional): `(url, reason)` on failure (bad URL, refused
@@ -214,13 +227,12 @@ fn parse_response(buf: &[u8]) -> Result<Vec<u8>, HttpError> {
 pub fn http_stage() -> Stage {
     crate::args::waiting("http", |mut ev: Event, mut ctx: Ctx| async move {
         let name = ctx.stage_name().to_owned();
-        let timeout = seconds_attr(&name, ctx.attrs(), "timeout")?.unwrap_or(10.0);
-        let limit = positive_attr(&name, ctx.attrs(), "max_size")?.unwrap_or(16 << 20);
+        let (timeout, limit) = http_attrs(&name, ctx.attrs())?;
         let url = match ev.take(0) {
             Value::Str(s) => s,
             other => format!("{other}"),
         };
-        match http_get(&url, Duration::from_secs_f64(timeout), limit).await {
+        match http_get(&url, timeout, limit).await {
             Ok(body) => {
                 let body = match String::from_utf8(body) {
                     Ok(s) => Value::Str(s),
@@ -236,9 +248,25 @@ pub fn http_stage() -> Stage {
                 ctx.send_wait("http_error", (url, e.to_string())).await?;
                 Ok(())
             }
-            Err(e) => Err(crate::StageError::protocol(&name, format!("GET {url}: {e}")).into()),
+            Err(e) => Err(crate::StageError::protocol(&name, format!("GET {url:?}: {e}")).into()),
         }
     })
+    .bind(|b| {
+        http_attrs(b.name, b.attrs).map_err(|e| e.to_string())?;
+        Ok(())
+    })
+}
+
+/// `timeout` (default 10 s) and `max_size` (default 16 MiB) of `net.http`.
+fn http_attrs(stage: &str, attrs: &Attrs) -> Result<(Duration, usize), crate::StageError> {
+    let timeout = match seconds_attr(stage, attrs, "timeout")? {
+        // `seconds_attr` admits only what a `Duration` holds.
+        Some(s) => Duration::try_from_secs_f64(s)
+            .map_err(|e| crate::StageError::attr(stage, "timeout", e.to_string()))?,
+        None => Duration::from_secs(10),
+    };
+    let limit = positive_attr(stage, attrs, "max_size")?.unwrap_or(16 << 20);
+    Ok((timeout, limit))
 }
 
 #[cfg(test)]
@@ -265,6 +293,35 @@ mod tests {
         ] {
             assert!(Url::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// F18: the path went verbatim into the request line, so CR/LF in a URL injected
+    /// headers and a second request.
+    #[test]
+    fn urls_with_spaces_or_control_characters_are_refused() {
+        for bad in [
+            "http://127.0.0.1:1/a HTTP/1.1\r\nX-Injected: yes\r\n\r\nGET /smuggled",
+            "http://h/a\nb",
+            "http://h/a b",
+            "http://h\r\n/",
+            "http://h/\x7f",
+            "http://h/\0",
+        ] {
+            assert!(
+                matches!(Url::parse(bad), Err(HttpError::UnsafeUrl(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(Url::parse("http://h/a%20b%0D%0A").is_ok());
+    }
+
+    /// F18: a chunk size of 2^64 - 1 overflowed `size + 2` (a panic).
+    #[test]
+    fn a_huge_chunk_size_is_malformed_not_a_panic() {
+        let r = parse_response(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nabc\r\n0\r\n\r\n",
+        );
+        assert!(matches!(r, Err(HttpError::Malformed(_))), "{r:?}");
     }
 
     #[test]

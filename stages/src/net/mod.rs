@@ -14,4 +14,4 @@ mod tcp;
 pub use addr::listen_addr;
 pub use http::{HttpError, Url, http_get, http_stage};
 pub use serve::serve;
-pub use tcp::{Connection, accept, read, write};
+pub use tcp::{Connection, IDLE_TIMEOUT, MAX_CHUNK, accept, read, write};

@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 
 use super::listen_addr;
 use crate::StageError;
-use crate::args::positive_attr;
+use crate::args::{positive_attr, seconds_attr};
 
 fn pages_of(stage: &str, attrs: &Attrs) -> Result<Vec<String>, StageError> {
     match (attrs.get("pages"), attrs.get("body")) {
@@ -37,15 +37,21 @@ fn pages_of(stage: &str, attrs: &Attrs) -> Result<Vec<String>, StageError> {
 /// * **Attribute `pages`**: an array of page bodies, served in turn (request *k*
 ///   gets page *k* mod n), or **`body`**: one page for every request.
 /// * **Attribute `count`** (optional): stop after this many requests.
+/// * **Attribute `request_timeout`** (seconds, default 5): how long a client has to
+///   send its request head; a client that sends nothing (or too little) in that time
+///   is dropped, so it holds the server up at most that long.
 /// * **Port `listening`** (optional): `("http://host:port/")` once listening.
+/// * **bind**: `pages`/`body`, and `count` and `request_timeout` when set, must be
+///   valid.
 ///
 /// Requests are answered one at a time, `200 OK`, `text/html`, then the connection is
-/// closed: a demo and test server (the ticker's quote page), not a web server.
+/// closed: a demo and test server (the ticker's quote page), not a web server; while
+/// one client is being served (or is slow to send its request) the others wait.
 pub fn serve() -> Stage {
     crate::args::waiting("serve", |ev: Event, mut ctx: Ctx| async move {
         let name = ctx.stage_name().to_owned();
         let pages = pages_of(&name, ctx.attrs())?;
-        let limit = positive_attr(&name, ctx.attrs(), "count")?;
+        let (limit, request_timeout) = serve_attrs(&name, ctx.attrs())?;
         let addr = listen_addr(&ev)
             .ok_or_else(|| StageError::event(&name, "expected (host, port), (\"host:port\") or (port)"))?;
         let listener = TcpListener::bind(&addr)
@@ -70,20 +76,25 @@ pub fn serve() -> Stage {
             // Read the request head (bounded), then answer.
             let mut head = Vec::new();
             let mut buf = [0u8; 2048];
-            let complete = loop {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break false,
-                    Ok(n) => {
-                        head.extend_from_slice(&buf[..n]);
-                        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            break true;
-                        }
-                        if head.len() > 64 * 1024 {
-                            break false;
+            let read_head = async {
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break false,
+                        Ok(n) => {
+                            head.extend_from_slice(&buf[..n]);
+                            if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                                break true;
+                            }
+                            if head.len() > 64 * 1024 {
+                                break false;
+                            }
                         }
                     }
                 }
             };
+            let complete = tokio::time::timeout(request_timeout, read_head)
+                .await
+                .unwrap_or(false);
             if !complete {
                 tracing::debug!(stage = %name, %peer, "incomplete request ignored");
                 continue;
@@ -101,5 +112,21 @@ pub fn serve() -> Stage {
         }
         Ok(())
     })
-    .bind(|b| pages_of(b.name, b.attrs).map(|_| ()).map_err(|e| e.to_string()))
+    .bind(|b| {
+        pages_of(b.name, b.attrs).map_err(|e| e.to_string())?;
+        serve_attrs(b.name, b.attrs).map_err(|e| e.to_string())?;
+        Ok(())
+    })
+}
+
+/// `count` (optional) and `request_timeout` (default 5 s) of `net.http.serve`.
+fn serve_attrs(
+    stage: &str,
+    attrs: &Attrs,
+) -> Result<(Option<usize>, std::time::Duration), StageError> {
+    let limit = positive_attr(stage, attrs, "count")?;
+    let timeout = seconds_attr(stage, attrs, "request_timeout")?.unwrap_or(5.0);
+    let timeout = std::time::Duration::try_from_secs_f64(timeout)
+        .map_err(|e| StageError::attr(stage, "request_timeout", e.to_string()))?;
+    Ok((limit, timeout))
 }

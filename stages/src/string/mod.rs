@@ -1,19 +1,18 @@
 //! `leda.stage.string.*`: Lua patterns in Rust, and the `match` stage (Listing 4.3).
 //!
-//! Patterns are Lua 5.4 patterns (the `lua-patterns` crate, a port of Lua's
-//! `lstrlib.c` matcher), with two limits: position captures `()` and back-references
-//! (`%1`..`%9`) are refused. The port reads one byte past the end of the pattern and of the
-//! text, as Lua's C code does on its NUL-terminated strings, so both are handed to it with
-//! a NUL after them: otherwise that byte is whatever memory follows, and a quantifier there
-//! sends the matcher on through the bytes past the pattern (the `match` stage's test binary
-//! saw `x` fail to match `xyz` in 4 of 300 runs under load, and CI once). Its
-//! back-reference code writes into the text instead of comparing.
+//! Patterns are Lua 5.4 patterns, matched by [`pattern`], a port of Lua's `lstrlib.c`
+//! matcher over byte slices (no NUL terminator needed, nothing read past either end),
+//! with Lua's recursion bound: at most [`pattern::MAXCCALLS`] *nested* matcher calls,
+//! so "pattern too complex" is an error of that one event, as Lua's error is of that
+//! call. Two limits: position captures `()` and back-references (`%1`..`%9`) are
+//! refused (captures are returned as strings).
+//!
+//! (It replaces the `lua-patterns` crate, whose depth counter was not given back on
+//! tail calls nor between start positions: ordinary text of a few hundred bytes with
+//! partial matches before the real one failed with "pattern too complex", as a panic.)
 
 mod matcher;
-
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use lua_patterns::LuaPattern;
+pub mod pattern;
 
 pub use matcher::string_match;
 
@@ -40,58 +39,17 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
             i += 1;
         }
     }
-    let z = nul_terminated(b);
-    LuaPattern::from_bytes_try(&z[..b.len()])
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-}
-
-/// A copy of `bytes` with a NUL after them (see the module doc).
-fn nul_terminated(bytes: &[u8]) -> Vec<u8> {
-    let mut z = Vec::with_capacity(bytes.len() + 1);
-    z.extend_from_slice(bytes);
-    z.push(0);
-    z
-}
-
-/// Match ranges (the whole match, then each capture) of `pattern` (checked, and
-/// NUL-terminated in `pattern_z`) in the text of `text_z` (NUL-terminated) from byte
-/// `from` on, relative to `from`.
-fn find(
-    pattern: &str,
-    pattern_z: &[u8],
-    text_z: &[u8],
-    from: usize,
-) -> Result<Option<Vec<std::ops::Range<usize>>>, String> {
-    if pattern.is_empty() {
-        return Ok(Some(std::iter::once(0..0).collect()));
-    }
-    let text = &text_z[from..text_z.len() - 1];
-    let mut p =
-        LuaPattern::from_bytes_try(&pattern_z[..pattern.len()]).map_err(|e| format!("{e:?}"))?;
-    catch_unwind(AssertUnwindSafe(|| {
-        if p.matches_bytes(text) {
-            let n = p.match_captures("").num_matches();
-            Some((0..n).map(|i| p.capture(i)).collect())
-        } else {
-            None
-        }
-    }))
-    .map_err(|_| format!("pattern '{pattern}' failed while matching (too complex?)"))
+    pattern::check(b).map_err(|e| e.to_string())
 }
 
 /// Lua's `string.match(text, pattern)`: `None` if no match; otherwise the captures,
 /// or the whole match when the pattern has no captures.
 pub fn lua_match(pattern: &str, text: &str) -> Result<Option<Vec<String>>, String> {
     check_pattern(pattern)?;
-    let (pattern_z, text_z) = (
-        nul_terminated(pattern.as_bytes()),
-        nul_terminated(text.as_bytes()),
-    );
-    let Some(ranges) = find(pattern, &pattern_z, &text_z, 0)? else {
+    let b = text.as_bytes();
+    let Some(ranges) = pattern::find(pattern.as_bytes(), b, 0).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let b = text.as_bytes();
     let pick = if ranges.len() > 1 {
         &ranges[1..]
     } else {
@@ -104,65 +62,73 @@ pub fn lua_match(pattern: &str, text: &str) -> Result<Option<Vec<String>>, Strin
     ))
 }
 
-/// Lua's `string.gsub(text, pattern, repl)` (result only): `%0`..`%9` in `repl` name
-/// the whole match and the captures, `%%` is a percent sign.
+/// Lua 5.4's `string.gsub(text, pattern, repl)` (result only): `%0`..`%9` in `repl`
+/// name the whole match and the captures, `%%` is a percent sign. As in Lua 5.4, an
+/// empty match right after the previous match is not a match.
 pub fn gsub(pattern: &str, text: &str, repl: &str) -> Result<String, String> {
     check_pattern(pattern)?;
-    let anchored = pattern.starts_with('^');
+    let (p, anchored) = match pattern.as_bytes().strip_prefix(b"^") {
+        Some(p) => (p, true),
+        None => (pattern.as_bytes(), false),
+    };
     let mut out: Vec<u8> = Vec::with_capacity(text.len());
     let b = text.as_bytes();
-    let (pattern_z, text_z) = (nul_terminated(pattern.as_bytes()), nul_terminated(b));
     let mut at = 0;
+    let mut last_match: Option<usize> = None;
+    // One budget for the whole replacement, not one per start position.
+    let mut steps = pattern::MAX_STEPS;
     loop {
-        if at > b.len() {
-            break;
-        }
-        let Some(ranges) = find(pattern, &pattern_z, &text_z, at)? else {
-            out.extend_from_slice(&b[at..]);
-            break;
-        };
-        let whole = ranges[0].clone();
-        out.extend_from_slice(&b[at..at + whole.start]);
-        let mut r = repl.bytes();
-        while let Some(c) = r.next() {
-            if c != b'%' {
-                out.push(c);
-                continue;
+        let found = pattern::match_at(p, b, at, &mut steps).map_err(|e| e.to_string())?;
+        match found {
+            Some(ranges) if Some(ranges[0].end) != last_match => {
+                add_replacement(&mut out, b, &ranges, repl)?;
+                at = ranges[0].end;
+                last_match = Some(at);
             }
-            match r.next() {
-                Some(d @ b'0'..=b'9') => {
-                    let i = (d - b'0') as usize;
-                    let range = if i == 0 || (ranges.len() == 1 && i == 1) {
-                        whole.clone()
-                    } else {
-                        ranges.get(i).cloned().ok_or_else(|| {
-                            format!("invalid capture index %{i} in replacement string")
-                        })?
-                    };
-                    out.extend_from_slice(&b[at + range.start..at + range.end]);
-                }
-                Some(b'%') => out.push(b'%'),
-                _ => return Err("invalid use of '%' in replacement string".into()),
+            _ if at < b.len() => {
+                out.push(b[at]);
+                at += 1;
             }
-        }
-        let next = at + whole.end;
-        if whole.is_empty() {
-            // An empty match: copy one character and move on (as Lua does).
-            if at + whole.start < b.len() {
-                out.push(b[at + whole.start]);
-            }
-            at = at + whole.start + 1;
-        } else {
-            at = next;
+            _ => break,
         }
         if anchored {
-            if at <= b.len() {
-                out.extend_from_slice(&b[at.min(b.len())..]);
-            }
             break;
         }
     }
+    out.extend_from_slice(&b[at..]);
     String::from_utf8(out).map_err(|_| "gsub produced invalid UTF-8".to_owned())
+}
+
+/// Appends `repl` for one match (`ranges`: the whole match, then the captures).
+fn add_replacement(
+    out: &mut Vec<u8>,
+    b: &[u8],
+    ranges: &[std::ops::Range<usize>],
+    repl: &str,
+) -> Result<(), String> {
+    let mut r = repl.bytes();
+    while let Some(c) = r.next() {
+        if c != b'%' {
+            out.push(c);
+            continue;
+        }
+        match r.next() {
+            Some(d @ b'0'..=b'9') => {
+                let i = (d - b'0') as usize;
+                let range = if i == 0 || (ranges.len() == 1 && i == 1) {
+                    ranges[0].clone()
+                } else {
+                    ranges.get(i).cloned().ok_or_else(|| {
+                        format!("invalid capture index %{i} in replacement string")
+                    })?
+                };
+                out.extend_from_slice(&b[range]);
+            }
+            Some(b'%') => out.push(b'%'),
+            _ => return Err("invalid use of '%' in replacement string".into()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -195,6 +161,40 @@ mod tests {
         assert!(lua_match("(%d", "1").is_err());
         assert!(lua_match("a()", "a").is_err());
         assert!(lua_match("%", "a").is_err());
+    }
+
+    /// F13: the `lua-patterns` crate leaked its depth counter on tail calls and across
+    /// start positions, so partial matches before the real one made ordinary text
+    /// "too complex" (a panic); Lua matches these.
+    #[test]
+    fn partial_matches_before_the_match_are_not_too_complex() {
+        let rows = "<tr><td>X</td><td>1,0</td></tr>\n".repeat(40);
+        let text = format!("{rows}<td>PETR4</td>\n<td>21,39</td>");
+        assert_eq!(
+            lua_match("<td>PETR4</td>%s<td>(%d+,%d+)</td>", &text),
+            Ok(Some(vec!["21,39".into()]))
+        );
+        let text = format!("{}<td>1,0</td>", "<td>X</td>".repeat(40));
+        assert_eq!(
+            gsub("<td>(%d+,%d+)</td>", &text, "[%1]"),
+            Ok(format!("{}[1,0]", "<td>X</td>".repeat(40)))
+        );
+        let minus = format!("{}b", "a-".repeat(25));
+        assert_eq!(
+            lua_match(&minus, "second event abc"),
+            Ok(Some(vec!["ab".into()]))
+        );
+        let optional = format!("{}b", "a?".repeat(150));
+        assert_eq!(
+            lua_match(&optional, "second event abc"),
+            Ok(Some(vec!["ab".into()]))
+        );
+        // Too deep for Lua too: an error, not a panic.
+        let deep = format!("{}b", "a?".repeat(250));
+        assert_eq!(
+            lua_match(&deep, &"a".repeat(300)),
+            Err("pattern too complex".into())
+        );
     }
 
     #[test]

@@ -28,11 +28,16 @@ enum Sink {
 ///
 /// * **Event**: any values; printed tab-separated on one line.
 /// * **Attribute `file`** (optional): append to this file instead of standard output.
+///   It is opened (created if need be) by the process that runs the stage, when its
+///   instance is built for the first event: a file that cannot be opened fails each
+///   event (reported), it cannot be checked before the run.
 /// * **Port 1** (optional): the event is forwarded after printing.
+/// * **bind**: `file`, when set, must be a non-empty string.
 pub fn print() -> Stage {
     Stage::stateful(
         "print",
         |attrs: &Attrs| -> Result<Sink, BoxError> {
+            file_attr("print", attrs)?;
             match attrs.get("file") {
                 None | Some(Value::Nil) => Ok(Sink::Stdout),
                 Some(Value::Str(path)) => {
@@ -66,4 +71,21 @@ pub fn print() -> Stage {
         },
     )
     .serial()
+    .bind(|b| {
+        file_attr(b.name, b.attrs).map_err(|e| e.to_string())?;
+        Ok(())
+    })
+}
+
+/// Checks the `file` attribute: absent, or a non-empty string.
+fn file_attr(stage: &str, attrs: &Attrs) -> Result<(), StageError> {
+    match attrs.get("file") {
+        None | Some(Value::Nil) => Ok(()),
+        Some(Value::Str(path)) if !path.is_empty() => Ok(()),
+        Some(other) => Err(StageError::attr(
+            stage,
+            "file",
+            format!("must be a path, not {other:?}"),
+        )),
+    }
 }

@@ -9,6 +9,7 @@ use crate::args::positive_attr;
 /// * **Event**: any values; the `count`-th event ends the run (`leda.quit`) and the
 ///   run returns its values.
 /// * **Attribute `count`** (default 1): how many events to wait for.
+/// * **bind**: `count`, when set, must be a positive integer.
 pub fn quit() -> Stage {
     Stage::stateful(
         "quit",
@@ -24,4 +25,8 @@ pub fn quit() -> Stage {
         },
     )
     .serial()
+    .bind(|b| {
+        positive_attr(b.name, b.attrs, "count").map_err(|e| e.to_string())?;
+        Ok(())
+    })
 }

@@ -28,19 +28,24 @@ pub fn timer() -> Stage {
                 StageError::event(&name, "argument 2 (count) must be an integer, -1 for ever")
             })?,
         };
-        if !period.is_finite() || period < 0.0 || (period == 0.0 && count < 0) {
-            return Err(StageError::event(
-                &name,
-                format!(
-                    "period {period} must be a finite number of seconds, > 0 to repeat for ever"
-                ),
-            )
-            .into());
-        }
+        let sleep = match Duration::try_from_secs_f64(period) {
+            Ok(d) if !(d.is_zero() && count < 0) => d,
+            _ => {
+                return Err(StageError::event(
+                    &name,
+                    format!(
+                        "argument 1 (period) {period} must be a number of seconds from 0 to \
+                         {:e}, > 0 to repeat for ever",
+                        u64::MAX as f64
+                    ),
+                )
+                .into());
+            }
+        };
         let extra: Vec<Value> = ev.args().iter().skip(2).cloned().collect();
         let mut fired: i64 = 0;
         while count < 0 || fired < count {
-            ctx.sleep(Duration::from_secs_f64(period)).await;
+            ctx.sleep(sleep).await;
             match ctx
                 .send_wait(1, Event::from_values(extra.iter().cloned()))
                 .await

@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 
+use leda_core::error::BadEvent;
 use leda_core::prelude::*;
 
 use crate::StageError;
@@ -61,7 +62,7 @@ impl<T> Merge<T> {
             latest: vec![None; sources.max(1)],
             ended: vec![false; sources.max(1)],
             pending: (0..sources.max(1)).map(|_| VecDeque::new()).collect(),
-            window: Vec::with_capacity(size.max(1)),
+            window: Vec::with_capacity(size.clamp(1, super::PREALLOC)),
             late: 0,
         }
     }
@@ -148,7 +149,7 @@ impl<T> Merge<T> {
             if self.window.len() == self.size {
                 out.push(std::mem::replace(
                     &mut self.window,
-                    Vec::with_capacity(self.size),
+                    Vec::with_capacity(self.size.min(super::PREALLOC)),
                 ));
             }
         }
@@ -156,6 +157,22 @@ impl<T> Merge<T> {
             out.push(std::mem::take(&mut self.window));
         }
     }
+}
+
+/// Most sources a merge takes: each has a queue and a watermark, allocated when the merge
+/// starts (`sources = 1e15` aborted the process).
+pub const MAX_SOURCES: usize = 1 << 16;
+
+fn sources_attr(stage: &str, attrs: &Attrs) -> Result<usize, StageError> {
+    let n = required_positive(stage, attrs, "sources")?;
+    if n > MAX_SOURCES {
+        return Err(StageError::attr(
+            stage,
+            "sources",
+            format!("must be at most {MAX_SOURCES}, not {n}"),
+        ));
+    }
+    Ok(n)
 }
 
 /// `window.merge` (serial): count windows over the event-time merge of several
@@ -167,13 +184,14 @@ impl<T> Merge<T> {
 ///   `(source)`: that source has ended.
 /// * **Port 1**: `(array)` of `size` elements (the last window of the run: fewer).
 /// * **Port `late`** (optional): `("late", time, source, element)` for each element
-///   later than the bound. Not connected, a late element is the handler's error.
+///   later than the bound. Not connected, a late element fails (to the `error` port, or
+///   logged); like every bad event it fails alone: the merge keeps its state.
 pub fn merge() -> Stage {
     Stage::stateful(
         "merge",
         |attrs: &Attrs| -> Result<Merge<Value>, BoxError> {
             let size = required_positive("merge", attrs, "size")?;
-            let sources = required_positive("merge", attrs, "sources")?;
+            let sources = sources_attr("merge", attrs)?;
             let lateness = match attrs.get("lateness") {
                 None | Some(Value::Nil) => 0.0,
                 Some(v) => to_f64(v).filter(|x| *x >= 0.0 && x.is_finite()).ok_or_else(|| {
@@ -183,16 +201,21 @@ pub fn merge() -> Stage {
             Ok(Merge::new(size, sources, lateness))
         },
         |m: &mut Merge<Value>, mut ev: Event, ctx: &mut Ctx| {
+            // A bad event fails alone (`BadEvent`): the merge keeps what every source sent
+            // so far (a plain error destroyed the instance, and with it every element
+            // accepted before and each source's progress).
+            let bad = |why: String| BadEvent::new(why);
             let mut out = Vec::new();
             match ev.len() {
                 1 => {
-                    let source: usize = ev.get(0)?;
+                    let source: usize = ev.get(0).map_err(|e| bad(e.to_string()))?;
                     m.end(source, &mut out);
                 }
                 3 => {
                     let stamp = ev.take(0);
-                    let time = to_f64(&stamp).ok_or("window.merge: the time must be a number")?;
-                    let source: usize = ev.get(1)?;
+                    let time = to_f64(&stamp)
+                        .ok_or_else(|| bad("window.merge: the time must be a number".into()))?;
+                    let source: usize = ev.get(1).map_err(|e| bad(e.to_string()))?;
                     let item = ev.take(2);
                     match m.push(time, source, item, &mut out) {
                         Ok(()) => {}
@@ -200,24 +223,24 @@ pub fn merge() -> Stage {
                             ctx.send_or_wait("late", ("late", stamp, source as u64, item))?;
                         }
                         Err(Refused::Late(_)) => {
-                            return Err(format!(
+                            return Err(bad(format!(
                                 "window.merge: an element of source {source} at {time} is \
                                  later than the lateness bound (connect 'late' to keep them)"
-                            )
+                            ))
                             .into());
                         }
                         Err(Refused::BadSource(_)) => {
-                            return Err(format!(
+                            return Err(bad(format!(
                                 "window.merge: source {source} is not below 'sources' or has ended"
-                            )
+                            ))
                             .into());
                         }
                     }
                 }
                 n => {
-                    return Err(format!(
+                    return Err(bad(format!(
                         "window.merge: expected (time, source, element) or (source), got {n} argument(s)"
-                    )
+                    ))
                     .into());
                 }
             }
@@ -230,7 +253,7 @@ pub fn merge() -> Stage {
     .serial()
     .bind(|b| {
         required_positive(b.name, b.attrs, "size").map_err(|e| e.to_string())?;
-        required_positive(b.name, b.attrs, "sources").map_err(|e| e.to_string())?;
+        sources_attr(b.name, b.attrs).map_err(|e| e.to_string())?;
         super::port1_bound("merge", b)
     })
 }

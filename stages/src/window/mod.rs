@@ -18,6 +18,11 @@ pub use sliding::sliding;
 pub use spatial::spatial;
 pub use time::time;
 
+/// The most elements a window reserves room for up front: a window grows with its
+/// elements beyond that, so a huge `size` (1e15) costs nothing until elements arrive
+/// instead of aborting the process on an allocation of `size` elements.
+const PREALLOC: usize = 1024;
+
 fn port1_bound(kind: &str, b: &leda_core::stage::BindCtx<'_>) -> Result<(), String> {
     if !b.has_output(1) {
         return Err(format!(

@@ -17,7 +17,7 @@ pub fn sliding() -> Stage {
         "sliding",
         |attrs: &Attrs| -> Result<(usize, VecDeque<Value>), BoxError> {
             let n = required_positive("sliding", attrs, "size")?;
-            Ok((n, VecDeque::with_capacity(n)))
+            Ok((n, VecDeque::with_capacity(n.min(super::PREALLOC))))
         },
         |(size, win): &mut (usize, VecDeque<Value>), ev: Event, ctx: &mut Ctx| {
             let Some(v) = element(ev) else { return Ok(()) };

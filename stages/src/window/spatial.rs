@@ -15,14 +15,17 @@ pub fn spatial() -> Stage {
         "spatial",
         |attrs: &Attrs| -> Result<(usize, Vec<Value>), BoxError> {
             let n = required_positive("spatial", attrs, "size")?;
-            Ok((n, Vec::with_capacity(n)))
+            Ok((n, Vec::with_capacity(n.min(super::PREALLOC))))
         },
         |(size, win): &mut (usize, Vec<Value>), ev: Event, ctx: &mut Ctx| {
             match element(ev) {
                 Some(v) => {
                     win.push(v);
                     if win.len() >= *size {
-                        let full = std::mem::replace(win, Vec::with_capacity(*size));
+                        let full = std::mem::replace(
+                            win,
+                            Vec::with_capacity((*size).min(super::PREALLOC)),
+                        );
                         ctx.send_or_wait(1, Value::Array(full))?;
                     }
                 }

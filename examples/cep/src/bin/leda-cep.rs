@@ -35,8 +35,8 @@ struct Common {
     /// Output directory (persisted windows, alarms.log).
     #[arg(long)]
     out: PathBuf,
-    /// Window size.
-    #[arg(long, default_value_t = 1000)]
+    /// Window size in lines, 1 to 1,000,000 (`app::MAX_WINDOW`).
+    #[arg(long, default_value_t = 1000, value_parser = app::window_size)]
     window: usize,
 }
 
@@ -63,7 +63,7 @@ enum Cmd {
         scenario: Scenario,
         /// Processing threads in total, at least 1 (split equally in scenario 2;
         /// default: one per CPU).
-        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::thread_count)]
         threads: usize,
         /// persist instances.
         #[arg(long, default_value_t = 1)]
@@ -88,7 +88,7 @@ enum Cmd {
         #[arg(long, default_value = "local")]
         scenario: Scenario,
         /// Worker threads, at least 1 (default: one per CPU).
-        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, default_value_t = num_cpus::get(), value_parser = leda_core::cli::thread_count)]
         threads: usize,
         /// persist instances.
         #[arg(long, default_value_t = 1)]
@@ -111,7 +111,7 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
         /// Worker threads.
-        #[arg(long, value_parser = leda_core::cli::at_least_one)]
+        #[arg(long, value_parser = leda_core::cli::thread_count)]
         threads: Option<usize>,
     },
     /// A daemon for the launcher (prints `LISTENING ADDR`).
@@ -133,11 +133,17 @@ fn logs_in(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn report(what: &str, o: &app::Outcome, secs: f64) {
+/// Prints the summary line; a run in which events failed is an error after it.
+fn report(what: &str, o: &app::Outcome, secs: f64) -> anyhow::Result<()> {
     println!(
-        "{what}: {secs:.3} s, {} windows, {} entries, alarms: filter={} correlate={}",
-        o.windows, o.entries, o.filter_alarms, o.correlate_alarms
+        "{what}: {secs:.3} s, {} windows, {} entries, alarms: filter={} correlate={} late={}",
+        o.windows, o.entries, o.filter_alarms, o.correlate_alarms, o.late
     );
+    if o.failed.is_empty() {
+        Ok(())
+    } else {
+        Err(app::EventsFailed(o.failed.clone()).into())
+    }
 }
 
 /// The allocator of this binary, for the baselines too (they run in it): windows'
@@ -180,14 +186,14 @@ fn run() -> anyhow::Result<()> {
             let progress = leda_core::cli::Progress::start("leda-cep", "correlating (Rust stages)");
             let (o, t) = app::run(&setup)?;
             progress.finish();
-            report(&format!("scenario {scenario:?}"), &o, t.as_secs_f64());
+            report(&format!("scenario {scenario:?}"), &o, t.as_secs_f64())?;
         }
         Cmd::Seq { common } => {
             let progress = leda_core::cli::Progress::start("leda-cep", "correlating (sequential)");
             let (o, t) =
                 leda_cep::seq::sequential(&logs_in(&common.logs)?, common.window, &common.out)?;
             progress.finish();
-            report("sequential", &o, t.as_secs_f64());
+            report("sequential", &o, t.as_secs_f64())?;
         }
         Cmd::Lua {
             common,
@@ -207,7 +213,7 @@ fn run() -> anyhow::Result<()> {
                 scenario,
             )?;
             progress.finish();
-            report("lua", &o, t.as_secs_f64());
+            report("lua", &o, t.as_secs_f64())?;
         }
         Cmd::LuaSeq { common } => {
             let progress =
@@ -215,7 +221,7 @@ fn run() -> anyhow::Result<()> {
             let (o, t) =
                 leda_cep::lua::sequential(&logs_in(&common.logs)?, &common.out, common.window)?;
             progress.finish();
-            report("lua sequential", &o, t.as_secs_f64());
+            report("lua sequential", &o, t.as_secs_f64())?;
         }
         Cmd::LuaDaemon { listen, threads } => {
             // The Lua stages it runs persist windows and alarms to files: `io`.

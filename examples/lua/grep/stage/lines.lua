@@ -12,7 +12,7 @@ local stage = leda.stage{
     -- Iterate over every line of the file
     for line in file:lines() do
       -- Send the line to output port 'line'
-      assert(leda.send("line", line))
+      assert(leda.send_wait("line", line)) -- thesis: leda.send (see README)
     end
   end,
   -- Instance-state initialisation function

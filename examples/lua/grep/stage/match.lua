@@ -7,7 +7,7 @@ local stage = leda.stage{
     -- If there were captures
     if #matches > 0 then
       -- Send the captures of the pattern match
-      assert(leda.send("match", unpack(matches)))
+      assert(leda.send_wait("match", unpack(matches))) -- thesis: leda.send
     end
   end,
   init = function()
