@@ -56,9 +56,9 @@ fn handlers_need_allow_io_for_files() {
     let err = text(&out.stderr);
     assert_eq!(text(&out.stdout), "", "nothing read: {err}");
     assert!(err.contains("start it with --allow io"), "{err}");
-    let out = leda(&["run", "--allow", "io,net", script.to_str().unwrap()]);
+    let out = leda(&["run", "--allow", "io,disk", script.to_str().unwrap()]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("unknown capability 'net'"));
+    assert!(text(&out.stderr).contains("unknown capability 'disk'"));
 }
 
 /// A missing file: the other files are still searched, the failure is logged, and the

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 /// `s` cut to at most `max` bytes (at a character boundary, marked when cut), with
-/// every control character escaped as Rust writes it (`\n`, `\u{1b}`).
+/// every control character but the tab (which separates an event's values) escaped as
+/// Rust writes it (`\n`, `\u{1b}`).
 ///
 /// ```
 /// use leda_core::text::printable;
@@ -15,7 +16,8 @@ use std::borrow::Cow;
 /// ```
 pub fn printable(s: &str, max: usize) -> Cow<'_, str> {
     let fits = s.len() <= max;
-    if fits && !s.chars().any(char::is_control) {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if fits && !s.chars().any(escaped) {
         return Cow::Borrowed(s);
     }
     let mut end = s.len().min(max);
@@ -24,7 +26,7 @@ pub fn printable(s: &str, max: usize) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(end + 16);
     for c in s[..end].chars() {
-        if c.is_control() {
+        if escaped(c) {
             out.extend(c.escape_debug());
         } else {
             out.push(c);
