@@ -671,6 +671,11 @@ g:run()
     // A launcher without TLS gets no deployment through (and the daemon serves on).
     let out = run(false, &addr);
     assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("--tls-cert"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(true, &addr);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(

@@ -162,7 +162,10 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
     let e = common::run_in(&launcher(Some("the wrong secret, 16+")), &pipeline(&addr))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("authentication"), "{e}");
+    assert!(
+        e.contains("authentication") && e.contains("holds another one"),
+        "{e}"
+    );
     // A Rust stage the daemon does not know (registered after it started).
     leda_lua::registry::register_stage("leda.stage.test.late", Default::default(), || {
         Stage::new("late", |_: Event, _: &mut Ctx| Ok(()))

@@ -65,8 +65,8 @@ pub enum SecretError {
     },
     /// A secret or cookie file that others may read.
     #[error(
-        "{path} is readable by other users (mode {mode:o}): run `chmod 600 {path}` \
-         (it holds the secret that lets a peer run code here)"
+        "{path} is readable by other users (mode {mode:o}): it must be a file that only you \
+         can read (`chmod 600 FILE`), as it holds the secret that lets a peer run code here"
     )]
     Exposed {
         /// The file.
@@ -138,12 +138,13 @@ impl Secret {
         Secret::checked(text, format!(" in {shown}"))
     }
 
-    /// The secret of the environment: `LEDA_SECRET`, else the file named by
-    /// `LEDA_SECRET_FILE`; `None` if neither is set.
+    /// The secret of the environment: `LEDA_SECRET` (surrounding whitespace removed, as
+    /// from a file), else the file named by `LEDA_SECRET_FILE`; `None` if neither is set.
     pub fn from_env() -> Result<Option<Secret>, SecretError> {
         if let Some(v) = std::env::var_os(SECRET_ENV) {
             let from = format!(" in {SECRET_ENV}");
-            return Secret::checked(v.into_encoded_bytes(), from).map(Some);
+            let v = v.into_encoded_bytes();
+            return Secret::checked(v.trim_ascii().to_vec(), from).map(Some);
         }
         match std::env::var_os(SECRET_FILE_ENV) {
             Some(p) => Secret::from_file(PathBuf::from(p)).map(Some),

@@ -23,7 +23,7 @@ use crate::conn::{Conn, Session};
 use crate::tls::Tls;
 
 use crate::auth::{self, NONCE_LEN, Secret, nonce};
-use crate::error::NetError;
+use crate::error::{FrameError, NetError};
 use crate::frame::{Frame, HANDSHAKE_MAX_FRAME, Hello, Role, Welcome, read_frame, write_frame};
 
 /// The four magic bytes that open every connection.
@@ -261,7 +261,11 @@ async fn server_inner(s: &mut Conn, peer: &str, secret: &Secret) -> Result<Accep
     let client_mac = std::mem::take(&mut hello.mac);
     let t = transcript(&mine, &theirs, &hello, peer)?;
     if hello.nonce != client_nonce || !secret.verify_client(&t, &client_mac) {
-        let _ = write_frame(s, &Frame::Error("authentication failed".into())).await;
+        // (Said to the client too: "authentication failed" alone left a launcher's
+        // user guessing.)
+        let why = "wrong or missing shared secret (this daemon holds another one: check \
+                   --secret-file, LEDA_SECRET, LEDA_SECRET_FILE or the cookie on both sides)";
+        let _ = write_frame(s, &Frame::Error(why.into())).await;
         return Err(NetError::Auth {
             peer: peer.into(),
             reason: "wrong or missing shared secret".into(),
@@ -320,11 +324,36 @@ pub async fn connect(
             Some(t) => t.connect(tcp, addr).await?,
             None => Conn::plain(tcp),
         };
-        client(&mut s, addr, role, from, deployment, secret).await?;
-        Ok(s)
+        match client(&mut s, addr, role, from, deployment, secret).await {
+            Ok(()) => Ok(s),
+            // A process configured for TLS closes a plain connection at its first bytes
+            // (said as "early eof", which did not tell a user what was wrong).
+            Err(NetError::Frame { source, .. }) if tls.is_none() && closed_early(&source) => {
+                Err(NetError::Protocol {
+                    peer: addr.into(),
+                    reason: "closed the connection at the start of the handshake; a \
+                             process started with --tls-cert/--tls-key/--tls-ca does so to a \
+                             plain connection (give this one the same TLS flags)"
+                        .into(),
+                })
+            }
+            Err(e) => Err(e),
+        }
     })
     .await
     .map_err(|_| during)?
+}
+
+/// The peer closed the connection before a whole frame or preamble arrived.
+fn closed_early(e: &FrameError) -> bool {
+    match e {
+        FrameError::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        ),
+        FrameError::Truncated { .. } => true,
+        _ => false,
+    }
 }
 
 async fn client(

@@ -117,7 +117,12 @@ impl Tls {
             .await
             .map_err(|e| NetError::Auth {
                 peer: addr.into(),
-                reason: format!("TLS: {e}"),
+                reason: if e.to_string().contains("InvalidContentType") {
+                    // (What rustls says of a peer that answers in plain TCP.)
+                    format!("TLS: {e}: the peer does not speak TLS (start it with --tls-cert/--tls-key/--tls-ca too)")
+                } else {
+                    format!("TLS: {e}")
+                },
             })?;
         Ok(Conn::tls_client(t))
     }
