@@ -212,17 +212,27 @@ pub fn install_instance_api(
     let try_fn = lua.create_function(move |lua, (port, args): (mlua::Value, MultiValue)| {
         try_send(lua, &c, port, args)
     })?;
+    // Whether the running coroutine is the handler's own (a yield elsewhere would go to
+    // a coroutine the handler made, which got the private token back as a value).
+    let c = cell.clone();
+    let own_fn = lua.create_function(move |lua, ()| Ok(c.is_handler(&lua.current_thread())))?;
     // A full queue: the event goes to the instance's driver with the yield
     // (`instance::step`), which waits for room and resumes with the outcome.
     let waits: Table = lua
         .load(
-            "local yield, token, try = ...
+            "local yield, token, try, own = ...
+             local isyieldable = coroutine.isyieldable
+             local function can_wait(what)
+               if not (own() and isyieldable()) then
+                 error(what .. ' can only wait in the handler itself, not in a coroutine it made or a C function callback', 3)
+               end
+             end
              local function sleep(t)
                t = tonumber(t) or error('leda.sleep: a number of seconds is required', 2)
+               can_wait('leda.sleep')
                yield(token, t)
              end
-             local function nice() yield(token, 0) end
-             local isyieldable = coroutine.isyieldable
+             local function nice() can_wait('leda.nice') yield(token, 0) end
              local function send_wait(port, ...)
                local ok, why = try(port, ...)
                if ok ~= false then return ok, why end
@@ -234,7 +244,7 @@ pub fn install_instance_api(
              return { sleep = sleep, nice = nice, send_wait = send_wait }",
         )
         .set_name("=leda")
-        .call((yield_fn, token.clone(), try_fn))?;
+        .call((yield_fn, token.clone(), try_fn, own_fn))?;
     leda.set("sleep", waits.get::<mlua::Function>("sleep")?)?;
     leda.set("nice", waits.get::<mlua::Function>("nice")?)?;
     leda.set("send_wait", waits.get::<mlua::Function>("send_wait")?)?;

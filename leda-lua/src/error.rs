@@ -7,7 +7,8 @@ use crate::value::ConvertError;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LuaStageError {
     /// Creating the instance (state, `self`, `init`) failed.
-    #[error("stage '{stage}': init failed: {message}")]
+    // (The runtime says "init failed: " before it.)
+    #[error("stage '{stage}': {message}")]
     Init {
         /// The stage.
         stage: String,

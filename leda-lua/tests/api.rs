@@ -546,3 +546,57 @@ fn a_handler_looping_past_the_end_of_its_run_is_interrupted() {
         .expect("the run did not end: its looping handler held a worker");
     assert_eq!(out, r#"Ok([Str("stopped")])"#);
 }
+
+/// `leda.sleep` and `leda.nice` in a coroutine the handler made, or in a C function's
+/// callback, are errors that say so: the yield went to that coroutine, which got the API's
+/// private token back as a value, and the handler did not sleep at all.
+#[test]
+fn sleep_refuses_to_wait_where_it_cannot() {
+    let out = run(r#"
+        local s = leda.stage{ handler = function()
+          require 'string'
+          local ok_co, why_co = pcall(coroutine.wrap(function() return leda.sleep(0.01) end))
+          local ok_nice = pcall(coroutine.wrap(function() return leda.nice() end))
+          local why_c
+          string.gsub("x", "x", function() why_c = select(2, pcall(leda.sleep, 0.01)) end)
+          leda.sleep(0.01) -- in the handler itself: fine
+          leda.quit(tostring(ok_co), why_co, tostring(ok_nice), why_c)
+        end, autostart = true }
+        return leda.graph{ s }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out[0], st("false"), "{out:?}");
+    assert!(
+        out[1]
+            .as_str()
+            .is_some_and(|w| w.contains("handler itself")),
+        "{out:?}"
+    );
+    assert_eq!(out[2], st("false"), "{out:?}");
+    assert!(
+        out[3]
+            .as_str()
+            .is_some_and(|w| w.contains("handler itself")),
+        "{out:?}"
+    );
+}
+
+/// A stage option of the wrong type is refused naming the option (`capacity = -1` said
+/// "error converting Lua integer to usize (out of range)").
+#[test]
+fn a_bad_stage_option_is_named() {
+    let e = run("leda.stage{ handler = function() end, capacity = -1 }")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("field 'capacity'") && e.contains("positive integer"),
+        "{e}"
+    );
+    let e = run("leda.stage{ handler = function() end, init = 5 }")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("field 'init': must be a function, not an integer"),
+        "{e}"
+    );
+}

@@ -15,6 +15,35 @@ use crate::value::{args_to_values, to_lua, to_value};
 
 use super::*;
 
+/// The definition's field `key`, an error naming it when it has the wrong type
+/// (`capacity = -1` said "error converting Lua integer to usize (out of range)").
+fn field<T: mlua::FromLua>(def: &Table, key: &str) -> mlua::Result<T> {
+    def.get::<T>(key).map_err(|e| {
+        let why = match &e {
+            mlua::Error::FromLuaConversionError { from, to, message } => {
+                let want = match &**to {
+                    "usize" => "a positive integer",
+                    "bool" | "boolean" => "a boolean",
+                    "String" | "string" => "a string",
+                    "function" => "a function",
+                    other => other,
+                };
+                let a = if from.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                match message {
+                    Some(m) => format!("must be {want}, not this {from} ({m})"),
+                    None => format!("must be {want}, not {a} {from}"),
+                }
+            }
+            other => other.to_string(),
+        };
+        rt(format!("leda.stage: field '{key}': {why}"))
+    })
+}
+
 /// Builds a stage from a definition table.
 pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::Result<LuaStage> {
     let shared = shared_of(lua)?;
@@ -28,11 +57,11 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
             )));
         }
     };
-    let init: Option<Function> = def.get("init")?;
-    let bind: Option<Function> = def.get("bind")?;
-    let serial = def.get::<Option<bool>>("serial")?.unwrap_or(false)
-        || def.get::<Option<bool>>("stateful")?.unwrap_or(false);
-    let name = match name.or(def.get::<Option<String>>("name")?) {
+    let init: Option<Function> = field(def, "init")?;
+    let bind: Option<Function> = field(def, "bind")?;
+    let serial = field::<Option<bool>>(def, "serial")?.unwrap_or(false)
+        || field::<Option<bool>>(def, "stateful")?.unwrap_or(false);
+    let name = match name.or(field::<Option<String>>(def, "name")?) {
         Some(n) => n,
         None => default_name(&handler, &shared),
     };
@@ -57,16 +86,16 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
     });
     let stage = stage_from_code(name.clone(), code);
     let stage = if serial { stage.serial() } else { stage };
-    let stage = if def.get::<Option<bool>>("fail_stop")?.unwrap_or(false) {
+    let stage = if field::<Option<bool>>(def, "fail_stop")?.unwrap_or(false) {
         stage.fail_stop()
     } else {
         stage
     };
-    let stage = match def.get::<Option<usize>>("maxpar")? {
+    let stage = match field::<Option<usize>>(def, "maxpar")? {
         Some(n) => stage.maxpar(n),
         None => stage,
     };
-    let stage = match def.get::<Option<usize>>("capacity")? {
+    let stage = match field::<Option<usize>>(def, "capacity")? {
         Some(n) => stage.capacity(n),
         None => stage,
     };
