@@ -41,8 +41,9 @@ pub fn init_logging(default: &str) {
 }
 
 /// `err` and its causes on one line, `a: b: c`, skipping a cause whose text the line
-/// already holds (an `io::Error` wrapped by an error that prints it, for instance);
-/// of a message of several lines only the first.
+/// already holds (an `io::Error` wrapped by an error that prints it, for instance); a
+/// message of several lines is joined, up to a Lua error's `stack traceback:` (shown with
+/// `RUST_LIB_BACKTRACE=1`).
 ///
 /// ```
 /// let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
@@ -51,11 +52,24 @@ pub fn init_logging(default: &str) {
 ///     leda_core::cli::one_line(outer.as_ref()),
 ///     "reading site/index.html: no such file"
 /// );
+/// // The substance of a regex error is on its later lines (it said only
+/// // "regex parse error:").
+/// let e = anyhow::anyhow!("regex parse error:\n    (\n    ^\nerror: unclosed group");
+/// assert_eq!(
+///     leda_core::cli::one_line(e.as_ref()),
+///     "regex parse error: ( ^ error: unclosed group"
+/// );
 /// ```
 pub fn one_line(err: &(dyn Error + 'static)) -> String {
-    // The first line of each message: the rest is a trace (a Lua error's "stack
-    // traceback:"), shown with `RUST_LIB_BACKTRACE=1`.
-    let first = |e: &dyn Error| e.to_string().lines().next().unwrap_or_default().to_owned();
+    let first = |e: &dyn Error| {
+        e.to_string()
+            .lines()
+            .take_while(|l| l.trim() != "stack traceback:")
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let mut line = first(err);
     let mut cause = err.source();
     while let Some(c) = cause {
