@@ -634,6 +634,26 @@ fn leda_start_and_run_speak_tls() {
     std::fs::write(&crt, cert.pem()).unwrap();
     std::fs::write(&pem, key.serialize_pem()).unwrap();
     std::fs::write(&ca_crt, ca.pem()).unwrap();
+    // A key others may read is refused, as a secret file is.
+    let out = leda(&[
+        "start",
+        "--listen",
+        "127.0.0.1:0",
+        "--once",
+        "--tls-cert",
+        crt.to_str().unwrap(),
+        "--tls-key",
+        pem.to_str().unwrap(),
+        "--tls-ca",
+        ca_crt.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("readable by other users"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let tls: Vec<&str> = vec![
         "--tls-cert",
         crt.to_str().unwrap(),

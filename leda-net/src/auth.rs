@@ -238,7 +238,7 @@ pub fn transcript(server_preamble: &[u8], client_preamble: &[u8], hello: &[u8]) 
 }
 
 /// Refuses a file others may read or another user owns.
-fn check_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretError> {
+pub(crate) fn check_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), SecretError> {
     let shown = path.display().to_string();
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {

@@ -62,6 +62,9 @@ impl Tls {
     pub fn load(c: &TlsConfig) -> Result<Tls, NetError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = certs(&c.cert)?;
+        // The key proves this process to its peers: as private as the shared secret.
+        let meta = std::fs::metadata(&c.key).map_err(|e| tls_err(c.key.display(), e))?;
+        crate::auth::check_private(&c.key, &meta).map_err(|e| tls_err("the TLS key", e))?;
         let key = PrivateKeyDer::from_pem_file(&c.key).map_err(|e| tls_err(c.key.display(), e))?;
         let mut roots = rustls::RootCertStore::empty();
         for ca in certs(&c.ca)? {

@@ -174,6 +174,7 @@ fn send_one_vector_and_bad_arguments() {
     );
     std::fs::write(&crt, cert.pem()).unwrap();
     std::fs::write(&pem, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     std::fs::write(&ca_crt, ca.pem()).unwrap();
     let o = Command::new(EXE)
         .args([

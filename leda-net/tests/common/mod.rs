@@ -160,6 +160,7 @@ pub fn pki(dir: &Path, name: &str) -> leda_net::TlsConfig {
     };
     std::fs::write(&c.cert, cert.pem()).unwrap();
     std::fs::write(&c.key, key.serialize_pem()).unwrap();
+    std::fs::set_permissions(&c.key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     std::fs::write(&c.ca, ca.pem()).unwrap();
     c
 }
