@@ -72,3 +72,27 @@ fn bad_pattern_is_refused_by_bind_before_running() {
         "{err}"
     );
 }
+
+/// Nobody reading its output any more (`grep ... | head -1`): the run ends, with no log
+/// line per remaining match (there was one WARN per line, 200,000 of them, and exit 1).
+#[test]
+fn a_closed_stdout_ends_the_run() {
+    let d = temp_dir("pipe");
+    let text: String = (0..200_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(d.join("n.txt"), text).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_grep"))
+        .args([r"line (\d+)", d.join("n.txt").to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.lines().count() < 10,
+        "{} lines on stderr",
+        err.lines().count()
+    );
+}

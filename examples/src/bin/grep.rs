@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 use leda_core::prelude::*;
@@ -81,11 +81,19 @@ fn matcher() -> Stage {
     })
 }
 
-/// Listing 4.1: prints its arguments, tab-separated (serial: one line at a time).
-fn printer() -> Stage {
-    Stage::new("print", |ev: Event, _: &mut Ctx| {
-        writeln!(std::io::stdout().lock(), "{ev}")?;
-        Ok(())
+/// Listing 4.1: prints its arguments, tab-separated (serial: one line at a time). When
+/// nobody reads any more (`grep ... | head -1`), the run ends, as a grep's does (each
+/// later line failed on its own, one log line each).
+fn printer(closed: Arc<AtomicBool>) -> Stage {
+    Stage::new("print", move |ev: Event, ctx: &mut Ctx| {
+        match writeln!(std::io::stdout().lock(), "{ev}") {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                closed.store(true, Ordering::Relaxed);
+                ctx.quit(());
+                Ok(())
+            }
+            r => Ok(r?),
+        }
     })
     .serial()
 }
@@ -94,7 +102,8 @@ fn printer() -> Stage {
 fn error_printer(count: Arc<AtomicUsize>) -> Stage {
     Stage::new("io_errors", move |ev: Event, _: &mut Ctx| {
         count.fetch_add(1, Ordering::Relaxed);
-        eprintln!("grep: {ev}");
+        // (Not `eprintln!`: it panics when stderr is closed.)
+        let _ = writeln!(std::io::stderr(), "grep: {ev}");
         Ok(())
     })
     .serial()
@@ -122,7 +131,8 @@ fn run() -> anyhow::Result<()> {
     let (pattern, files) = (&pattern, &files);
     // Listing 4.4: the graph.
     let io_errors = Arc::new(AtomicUsize::new(0));
-    let (lines, matcher, printer) = (lines(), matcher(), printer());
+    let closed = Arc::new(AtomicBool::new(false));
+    let (lines, matcher, printer) = (lines(), matcher(), printer(closed.clone()));
     let errors = error_printer(io_errors.clone());
     let mut g = Graph::new("grep");
     g.connect(&lines, "line", &matcher).local();
@@ -136,6 +146,10 @@ fn run() -> anyhow::Result<()> {
     let report = g
         .run(Run::default().until_idle())
         .context("running the grep graph")?;
+    if closed.load(Ordering::Relaxed) {
+        // Nobody reads on: the sends the end of the run cut short are no failure.
+        return Ok(());
+    }
     let failed = report.stats.stages.iter().map(|s| s.errors).sum::<u64>();
     if failed > 0 {
         bail!("{failed} handler error(s); see the log above");
