@@ -707,3 +707,65 @@ g:run()
     assert!(exited);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A deployed handler stuck where nothing can interrupt it (a pattern match that
+/// backtracks for ever, in C) does not keep the daemon from its next deployment: once
+/// the run has ended, the daemon waits 5 s for it, leaves its thread behind and serves
+/// on. Before, every later deployment was refused ("is running another deployment")
+/// until the daemon was restarted.
+#[test]
+fn a_handler_stuck_in_c_does_not_hold_a_daemon() {
+    let dir = std::env::temp_dir().join(format!("leda-cli-stuck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("stuck.lua");
+    std::fs::write(
+        &script,
+        r#"
+local mode = arg[1]
+local work = leda.stage{ name = 'work', handler = function(m)
+  if m == 'stuck' then
+    local string = require 'string'
+    string.find(string.rep('a', 60), string.rep('a-', 30) .. 'b')
+  end
+  leda.send(1, 'done')
+end }
+local back = leda.stage{ name = 'back', handler = function(x) leda.quit(x) end }
+local timer = leda.stage{ name = 'stop', handler = function()
+  leda.sleep(0.5); leda.quit('stopped')
+end, autostart = true }
+local g = leda.graph{ leda.connect(work, 1, back), timer }
+g:part(leda.cluster(work), leda.cluster(back, timer))
+g:map('127.0.0.1:9999', '127.0.0.1:9998')
+work:push(mode)
+print(g:run())
+"#,
+    )
+    .unwrap();
+    let (_child, addr, _rest) = daemon(&["start", "--listen", "127.0.0.1:0"]);
+    let run = |mode: &str| {
+        let alias = format!("127.0.0.1:9999={addr}");
+        Command::new(env!("CARGO_BIN_EXE_leda"))
+            .args(["run", "--map", &alias, "--process", "127.0.0.1:9998"])
+            .arg(&script)
+            .arg(mode)
+            .output()
+            .expect("leda run")
+    };
+    let out = run("stuck");
+    assert!(
+        text(&out.stdout).contains("stopped"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The daemon serves the next deployment once it has left the stuck thread behind.
+    let t0 = std::time::Instant::now();
+    let out = loop {
+        let out = run("quick");
+        if out.status.success() || t0.elapsed() > std::time::Duration::from_secs(30) {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert!(text(&out.stdout).contains("done"), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -56,6 +56,10 @@ use crate::registry::Registry;
 /// Default daemon port (the original Leda's).
 pub const DEFAULT_PORT: u16 = 9999;
 
+/// How long a daemon waits, once a run has ended, for handlers still running before it
+/// leaves their threads behind and serves on (`Run::leave_stuck_after`).
+pub const LEAVE_STUCK_AFTER: Duration = Duration::from_secs(5);
+
 /// How a daemon listens and runs.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -441,9 +445,12 @@ async fn deploy(
     }
     transport.attach(&d.launcher, s);
     transport.tell_losses(&d.launcher);
+    // A handler that nothing interrupts (a loop in C, a Lua finalizer) must not keep the
+    // daemon from its next deployment.
     let mut run = Run::default()
         .process(d.target.clone())
-        .remote(transport.clone());
+        .remote(transport.clone())
+        .leave_stuck_after(LEAVE_STUCK_AFTER);
     if let Some(n) = config.threads.or(d.threads) {
         run = run.threads(n);
     }

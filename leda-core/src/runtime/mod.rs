@@ -56,6 +56,7 @@ pub struct Run {
     dashboard: Option<DashboardConfig>,
     on_process_loss: OnProcessLoss,
     outlive_launcher: bool,
+    leave_stuck_after: Option<Duration>,
 }
 
 /// What the processes of a run do when one of them is lost (killed, frozen, cut off by
@@ -93,6 +94,7 @@ impl Default for Run {
             dashboard: None,
             on_process_loss: OnProcessLoss::End,
             outlive_launcher: false,
+            leave_stuck_after: None,
         }
     }
 }
@@ -126,6 +128,16 @@ impl Run {
     /// Sets or clears [`Run::until_idle`].
     pub fn set_until_idle(mut self, on: bool) -> Self {
         self.until_idle = on;
+        self
+    }
+
+    /// Once the run has ended, wait at most `d` for the handlers still running, then
+    /// leave their threads behind (an error is logged) and return: for a daemon, whose
+    /// next deployment would otherwise wait for ever on a handler in an endless loop
+    /// that nothing can interrupt (a loop in C, a finalizer). By default the end of a run
+    /// waits for every handler.
+    pub fn leave_stuck_after(mut self, d: Duration) -> Self {
+        self.leave_stuck_after = Some(d);
         self
     }
 
@@ -818,7 +830,7 @@ impl Supervisor {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let threads = process.exec.threads();
         if let Some((pool, _)) = &real {
-            pool.shutdown();
+            pool.shutdown(opts.leave_stuck_after);
         }
         let stats = snapshot(&process);
         // Idle instances go now (their handlers' destructors run), not with the last

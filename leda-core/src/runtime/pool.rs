@@ -209,7 +209,7 @@ impl Pool {
     }
 
     /// Stops every worker and drops the tasks still queued.
-    pub(crate) fn shutdown(&self) {
+    pub(crate) fn shutdown(&self, leave_stuck_after: Option<std::time::Duration>) {
         self.shared.shutdown.store(true, SeqCst);
         self.shared.target.store(0, SeqCst);
         self.shared.wake_all();
@@ -218,8 +218,30 @@ impl Pool {
             t.rt = None;
             std::mem::take(&mut t.handles)
         };
-        for h in handles {
-            let _ = h.join();
+        if let Some(d) = leave_stuck_after {
+            // Workers still in a handler past `d` are left behind: they hold their own
+            // references to what they use, and leave the pool when their call returns.
+            let deadline = std::time::Instant::now() + d;
+            while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let stuck = handles.iter().filter(|h| !h.is_finished()).count();
+            if stuck > 0 {
+                tracing::error!(
+                    threads = stuck,
+                    "{stuck} worker thread(s) still run a handler {:.1} s after the run ended: \
+                     left behind (each holds a CPU until its call returns; restart the \
+                     process to reclaim them)",
+                    d.as_secs_f64()
+                );
+            }
+            for h in handles.into_iter().filter(|h| h.is_finished()) {
+                let _ = h.join();
+            }
+        } else {
+            for h in handles {
+                let _ = h.join();
+            }
         }
         while !self.shared.injector.steal().is_empty() {}
     }
