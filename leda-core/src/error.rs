@@ -86,6 +86,14 @@ impl BadEvent {
     }
 }
 
+/// A handler's error that says it was stopped because its run had ended (a Lua handler
+/// interrupted a second after the end, still computing): not the event's failure. The
+/// instance is dropped and a line logged, but nothing is counted as failed or sent to
+/// the `error` port (a run that quit while a handler computed exited 1 for it).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Cancelled(pub String);
+
 /// Why a run could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -159,6 +159,31 @@ pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
     lua.load(crate::capabilities::sandbox_chunk(caps))
         .set_name("=leda sandbox")
         .exec()?;
+    // What the end of a run could not stop: code Lua runs with hooks off.
+    let interrupting = lua.create_function(|_, ()| Ok(crate::interrupt::interrupting()))?;
+    lua.load(
+        r#"
+        local interrupting = ...
+        local xpcall, setmetatable, rawget, error, type = xpcall, setmetatable, rawget, error, type
+        -- A message handler runs with hooks off: skipped once the handler is interrupted.
+        _G.xpcall = function(f, msgh, ...)
+          return xpcall(f, function(...)
+            if interrupting() then return ... end
+            return msgh(...)
+          end, ...)
+        end
+        -- Finalizers (`__gc`) and closers (`__close`) run with hooks off, and after the
+        -- instance is gone: refused.
+        _G.setmetatable = function(t, mt)
+          if type(mt) == 'table' and (rawget(mt, '__gc') ~= nil or rawget(mt, '__close') ~= nil) then
+            error('setmetatable: __gc and __close are not allowed in handlers (they run where the end of a run cannot stop them)', 2)
+          end
+          return setmetatable(t, mt)
+        end
+        "#,
+    )
+    .set_name("=leda sandbox")
+    .call::<()>(interrupting)?;
     Ok(lua)
 }
 
@@ -383,10 +408,23 @@ fn step(
     token: &Table,
     stage: &str,
 ) -> Result<Step, BoxError> {
-    let values = res.map_err(|e| LuaStageError::Handler {
-        stage: stage.to_owned(),
-        message: lua_message(&e),
-    })?;
+    let values = match res {
+        Ok(v) => v,
+        Err(e) => {
+            let message = lua_message(&e);
+            let interrupted = crate::interrupt::MESSAGE.to_str().unwrap_or_default();
+            if message.contains(interrupted) {
+                // Stopped at the end of its run: not the event's failure.
+                let why = format!("stage '{stage}': {message}");
+                return Err(Box::new(leda_core::error::Cancelled(why)));
+            }
+            return Err(LuaStageError::Handler {
+                stage: stage.to_owned(),
+                message,
+            }
+            .into());
+        }
+    };
     match thread.status() {
         ThreadStatus::Resumable => {
             let mut it = values.into_iter();

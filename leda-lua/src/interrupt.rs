@@ -20,14 +20,15 @@
 //! to it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use leda_core::prelude::Ctx;
 use mlua::ffi;
 
-/// How often the watcher looks at the running instances.
+/// How often the watcher looks at the running instances (and signals again a thread
+/// still running a handler it wants interrupted).
 const EVERY: Duration = Duration::from_millis(100);
 
 /// How long a handler may go on after its run began to stop: one that ends by itself
@@ -35,7 +36,8 @@ const EVERY: Duration = Duration::from_millis(100);
 const GRACE: Duration = Duration::from_secs(1);
 
 /// The message of the error raised in an interrupted handler.
-const MESSAGE: &std::ffi::CStr = c"the run ended while this handler was running: interrupted";
+pub(crate) const MESSAGE: &std::ffi::CStr =
+    c"the run ended while this handler was running: interrupted";
 
 /// What one instance is running, if anything.
 #[derive(Default)]
@@ -44,8 +46,8 @@ pub(crate) struct Slot {
     run: Mutex<Option<Ctx>>,
     /// The coroutine being resumed (null between resumes).
     state: AtomicPtr<ffi::lua_State>,
-    /// The thread resuming it (`pthread_t`; 0 between resumes).
-    thread: AtomicU64,
+    /// The kernel id of the thread resuming it (0 between resumes).
+    tid: AtomicI32,
     /// When the watcher first saw the run stopping.
     stopping_since: Mutex<Option<Instant>>,
     /// The run has been stopping for [`GRACE`]: interrupt the handler (sticky; a run
@@ -58,14 +60,22 @@ thread_local! {
     static RESUMING: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
 }
 
-/// While alive, the slot shows its coroutine as running on this thread.
-pub(crate) struct Resuming<'a>(&'a Slot);
+/// The signal handler is in place: without it, the signal would kill the process.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// While alive, the slot shows its coroutine as running on this thread; dropped, the
+/// thread shows what it showed before (an instance run inline by another's send, a
+/// cohort, ends inside the other's resume).
+pub(crate) struct Resuming<'a> {
+    slot: &'a Slot,
+    before: *const Slot,
+}
 
 impl Drop for Resuming<'_> {
     fn drop(&mut self) {
-        RESUMING.with(|r| r.set(std::ptr::null()));
-        self.0.thread.store(0, SeqCst);
-        self.0.state.store(std::ptr::null_mut(), SeqCst);
+        RESUMING.with(|r| r.set(self.before));
+        self.slot.tid.store(0, SeqCst);
+        self.slot.state.store(std::ptr::null_mut(), SeqCst);
     }
 }
 
@@ -87,16 +97,23 @@ impl Slot {
             }
         }
         self.state.store(thread.state(), SeqCst);
-        // SAFETY: `pthread_self` has no preconditions.
-        self.thread
-            .store(unsafe { libc::pthread_self() } as u64, SeqCst);
-        RESUMING.with(|r| r.set(self as *const Slot));
+        // SAFETY: `gettid` has no preconditions.
+        self.tid.store(unsafe { libc::gettid() }, SeqCst);
+        let before = RESUMING.with(|r| r.replace(self as *const Slot));
         if self.wanted.load(SeqCst) {
             // SAFETY: this thread is about to resume the coroutine, which is alive.
             unsafe { set_hook(thread.state()) };
         }
-        Resuming(self)
+        Resuming { slot: self, before }
     }
+}
+
+/// Whether the handler this thread runs is being interrupted (the sandbox's `xpcall`
+/// then skips the handler's own message handler, which Lua runs with hooks off).
+pub(crate) fn interrupting() -> bool {
+    let slot = RESUMING.with(Cell::get);
+    // SAFETY: set by `Slot::resuming` from a slot borrowed while the pointer is set.
+    !slot.is_null() && unsafe { &*slot }.wanted.load(SeqCst)
 }
 
 fn watched() -> MutexGuard<'static, Vec<Weak<Slot>>> {
@@ -120,14 +137,16 @@ fn signal() -> libc::c_int {
 fn watch() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
-        // SAFETY: installs a handler that only reads this crate's thread-local and calls
-        // `lua_sethook` (async-signal-safe by Lua's design).
+        // SAFETY: installs a handler that only reads this crate's thread-local and atomics
+        // and calls `lua_sethook` (async-signal-safe by Lua's design).
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
             act.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut act.sa_mask);
-            if libc::sigaction(signal(), &act, std::ptr::null_mut()) != 0 {
+            if libc::sigaction(signal(), &act, std::ptr::null_mut()) == 0 {
+                INSTALLED.store(true, SeqCst);
+            } else {
                 tracing::warn!(
                     "no signal handler to interrupt handlers running past their run's end: {}",
                     std::io::Error::last_os_error()
@@ -135,6 +154,8 @@ fn watch() {
             }
         }
     });
+    // SAFETY: `getpid` has no preconditions.
+    let pid = unsafe { libc::getpid() };
     loop {
         std::thread::sleep(EVERY);
         let slots: Vec<Arc<Slot>> = {
@@ -143,33 +164,33 @@ fn watch() {
             w.iter().filter_map(Weak::upgrade).collect()
         };
         for slot in slots {
-            if slot.wanted.load(SeqCst) {
-                continue;
+            if !slot.wanted.load(SeqCst) {
+                let stopping = slot
+                    .run
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .is_some_and(Ctx::is_stopping);
+                if !stopping {
+                    continue;
+                }
+                let since = *slot
+                    .stopping_since
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert_with(Instant::now);
+                if since.elapsed() < GRACE {
+                    continue;
+                }
+                slot.wanted.store(true, SeqCst);
             }
-            let stopping = slot
-                .run
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .is_some_and(Ctx::is_stopping);
-            if !stopping {
-                continue;
-            }
-            let since = *slot
-                .stopping_since
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(Instant::now);
-            if since.elapsed() < GRACE {
-                continue;
-            }
-            slot.wanted.store(true, SeqCst);
-            let thread = slot.thread.load(SeqCst);
-            if thread != 0 {
-                // SAFETY: a worker thread of this process lives as long as the process'
-                // pool; a signal to a thread that moved on to another coroutine does
-                // nothing (the handler checks the slot it finds there).
-                unsafe { libc::pthread_kill(thread as libc::pthread_t, signal()) };
+            // Every tick while it runs: a signal that found the thread in another
+            // instance's handler (a cohort send) set nothing on this one.
+            let tid = slot.tid.load(SeqCst);
+            if tid != 0 && INSTALLED.load(SeqCst) {
+                // SAFETY: `tgkill` to a thread of this process; one that has exited
+                // since makes it fail (ESRCH), it is not undefined as `pthread_kill` is.
+                unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, signal()) };
             }
         }
     }
@@ -181,8 +202,8 @@ extern "C" fn on_signal(_: libc::c_int) {
         return;
     }
     // SAFETY: set by `Slot::resuming` on this thread from a slot borrowed for as long as
-    // the pointer is set (the guard clears it); a signal handler runs between two
-    // instructions of this thread, so it sees either.
+    // the pointer is set (the guard restores the one before); a signal handler runs
+    // between two instructions of this thread, so it sees either.
     let slot = unsafe { &*slot };
     let state = slot.state.load(SeqCst);
     if slot.wanted.load(SeqCst) && !state.is_null() {

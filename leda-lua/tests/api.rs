@@ -600,3 +600,51 @@ fn a_bad_stage_option_is_named() {
         "{e}"
     );
 }
+
+/// What Lua runs with hooks off, where the end of a run could not stop a handler: an
+/// `xpcall` message handler is skipped once the handler is interrupted, and `__gc` and
+/// `__close` metamethods are refused. And a handler interrupted at the end of its run
+/// is not counted as a failed event (a run that quit while a handler computed exited 1).
+#[test]
+fn loops_lua_runs_without_hooks_do_not_hold_the_end_of_a_run() {
+    let s = script();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = run_in(
+            &s,
+            r#"
+            local spin = leda.stage{ handler = function()
+                xpcall(function() while true do end end, function() while true do end end)
+            end }
+            local stop = leda.stage{ handler = function()
+                leda.send('spin', 1)
+                leda.sleep(0.2)
+                leda.quit('stopped')
+            end, autostart = true }
+            return leda.graph{ stop:connect('spin', spin), spin }:run()
+        "#,
+        )
+        .map(|_| ());
+        let failures = s.failures().len();
+        let _ = tx.send(format!("{out:?} {failures}"));
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the run did not end: a message handler held its worker");
+    assert_eq!(out, "Ok(()) 0");
+    let refused = run(r#"
+        local s = leda.stage{ handler = function()
+            local ok_gc, why_gc = pcall(setmetatable, {}, {__gc = function() end})
+            local ok_close = pcall(setmetatable, {}, {__close = function() end})
+            leda.quit(tostring(ok_gc), why_gc, tostring(ok_close))
+        end, autostart = true }
+        return leda.graph{ s }:run()
+    "#)
+    .unwrap();
+    assert_eq!(refused[0], st("false"), "{refused:?}");
+    assert!(
+        refused[1].as_str().is_some_and(|w| w.contains("__gc")),
+        "{refused:?}"
+    );
+    assert_eq!(refused[2], st("false"), "{refused:?}");
+}

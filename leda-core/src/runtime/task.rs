@@ -396,6 +396,14 @@ impl Activation {
                 }
                 return;
             }
+            Ok(Err(e)) if e.is::<crate::error::Cancelled>() => {
+                self.ctx.take_wait();
+                if let Some(i) = self.instance.take() {
+                    st.destroy(i);
+                }
+                self.cancelled(process, &e.to_string());
+                return;
+            }
             Ok(Err(e)) if e.is::<crate::error::BadEvent>() => {
                 // The event's fault: it fails, the instance stays.
                 self.ctx.take_wait();
@@ -443,6 +451,12 @@ impl Activation {
                 let p = self.pending.take().expect("pending checked above");
                 match r {
                     Ok(()) => self.done(process, p.started.map(|t| t.elapsed())),
+                    Err(e) if e.is::<crate::error::Cancelled>() => {
+                        if let Some(i) = self.instance.take() {
+                            st.destroy(i);
+                        }
+                        self.cancelled(process, &e.to_string());
+                    }
                     Err(e) if e.is::<crate::error::BadEvent>() => {
                         self.refused(process, p.copy.unwrap_or_default(), &e.to_string());
                     }
@@ -503,6 +517,14 @@ impl Activation {
             tracing::warn!(target: "leda::handler", stage = %st.name, error = %error_text, "{what}");
         }
         self.report_failure(process, event, error);
+    }
+
+    /// The handler was stopped because its run had ended ([`crate::error::Cancelled`]):
+    /// the instance is gone; logged, not counted as a failure.
+    fn cancelled(&mut self, process: &Arc<Process>, why: &str) {
+        let st = &process.stages[self.ctx.stage];
+        self.unflushed += 1;
+        tracing::warn!(target: "leda::handler", stage = %st.name, "{}", clip(why));
     }
 
     /// The handler refused the event ([`crate::error::BadEvent`]): it fails (counted,
