@@ -233,43 +233,37 @@ fn table(
     budget: &mut Budget,
     depth: usize,
 ) -> Result<Value, ConvertError> {
-    let mut pairs: Vec<(mlua::Value, mlua::Value)> = Vec::new();
+    // First the keys alone, holding nothing (a table of millions of entries collected as
+    // pairs held a reference each and ran mlua out of stack space): a sequence has
+    // exactly the integer keys 1..n.
+    let (mut n, mut top, mut is_array) = (0usize, 0i64, true);
     for kv in t.pairs::<mlua::Value, mlua::Value>() {
-        pairs.push(kv.map_err(|e| lua_err(what, e))?);
-    }
-    let n = pairs.len();
-    // A sequence: exactly the integer keys 1..n.
-    let mut is_array = true;
-    let mut slots: Vec<Option<usize>> = vec![None; n];
-    for (i, (k, _)) in pairs.iter().enumerate() {
+        let (k, _) = kv.map_err(|e| lua_err(what, e))?;
+        n += 1;
+        if n > budget.values {
+            return Err(ConvertError::TooLarge {
+                what: what.to_string(),
+            });
+        }
         match k {
-            mlua::Value::Integer(k) if *k >= 1 && (*k as u64) <= n as u64 => {
-                let slot = &mut slots[(*k - 1) as usize];
-                if slot.is_some() {
-                    is_array = false;
-                    break;
-                }
-                *slot = Some(i);
-            }
-            _ => {
-                is_array = false;
-                break;
-            }
+            mlua::Value::Integer(k) if k >= 1 => top = top.max(k),
+            _ => is_array = false,
         }
     }
-    if is_array {
+    if is_array && top as u64 == n as u64 {
         let mut out = Vec::with_capacity(n);
-        for (idx, slot) in slots.into_iter().enumerate() {
-            let i = slot.unwrap_or(idx);
-            let sub = Path::Index(what, idx + 1);
-            out.push(convert(&pairs[i].1, &sub, seen, budget, depth + 1)?);
+        for i in 1..=n {
+            let v: mlua::Value = t.raw_get(i as i64).map_err(|e| lua_err(what, e))?;
+            let sub = Path::Index(what, i);
+            out.push(convert(&v, &sub, seen, budget, depth + 1)?);
         }
         return Ok(Value::Array(out));
     }
     let mut out = Vec::with_capacity(n);
-    for (k, v) in &pairs {
-        let key = convert(k, &Path::AKey(what), seen, budget, depth + 1)?;
-        let value = convert(v, &Path::Key(what, &key), seen, budget, depth + 1)?;
+    for kv in t.pairs::<mlua::Value, mlua::Value>() {
+        let (k, v) = kv.map_err(|e| lua_err(what, e))?;
+        let key = convert(&k, &Path::AKey(what), seen, budget, depth + 1)?;
+        let value = convert(&v, &Path::Key(what, &key), seen, budget, depth + 1)?;
         out.push((key, value));
     }
     Ok(Value::Map(out))

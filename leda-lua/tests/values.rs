@@ -149,6 +149,17 @@ fn refused_values_say_what_and_where() {
         &e[..200]
     );
 
+    // A table of more than a million entries converts (collected as pairs first, each
+    // held a reference, and mlua ran out of stack space: a panic).
+    let big: mlua::Value = lua
+        .load("local m = {} for i = 1, 1100000 do m[i] = 's' .. i end return m")
+        .eval()
+        .unwrap();
+    match to_value(&big, "x").unwrap() {
+        Value::Array(a) => assert_eq!(a.len(), 1_100_000),
+        other => panic!("{}", other.type_name()),
+    }
+
     // Map keys Lua cannot hold.
     let bad = Value::Map(vec![(Value::Nil, Value::Int(1))]);
     assert!(matches!(
