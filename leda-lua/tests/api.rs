@@ -648,3 +648,16 @@ fn loops_lua_runs_without_hooks_do_not_hold_the_end_of_a_run() {
     );
     assert_eq!(refused[2], st("false"), "{refused:?}");
 }
+
+/// A script's controller is bounded as the commands' `--threads` is (a script asking for
+/// 3,000 threads got them: 1,733 were running 9 s later).
+#[test]
+fn controllers_are_bounded() {
+    for code in [
+        "return require 'leda.controller.thread_pool'.get(3000)",
+        "return require 'leda.controller.auto'.get(1, 100000)",
+    ] {
+        let e = run(code).unwrap_err().to_string();
+        assert!(e.contains("at most"), "{e}");
+    }
+}

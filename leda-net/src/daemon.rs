@@ -451,7 +451,20 @@ async fn deploy(
         .process(d.target.clone())
         .remote(transport.clone())
         .leave_stuck_after(LEAVE_STUCK_AFTER);
-    if let Some(n) = config.threads.or(d.threads) {
+    // What a deployment asks is bounded as the commands' `--threads` is (a launcher
+    // picked a daemon's pool size: thousands of threads).
+    let asked = d.threads.map(|n| {
+        let max = leda_core::cli::max_threads();
+        if n > max {
+            tracing::warn!(
+                asked = n,
+                max,
+                "the deployment asks for more threads than the bound"
+            );
+        }
+        n.min(max)
+    });
+    if let Some(n) = config.threads.or(asked) {
         run = run.threads(n);
     }
     if let Some(n) = config.maxpar {

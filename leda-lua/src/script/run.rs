@@ -204,21 +204,37 @@ pub(super) fn start(lua: &Lua, opts: Option<Table>) -> mlua::Result<MultiValue> 
 }
 
 pub(super) fn controller_module(lua: &Lua, auto: bool) -> mlua::Result<Table> {
+    // The commands' bound (`--threads`): a script asking for thousands got them.
+    let bounded = |n: usize, what: &str| {
+        let max = leda_core::cli::max_threads();
+        if n > max {
+            Err(mlua::Error::runtime(format!(
+                "{what}: at most {max} threads (64, or 4 per CPU), not {n}"
+            )))
+        } else {
+            Ok(n.max(1))
+        }
+    };
     let t = lua.create_table()?;
     if auto {
         t.set(
             "get",
-            lua.create_function(|_, (a, b): (Option<usize>, Option<usize>)| {
-                let min = a.unwrap_or_else(num_cpus::get).max(1);
-                let max = b.unwrap_or(64.max(4 * num_cpus::get())).max(min);
+            lua.create_function(move |_, (a, b): (Option<usize>, Option<usize>)| {
+                let what = "leda.controller.auto.get";
+                let min = bounded(a.unwrap_or_else(num_cpus::get), what)?;
+                let max = bounded(b.unwrap_or_else(leda_core::cli::max_threads), what)?.max(min);
                 Ok(LuaController::Auto(min, max))
             })?,
         )?;
     } else {
         t.set(
             "get",
-            lua.create_function(|_, n: Option<usize>| {
-                Ok(LuaController::Fixed(n.unwrap_or_else(num_cpus::get).max(1)))
+            lua.create_function(move |_, n: Option<usize>| {
+                let n = bounded(
+                    n.unwrap_or_else(num_cpus::get),
+                    "leda.controller.thread_pool.get",
+                )?;
+                Ok(LuaController::Fixed(n))
             })?,
         )?;
     }
