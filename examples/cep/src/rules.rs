@@ -29,20 +29,28 @@ pub fn is_relevant(e: &Entry) -> bool {
 /// Pairwise: every entry is compared with every other.
 pub fn correlate<'a>(window: &[(&'a [u8], Entry)]) -> Vec<(&'a [u8], usize)> {
     let (ids, names) = client_ids(window.iter().map(|(c, _)| *c));
+    // The pairwise loop reads a compact copy (client number, status, time): over the
+    // entries with their client slices it ran 14 % slower than over the IPv4 entries of
+    // before (`leda-cep seq`, 1 M lines).
+    let w: Vec<(u32, u16, i64)> = window
+        .iter()
+        .zip(&ids)
+        .map(|((_, e), &id)| (id, e.status, e.time))
+        .collect();
     let mut hot = vec![0usize; names.len()];
-    for (i, (_, a)) in window.iter().enumerate() {
+    for (i, a) in w.iter().enumerate() {
         let mut peers = 0usize;
-        for (j, (_, b)) in window.iter().enumerate() {
+        for (j, b) in w.iter().enumerate() {
             peers += usize::from(
                 i != j
-                    && ids[i] == ids[j]
-                    && a.status >= 400
-                    && b.status >= 400
-                    && (a.time - b.time).abs() <= BURST_SECONDS,
+                    && a.0 == b.0
+                    && a.1 >= 400
+                    && b.1 >= 400
+                    && (a.2 - b.2).abs() <= BURST_SECONDS,
             );
         }
         if peers >= BURST_PEERS {
-            hot[ids[i] as usize] += 1;
+            hot[a.0 as usize] += 1;
         }
     }
     let mut out: Vec<(&[u8], usize)> = names.into_iter().zip(hot).filter(|&(_, n)| n > 0).collect();
