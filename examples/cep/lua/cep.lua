@@ -57,17 +57,16 @@ local function helpers()
   -- year 1970..9999, a day of the month, hour <= 23, minute and second <= 59, zone
   -- hours <= 23 and minutes <= 59 (as `log::parse_time`).
   function parse_time(t)
-    if #t ~= 26 or t:sub(3, 3) ~= '/' or t:sub(7, 7) ~= '/' or t:sub(12, 12) ~= ':'
-       or t:sub(15, 15) ~= ':' or t:sub(18, 18) ~= ':' or t:sub(21, 21) ~= ' ' then
+    local d, mon, y, h, mi, s, zs, zh, zm =
+      t:match('^(%d%d)/(%a%a%a)/(%d%d%d%d):(%d%d):(%d%d):(%d%d) ([%+%-])(%d%d)(%d%d)$')
+    if not d then return nil end
+    y, mon = tonumber(y), months[mon]
+    d, h, mi, s = tonumber(d), tonumber(h), tonumber(mi), tonumber(s)
+    zh, zm = tonumber(zh), tonumber(zm)
+    if not mon or y < 1970 or y > 9999 or d < 1 or d > days_in_month(y, mon) or h > 23
+       or mi > 59 or s > 59 or zh > 23 or zm > 59 then
       return nil
     end
-    local y = num(t:sub(8, 11), 4, 1970, 9999)
-    local mon = months[t:sub(4, 6)]
-    if not y or not mon then return nil end
-    local d = num(t:sub(1, 2), 2, 1, days_in_month(y, mon))
-    local h, mi, s = num(t:sub(13, 14), 2, 0, 23), num(t:sub(16, 17), 2, 0, 59), num(t:sub(19, 20), 2, 0, 59)
-    local zs, zh, zm = t:sub(22, 22), num(t:sub(23, 24), 2, 0, 23), num(t:sub(25, 26), 2, 0, 59)
-    if not (d and h and mi and s and zh and zm) or (zs ~= '+' and zs ~= '-') then return nil end
     local off = (zh * 3600 + zm * 60) * (zs == '-' and -1 or 1)
     return days_from_civil(y, mon, d) * 86400 + h * 3600 + mi * 60 + s - off
   end
@@ -88,8 +87,22 @@ local function helpers()
       i = j + 2
     end
   end
+  -- The common entry (no `\` in its quoted fields) in one match; the same checks after.
+  local FAST = '^([^ \t\n\v\f\r]+) [^ \t\n\v\f\r]+ [^ \t\n\v\f\r]+ %[([^%]]*)%] "[^"\\]*" (%d%d%d) ([%d%-]+) "[^"\\]*" "[^"\\]*" (%d+)$'
+  local parse_full
   -- client, time (s), status, micros of an entry (`log::parse`), or nil.
   function parse(line)
+    local client, ts, st, size, m = line:match(FAST)
+    if not client then return parse_full(line) end
+    local t, status = parse_time(ts), tonumber(st)
+    if not t or status < 100 or status > 599 or #m > 18
+       or (size ~= '-' and size:find('[^0-9]')) then
+      return nil
+    end
+    return client, t, status, tonumber(m)
+  end
+  -- The same, step by step: escapes in quoted fields.
+  function parse_full(line)
     local i = token(line, 1)
     if not i or line:byte(i) ~= 32 then return nil end
     local client = line:sub(1, i - 1)
@@ -161,8 +174,15 @@ local function helpers()
     if not close then return nil end
     return parse_time(line:sub(open + 1, close - 1))
   end
-  -- A line's event time: an entry's, else `time_of`'s (as `batch::stamp`).
+  -- A line's event time: an entry's, else `time_of`'s (as `batch::stamp`). The two are
+  -- the same bracket when the first `[` follows three tokens at the line's start (an
+  -- entry's place for its time): then the whole entry need not be parsed (it made the
+  -- Lua variant 45 % slower).
   function line_time(line)
+    local _, e = line:find('^[^ \t\n\v\f\r]+ [^ \t\n\v\f\r]+ [^ \t\n\v\f\r]+ %[')
+    if e and e == line:find('[', 1, true) then
+      return time_of(line)
+    end
     local _, t = parse(line)
     return t or time_of(line)
   end
