@@ -62,7 +62,7 @@ impl Capabilities {
         Ok(c)
     }
 
-    fn bits(self) -> u8 {
+    pub(crate) fn bits(self) -> u8 {
         (u8::from(self.io) * IO) | (u8::from(self.os) * OS) | (u8::from(self.net) * NET)
     }
 

@@ -156,34 +156,14 @@ pub fn new_state(package_path: &str) -> mlua::Result<Lua> {
     let preload: Table = package.get("preload")?;
     preload_libs(&lua, &globals, &preload, caps)?;
     globals.set("unpack", lua.create_function(unpack)?)?;
-    lua.load(crate::capabilities::sandbox_chunk(caps))
-        .set_name("=leda sandbox")
-        .exec()?;
-    // What the end of a run could not stop: code Lua runs with hooks off.
+    // What the capabilities allow, then what the end of a run could not stop (code Lua
+    // runs with hooks off): our own chunk, compiled once per set of capabilities and
+    // loaded as bytecode (compiling it took a third of an instance's creation).
     let interrupting = lua.create_function(|_, ()| Ok(crate::interrupt::interrupting()))?;
-    lua.load(
-        r#"
-        local interrupting = ...
-        local xpcall, setmetatable, rawget, error, type = xpcall, setmetatable, rawget, error, type
-        -- A message handler runs with hooks off: skipped once the handler is interrupted.
-        _G.xpcall = function(f, msgh, ...)
-          return xpcall(f, function(...)
-            if interrupting() then return ... end
-            return msgh(...)
-          end, ...)
-        end
-        -- Finalizers (`__gc`) and closers (`__close`) run with hooks off, and after the
-        -- instance is gone: refused.
-        _G.setmetatable = function(t, mt)
-          if type(mt) == 'table' and (rawget(mt, '__gc') ~= nil or rawget(mt, '__close') ~= nil) then
-            error('setmetatable: __gc and __close are not allowed in handlers (they run where the end of a run cannot stop them)', 2)
-          end
-          return setmetatable(t, mt)
-        end
-        "#,
-    )
-    .set_name("=leda sandbox")
-    .call::<()>(interrupting)?;
+    lua.load(sandbox_bytecode(caps)?)
+        .set_name("=leda sandbox")
+        .set_mode(mlua::ChunkMode::Binary)
+        .call::<()>(interrupting)?;
     Ok(lua)
 }
 
@@ -205,6 +185,54 @@ fn state_memory_limit() -> Option<usize> {
         (mb > 0).then_some(mb << 20)
     })
 }
+
+/// The sandbox chunk for `caps`, as bytecode (compiled once per set of capabilities, in
+/// a state of its own; only this crate's own text is ever loaded as bytecode).
+fn sandbox_bytecode(caps: crate::capabilities::Capabilities) -> mlua::Result<Vec<u8>> {
+    static CACHE: OnceLock<Mutex<HashMap<u8, Vec<u8>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(b) = cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&caps.bits())
+    {
+        return Ok(b.clone());
+    }
+    let scratch = Lua::new_with(StdLib::NONE, LuaOptions::default())?;
+    let f = scratch
+        .load(crate::capabilities::sandbox_chunk(caps) + GUARDS)
+        .set_name("=leda sandbox")
+        .into_function()?;
+    let bytes = f.dump(true);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(caps.bits(), bytes.clone());
+    Ok(bytes)
+}
+
+/// The sandbox's guards against what a run's end cannot interrupt (after
+/// [`crate::capabilities::sandbox_chunk`], in the same chunk; its argument is
+/// `interrupt::interrupting`).
+const GUARDS: &str = r#"
+        local interrupting = ...
+        local xpcall, setmetatable, rawget, error, type = xpcall, setmetatable, rawget, error, type
+        -- A message handler runs with hooks off: skipped once the handler is interrupted.
+        _G.xpcall = function(f, msgh, ...)
+          return xpcall(f, function(...)
+            if interrupting() then return ... end
+            return msgh(...)
+          end, ...)
+        end
+        -- Finalizers (`__gc`) and closers (`__close`) run with hooks off, and after the
+        -- instance is gone: refused.
+        _G.setmetatable = function(t, mt)
+          if type(mt) == 'table' and (rawget(mt, '__gc') ~= nil or rawget(mt, '__close') ~= nil) then
+            error('setmetatable: __gc and __close are not allowed in handlers (they run where the end of a run cannot stop them)', 2)
+          end
+          return setmetatable(t, mt)
+        end
+        "#;
 
 /// What `require NAME` gives a handler under `caps`: the library table `t` (as
 /// opened), restricted; an error for a library that is not allowed.

@@ -53,11 +53,26 @@ pub(crate) struct Slot {
     /// The run has been stopping for [`GRACE`]: interrupt the handler (sticky; a run
     /// never goes on again).
     wanted: AtomicBool,
+    /// `run` is set (read first: no lock per handler call).
+    has_run: AtomicBool,
 }
 
 thread_local! {
     /// The slot whose coroutine this thread is resuming (what the signal handler reads).
     static RESUMING: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
+    /// This thread's kernel id, once asked (`gettid` is a system call: not one per
+    /// handler call).
+    static TID: Cell<libc::pid_t> = const { Cell::new(0) };
+}
+
+fn tid() -> libc::pid_t {
+    TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: `gettid` has no preconditions.
+            t.set(unsafe { libc::gettid() });
+        }
+        t.get()
+    })
 }
 
 /// The signal handler is in place: without it, the signal would kill the process.
@@ -90,15 +105,15 @@ impl Slot {
     /// Shows `thread` as being resumed on this thread for `ctx`'s run until the guard
     /// drops (an instance whose run already stopped is interrupted at once).
     pub(crate) fn resuming(&self, thread: &mlua::Thread, ctx: &Ctx) -> Resuming<'_> {
-        {
+        if !self.has_run.load(SeqCst) {
             let mut run = self.run.lock().unwrap_or_else(|e| e.into_inner());
             if run.is_none() {
                 *run = Some(ctx.clone());
             }
+            self.has_run.store(true, SeqCst);
         }
         self.state.store(thread.state(), SeqCst);
-        // SAFETY: `gettid` has no preconditions.
-        self.tid.store(unsafe { libc::gettid() }, SeqCst);
+        self.tid.store(tid(), SeqCst);
         let before = RESUMING.with(|r| r.replace(self as *const Slot));
         if self.wanted.load(SeqCst) {
             // SAFETY: this thread is about to resume the coroutine, which is alive.
