@@ -219,6 +219,7 @@ const GUARDS: &str = r#"
         local xpcall, setmetatable, rawget, error, type = xpcall, setmetatable, rawget, error, type
         -- A message handler runs with hooks off: skipped once the handler is interrupted.
         _G.xpcall = function(f, msgh, ...)
+          if type(msgh) ~= 'function' then return xpcall(f, msgh, ...) end
           return xpcall(f, function(...)
             if interrupting() then return ... end
             return msgh(...)
@@ -233,6 +234,16 @@ const GUARDS: &str = r#"
           return setmetatable(t, mt)
         end
         "#;
+
+/// Sets `__metatable = false` on `v`'s metatable, if it has one: Lua then refuses to
+/// hand it out or replace it.
+fn lock_metatable(lua: &Lua, v: mlua::Value) -> mlua::Result<()> {
+    let getmetatable: mlua::Function = lua.globals().get("getmetatable")?;
+    if let mlua::Value::Table(mt) = getmetatable.call::<mlua::Value>(v)? {
+        mt.raw_set("__metatable", false)?;
+    }
+    Ok(())
+}
 
 /// What `require NAME` gives a handler under `caps`: the library table `t` (as
 /// opened), restricted; an error for a library that is not allowed.
@@ -250,6 +261,14 @@ fn restricted(
         ("string", mlua::Value::Table(s)) => {
             // No bytecode out (and so none back in).
             s.set("dump", mlua::Value::Nil)?;
+            // The strings' metatable is shared and its `__close` or `__gc` would run with
+            // hooks off: `getmetatable('')` gives `false` instead of it.
+            lock_metatable(lua, mlua::Value::String(lua.create_string("")?))?;
+            Ok(t)
+        }
+        ("io", mlua::Value::Table(io)) => {
+            // The same for files' (a `__gc` there would run for every file handle).
+            lock_metatable(lua, io.get::<mlua::Value>("stdout")?)?;
             Ok(t)
         }
         ("os", mlua::Value::Table(os)) if !caps.os => {
@@ -433,6 +452,7 @@ impl LuaInstance {
 fn step(
     thread: &Thread,
     res: mlua::Result<MultiValue>,
+    interrupted: bool,
     token: &Table,
     stage: &str,
 ) -> Result<Step, BoxError> {
@@ -440,8 +460,8 @@ fn step(
         Ok(v) => v,
         Err(e) => {
             let message = lua_message(&e);
-            let interrupted = crate::interrupt::MESSAGE.to_str().unwrap_or_default();
-            if message.contains(interrupted) {
+            let text = crate::interrupt::MESSAGE.to_str().unwrap_or_default();
+            if interrupted && message.contains(text) {
                 // Stopped at the end of its run: not the event's failure.
                 let why = format!("stage '{stage}': {message}");
                 return Err(Box::new(leda_core::error::Cancelled(why)));
@@ -522,7 +542,7 @@ impl Handler for LuaInstance {
             let _in = self.cell.enter(ctx, &thread);
             thread.resume::<MultiValue>(MultiValue::from_vec(args))
         };
-        match step(&thread, res, &self.token, &self.stage)? {
+        match step(&thread, res, self.slot.wanted(), &self.token, &self.stage)? {
             Step::Done => {
                 if thread.reset(self.handler.clone()).is_ok() {
                     self.thread = Some(thread);
@@ -564,7 +584,7 @@ impl Handler for LuaInstance {
                             let _in = cell.enter(&mut owned, &thread);
                             thread.resume::<MultiValue>(back)
                         };
-                        next = step(&thread, res, &token, &stage)?;
+                        next = step(&thread, res, slot.wanted(), &token, &stage)?;
                     }
                 });
                 Ok(())

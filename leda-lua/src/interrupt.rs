@@ -123,6 +123,14 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Whether this instance is being interrupted (its run has been stopping for
+    /// [`GRACE`]).
+    pub(crate) fn wanted(&self) -> bool {
+        self.wanted.load(SeqCst)
+    }
+}
+
 /// Whether the handler this thread runs is being interrupted (the sandbox's `xpcall`
 /// then skips the handler's own message handler, which Lua runs with hooks off).
 pub(crate) fn interrupting() -> bool {

@@ -115,10 +115,16 @@ fn handlers_get_the_default_set_unless_allowed() {
     assert_eq!(got[2], st("false"), "{got:?}");
     assert!(got[3].to_string().contains("binary"), "{got:?}");
 
+    // The shared metatables of strings and files are not handed out (a `__close` or
+    // `__gc` put there ran with hooks off, where the end of a run cannot stop it).
+    let got = in_handler("require 'string'; leda.quit(tostring(getmetatable('')), ('ab'):rep(2))");
+    assert_eq!(got, vec![st("false"), st("abab")], "{got:?}");
+
     allow(Capabilities::parse("io,os").unwrap());
     let got = in_handler(
         "require 'os'; local io = require 'io'
-         leda.quit(type(io.open), type(os.execute), type(package.loadlib), type(dofile))",
+         leda.quit(type(io.open), type(os.execute), type(package.loadlib), type(dofile),
+                   tostring(getmetatable(io.stdout)))",
     );
     allow(Capabilities::default());
     assert_eq!(
@@ -127,7 +133,8 @@ fn handlers_get_the_default_set_unless_allowed() {
             st("function"),
             st("function"),
             st("function"),
-            st("function")
+            st("function"),
+            st("false")
         ],
         "{got:?}"
     );
