@@ -416,8 +416,6 @@ pub(crate) struct Process {
     pub(crate) connectors: Box<[(ConnectorCounters, ConnectorInfo)]>,
     pub(crate) exec: Arc<dyn Executor>,
     activations: AtomicU64,
-    /// Live [`super::ctx::Busy`] guards: work carried on outside handler calls.
-    pub(crate) busy_outside: AtomicUsize,
     pub(crate) stopping: AtomicBool,
     ending: Mutex<Option<Event>>,
     pub(crate) on_end: Box<dyn Fn() + Send + Sync>,
@@ -425,6 +423,9 @@ pub(crate) struct Process {
     /// The transport, for the remote routes' counts in snapshots (weak: the
     /// transport holds a handle to this process).
     pub(crate) remote: std::sync::OnceLock<std::sync::Weak<dyn super::executor::RemoteLinks>>,
+    /// Live [`super::ctx::Busy`] guards: work carried on outside handler calls (last:
+    /// the fields the hot path reads keep their places).
+    pub(crate) busy_outside: AtomicUsize,
 }
 
 /// Names of a connector, for statistics.
@@ -457,12 +458,12 @@ impl Process {
                 .collect(),
             exec,
             activations: AtomicU64::new(0),
-            busy_outside: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             ending: Mutex::new(None),
             on_end,
             started: Instant::now(),
             remote: std::sync::OnceLock::new(),
+            busy_outside: AtomicUsize::new(0),
         }
     }
 
