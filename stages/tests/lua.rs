@@ -125,7 +125,7 @@ fn every_catalogue_entry_is_requirable() {
     assert_eq!(out, vec![Value::Int(names.len() as i64 + 1)]);
 }
 
-/// F24: the Lua `util.map(function)` used `leda.send`, so a full downstream queue
+/// A review (2026-11-27): the Lua `util.map(function)` used `leda.send`, so a full downstream queue
 /// failed the event (98 % of a fast stream); it waits now, as the Rust map does.
 #[test]
 fn lua_map_waits_for_a_full_queue_and_loses_nothing() {

@@ -251,7 +251,7 @@ fn tcp_read_in_chunk_mode_emits_bytes() {
     assert_eq!(got[0][0].as_bytes().unwrap(), b"abc");
 }
 
-/// F21: `mode` (and `size`, `max_line`, `idle_timeout`) are checked in bind, before
+/// A review (2026-11-27): `mode` (and `size`, `max_line`, `idle_timeout`) are checked in bind, before
 /// any connection (a bad mode used to fail each connection at run time; a huge chunk
 /// `size` allocated that much per read).
 #[test]
@@ -301,7 +301,7 @@ fn start(
     (addr, runner)
 }
 
-/// F14: an idle connection parked a `read` instance for ever (256 of them starved
+/// A review (2026-11-27): an idle connection parked a `read` instance for ever (256 of them starved
 /// every later client); it is closed after `idle_timeout` and reported on `closed`.
 #[test]
 fn tcp_read_closes_an_idle_connection() {
@@ -328,7 +328,7 @@ fn tcp_read_closes_an_idle_connection() {
     assert_eq!(c[0][1], s("idle timeout"));
 }
 
-/// F14: a line was buffered whole (300 MiB of no newline: 1.2 GB); a line longer than
+/// A review (2026-11-27): a line was buffered whole (300 MiB of no newline: 1.2 GB); a line longer than
 /// `max_line` is now an error of its connection, and one of exactly `max_line` bytes
 /// (with `\r\n`) is kept.
 #[test]
@@ -376,7 +376,7 @@ fn tcp_read_refuses_a_line_longer_than_max_line() {
     );
 }
 
-/// F14: `net.http.serve` answered one request at a time and waited for ever on a
+/// A review (2026-11-27): `net.http.serve` answered one request at a time and waited for ever on a
 /// client that sent nothing; it drops such a client after `request_timeout`.
 #[test]
 fn serve_drops_a_client_that_sends_no_request() {
@@ -406,7 +406,7 @@ fn serve_drops_a_client_that_sends_no_request() {
     assert!(refused(&g).contains("'request_timeout'"));
 }
 
-/// F12, F21: `timeout` and `max_size` are checked in bind; a finite but huge timeout
+/// A review (2026-11-27): `timeout` and `max_size` are checked in bind; a finite but huge timeout
 /// (1e20 s) panicked in `Duration::from_secs_f64` at run time.
 #[test]
 fn http_checks_its_attributes_in_bind() {

@@ -214,7 +214,7 @@ fn read_chunk_skips_an_overlong_line_and_goes_on() {
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     assert_eq!(io::read_chunk(&mut input, &mut carry, 4096).unwrap(), None);
     // A line longer than the chunk size but within MAX_LINE is sent whole, one of
-    // exactly MAX_LINE bytes with `\n` or `\r\n` too (F6: the end-of-line is not
+    // exactly MAX_LINE bytes with `\n` or `\r\n` too (a review, 2026-11-27: the end-of-line is not
     // counted); one byte more is refused, whatever the chunk size; the lines around
     // it are all kept.
     for size in [64, 4096, io::MAX_LINE, 1 << 21] {
@@ -247,7 +247,7 @@ fn read_chunk_skips_an_overlong_line_and_goes_on() {
     }
 }
 
-/// F21: `chunk` was checked only when a file came (each file then failed).
+/// A review (2026-11-27): `chunk` was checked only when a file came (each file then failed).
 #[test]
 fn lines_chunk_must_be_a_whole_number_of_bytes_within_max_line() {
     // A float that is a whole number (a Lua `2^16`) is taken; 0, a negative number, a
@@ -279,7 +279,7 @@ fn lines_chunk_must_be_a_whole_number_of_bytes_within_max_line() {
     }
 }
 
-/// F1: a file that cannot be opened got no `eof`, so a stage waiting for every
+/// A review (2026-11-27): a file that cannot be opened got no `eof`, so a stage waiting for every
 /// source's end (a merge) waited for ever; it gets the tick, then the error, in both
 /// modes, as a read error does.
 #[test]
@@ -306,7 +306,7 @@ fn lines_sends_eof_for_a_file_it_cannot_open() {
     }
 }
 
-/// F5, F6: line mode read whole lines (a 300 MB line took 1.6 GB) and kept lines that
+/// A review (2026-11-27): line mode read whole lines (a 300 MB line took 1.6 GB) and kept lines that
 /// chunk mode skips; both modes now give the same lines: a line of MAX_LINE bytes
 /// (with `\n` or `\r\n`) is kept, a longer one skipped and reported, reading goes on.
 #[test]

@@ -330,7 +330,7 @@ fn quit_ends_with_the_nth_event() {
     assert_eq!(r.quit.unwrap().get::<String>(0).unwrap(), "second");
 }
 
-/// F21: `file` of print and `count` of quit were checked only when an event came.
+/// A review (2026-11-27): `file` of print and `count` of quit were checked only when an event came.
 #[test]
 fn print_and_quit_check_their_attributes_in_bind() {
     for (st, needle) in [
@@ -373,7 +373,7 @@ fn print_to_a_file_it_cannot_open_fails_its_events() {
     );
 }
 
-/// F12: a finite but huge period (1e20 s) panicked in `Duration::from_secs_f64`; it
+/// A review (2026-11-27): a finite but huge period (1e20 s) panicked in `Duration::from_secs_f64`; it
 /// is an error of that event, with a message.
 #[test]
 fn timer_refuses_a_period_no_duration_holds() {

@@ -135,7 +135,7 @@ fn windows_check_their_attributes_and_port() {
     assert!(refused(&g).contains("port 1 must be connected"));
 }
 
-/// F11: a huge `size` (1e15, i64::MAX) is a window that never fills, not an
+/// A review (2026-11-27): a huge `size` (1e15, i64::MAX) is a window that never fills, not an
 /// allocation of `size` elements up front (which aborted the process, or panicked with
 /// "capacity overflow" in `init`).
 #[test]
@@ -180,7 +180,7 @@ fn a_huge_size_allocates_nothing_up_front() {
     }
 }
 
-/// F12: a `time` no `Duration` holds (1e20 s) is refused in bind, naming it.
+/// A review (2026-11-27): a `time` no `Duration` holds (1e20 s) is refused in bind, naming it.
 #[test]
 fn time_window_refuses_a_huge_time_in_bind() {
     let (out, _) = sink("out");

@@ -300,7 +300,7 @@ fn bad_input_is_refused_with_a_clear_error() {
 
 /// Lines at the edge of the grammar (docs/stage-library.md § CEP): every
 /// configuration must agree on which are entries, which only have a time and which
-/// have none (findings F2, F3, F4 of review 3: the Rust and Lua parsers disagreed).
+/// have none (a review, 2026-11-27: the Rust and Lua parsers disagreed).
 #[test]
 fn hostile_lines_are_read_alike_by_every_configuration() {
     let logs = tmp("hostile-logs");
@@ -467,7 +467,7 @@ const MODES: [&[&str]; 4] = [
 ];
 
 /// `--window` out of 1..=1,000,000 is refused the same way by every mode, before
-/// anything runs (F17: 0 gave "0 windows" and status 0 in one mode, an abort or a
+/// anything runs (a review, 2026-11-27: 0 gave "0 windows" and status 0 in one mode, an abort or a
 /// panic in others).
 #[test]
 fn every_mode_refuses_a_window_out_of_range() {
@@ -496,7 +496,7 @@ fn every_mode_refuses_a_window_out_of_range() {
 
 /// An unreadable log: the baselines stop with an error naming the file; the graphs
 /// process what they can, print their summary, and exit non-zero because events
-/// failed (F19: they exited 0).
+/// failed (a review, 2026-11-27: they exited 0).
 #[test]
 fn an_unreadable_log_fails_every_mode_naming_it() {
     let logs = tmp("unreadable-logs");
@@ -540,7 +540,7 @@ fn an_unreadable_log_fails_every_mode_naming_it() {
     let _ = std::fs::remove_dir_all(logs);
 }
 
-/// `seq` counts only its own run in an `--out` that another run used (F22: it
+/// `seq` counts only its own run in an `--out` that another run used (a review, 2026-11-27: it
 /// counted `run`'s persisted windows too).
 #[test]
 fn a_reused_out_directory_holds_only_the_last_run() {

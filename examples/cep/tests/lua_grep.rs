@@ -1,6 +1,6 @@
 //! The Lua grep's stages (`examples/lua/grep/stage`, the thesis' Listings 4.2 and 4.3)
 //! on a producer faster than its consumers: every line is searched and every match
-//! delivered (review 3, F25: with the listing's `assert(leda.send(...))` the first
+//! delivered (a review, 2026-11-27: with the listing's `assert(leda.send(...))` the first
 //! full queue failed `lines` and the rest of the file was never read). The grep's own
 //! command-line tests are leda-cli's (`tests/cli.rs`); this one needs a small queue
 //! and a slow consumer, which it builds around the two stage files.

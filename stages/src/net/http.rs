@@ -295,7 +295,7 @@ mod tests {
         }
     }
 
-    /// F18: the path went verbatim into the request line, so CR/LF in a URL injected
+    /// A review (2026-11-27): the path went verbatim into the request line, so CR/LF in a URL injected
     /// headers and a second request.
     #[test]
     fn urls_with_spaces_or_control_characters_are_refused() {
@@ -315,7 +315,7 @@ mod tests {
         assert!(Url::parse("http://h/a%20b%0D%0A").is_ok());
     }
 
-    /// F18: a chunk size of 2^64 - 1 overflowed `size + 2` (a panic).
+    /// A review (2026-11-27): a chunk size of 2^64 - 1 overflowed `size + 2` (a panic).
     #[test]
     fn a_huge_chunk_size_is_malformed_not_a_panic() {
         let r = parse_response(

@@ -163,7 +163,7 @@ mod tests {
         assert!(lua_match("%", "a").is_err());
     }
 
-    /// F13: the `lua-patterns` crate leaked its depth counter on tail calls and across
+    /// A review (2026-11-27): the `lua-patterns` crate leaked its depth counter on tail calls and across
     /// start positions, so partial matches before the real one made ordinary text
     /// "too complex" (a panic); Lua matches these.
     #[test]
