@@ -133,13 +133,7 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// The most worker threads a command takes: 64, or 4 per CPU on a larger machine (what
-/// the dashboard lets a pool grow to). Thousands of threads are no setting: every idle
-/// worker looks at the others, and a review measured 3,000 log lines take 48 s on a
-/// pool of 1,000.
-pub fn max_threads() -> usize {
-    64.max(4 * num_cpus::get())
-}
+pub use crate::controller::max_threads;
 
 /// A clap value parser for a worker thread count: `1..=`[`max_threads`].
 ///

@@ -416,8 +416,6 @@ fn handle_connection(
     }
 }
 
-/// Largest pool (or instance limit) the dashboard may set: this or 4 per CPU.
-const MAX_THREADS: usize = 64;
 /// Largest queue capacity the dashboard may set.
 const MAX_CAPACITY: usize = 1 << 20;
 
@@ -438,7 +436,7 @@ fn control(shared: &Shared, path: &str, req: &Request) -> Result<(), (u16, Strin
     let n = req.q("n").and_then(|n| n.parse::<usize>().ok());
     // Bounds on every value: a pool of 100,000 threads is not a setting.
     let max = match path {
-        "/control/threads" | "/control/maxpar" => MAX_THREADS.max(4 * num_cpus::get()),
+        "/control/threads" | "/control/maxpar" => crate::controller::max_threads(),
         _ => MAX_CAPACITY,
     };
     if let Some(n) = n
