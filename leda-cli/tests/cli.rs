@@ -2,6 +2,8 @@
 
 #[path = "../../leda-lua/tests/common/mod.rs"]
 mod common;
+#[path = "../../leda-net/tests/common/pki.rs"]
+mod pki;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -621,47 +623,21 @@ fn a_closed_stderr_neither_hangs_nor_panics_a_run() {
 fn leda_start_and_run_speak_tls() {
     let dir = std::env::temp_dir().join(format!("leda-cli-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let (crt, pem, ca_crt) = (dir.join("p.crt"), dir.join("p.key"), dir.join("ca.crt"));
-    std::fs::write(&crt, cert.pem()).unwrap();
-    std::fs::write(&pem, key.serialize_pem()).unwrap();
-    std::fs::write(&ca_crt, ca.pem()).unwrap();
+    let c = pki::pki(&dir, "p");
+    let tls_args = pki::tls_args(&c);
+    let tls: Vec<&str> = tls_args.iter().map(String::as_str).collect();
     // A key others may read is refused, as a secret file is.
-    let out = leda(&[
-        "start",
-        "--listen",
-        "127.0.0.1:0",
-        "--once",
-        "--tls-cert",
-        crt.to_str().unwrap(),
-        "--tls-key",
-        pem.to_str().unwrap(),
-        "--tls-ca",
-        ca_crt.to_str().unwrap(),
-    ]);
+    let mode =
+        |m| std::fs::set_permissions(&c.key, std::os::unix::fs::PermissionsExt::from_mode(m));
+    mode(0o644).unwrap();
+    let out = leda(&[&["start", "--listen", "127.0.0.1:0", "--once"][..], &tls].concat());
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("readable by other users"),
         "{}",
         text(&out.stderr)
     );
-    std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let tls: Vec<&str> = vec![
-        "--tls-cert",
-        crt.to_str().unwrap(),
-        "--tls-key",
-        pem.to_str().unwrap(),
-        "--tls-ca",
-        ca_crt.to_str().unwrap(),
-    ];
+    mode(0o600).unwrap();
     let script = dir.join("tls.lua");
     std::fs::write(
         &script,

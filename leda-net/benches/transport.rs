@@ -68,7 +68,7 @@ fn daemon(tls: Option<&leda_net::TlsConfig>) -> Node {
         .map(str::to_owned)
         .to_vec();
     if let Some(t) = tls {
-        args.extend(common::tls_args(t));
+        args.extend(common::pki::tls_args(t));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Node::start(&args, None)
@@ -378,7 +378,7 @@ fn main() {
     let wanted = |s: &str| scenarios.is_empty() || scenarios.split(',').any(|x| x.trim() == s);
     // Our transport under TLS too (`ours_tls=`), unless `LEDA_BENCH_TLS=0`.
     let tls = (run_ours && env_or("LEDA_BENCH_TLS", 1) != 0)
-        .then(|| common::pki(&common::scratch("bench-tls"), "bench"));
+        .then(|| common::pki::pki(&common::scratch("bench-tls"), "bench"));
 
     for (name, size, n) in [("remote-16B", 16usize, n), ("remote-1KB", 1024, n / 5)] {
         if !wanted(name.trim_start_matches("remote-")) {

@@ -1,6 +1,9 @@
 //! The sort across real processes on loopback: a launcher and p daemons of the
 //! `leda-sort` binary, the sorted output checked complete and in order.
 
+#[path = "../../../leda-net/tests/common/pki.rs"]
+mod pki;
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -158,39 +161,10 @@ fn send_one_vector_and_bad_arguments() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // Over mutual TLS: the spawned daemons get the same files.
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let (crt, pem, ca_crt) = (
-        dir.0.join("p.crt"),
-        dir.0.join("p.key"),
-        dir.0.join("ca.crt"),
-    );
-    std::fs::write(&crt, cert.pem()).unwrap();
-    std::fs::write(&pem, key.serialize_pem()).unwrap();
-    std::fs::set_permissions(&pem, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    std::fs::write(&ca_crt, ca.pem()).unwrap();
+    let tls = pki::tls_args(&pki::pki(&dir.0, "p"));
     let o = Command::new(EXE)
-        .args([
-            "send",
-            "--bytes",
-            "100000",
-            "--rounds",
-            "1",
-            "--spawn",
-            "--tls-cert",
-        ])
-        .arg(&crt)
-        .arg("--tls-key")
-        .arg(&pem)
-        .arg("--tls-ca")
-        .arg(&ca_crt)
+        .args(["send", "--bytes", "100000", "--rounds", "1", "--spawn"])
+        .args(&tls)
         .output()
         .expect("send");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
