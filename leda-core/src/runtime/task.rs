@@ -504,10 +504,16 @@ impl Activation {
         } else {
             "handler failed; instance destroyed"
         };
-        // A log line stays readable whatever the event holds (a megabyte line, an
-        // image, terminal escapes): the event and the error are cut at `LOG_MAX` bytes
-        // and their control characters escaped in the log (the `error` port gets them
-        // whole).
+        self.log_and_report(process, event, error, what);
+    }
+
+    /// Logs a failed event (`what` happened to the instance), counts it and reports it
+    /// to the `error` port. A log line stays readable whatever the event holds (a
+    /// megabyte line, an image, terminal escapes): the event and the error are cut at
+    /// `LOG_MAX` bytes and their control characters escaped in the log (the `error` port
+    /// gets them whole).
+    fn log_and_report(&mut self, process: &Arc<Process>, event: Event, error: &str, what: &str) {
+        let st = &process.stages[self.ctx.stage];
         let error_text = clip(error);
         if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
             let event_text = event.to_string();
@@ -531,15 +537,8 @@ impl Activation {
     /// logged, to the `error` port) and the instance, which the refusal left as it was,
     /// stays; a fail-stop stage does not stop.
     fn refused(&mut self, process: &Arc<Process>, event: Event, error: &str) {
-        let st = &process.stages[self.ctx.stage];
-        let error_text = clip(error);
-        if tracing::enabled!(target: "leda::failed_event", tracing::Level::WARN) {
-            let event_text = event.to_string();
-            tracing::warn!(target: "leda::failed_event", stage = %st.name, event = %clip(&event_text), error = %error_text, "handler refused the event; instance kept");
-        } else {
-            tracing::warn!(target: "leda::handler", stage = %st.name, error = %error_text, "handler refused the event; instance kept");
-        }
-        self.report_failure(process, event, error);
+        let what = "handler refused the event; instance kept";
+        self.log_and_report(process, event, error, what);
     }
 
     /// Counts a failed event and reports it to the `error` port (not logged: a stopped
