@@ -1235,3 +1235,63 @@ fn a_busy_guard_taken_during_the_idle_scan_is_seen() {
         "the run went idle while a guard lived"
     );
 }
+
+/// A worker left behind by [`Run::leave_stuck_after`] holds its own handler's state,
+/// not the ended run's reactor: what other instances had parked on it (a listening
+/// socket here) is closed when the run returns, so a daemon's next deployment can bind
+/// the same port while the stuck call still runs.
+#[test]
+fn a_worker_left_behind_does_not_keep_the_run_sockets() {
+    let port = Arc::new(Mutex::new(None::<u16>));
+    let release = Arc::new(std::sync::Barrier::new(2));
+    let p = port.clone();
+    let listen = Stage::new("listen", move |_, ctx: &mut Ctx| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        *p.lock().unwrap() = Some(l.local_addr()?.port());
+        l.set_nonblocking(true)?;
+        let l = tokio::net::TcpListener::from_std(l)?;
+        ctx.wait(async move {
+            let _ = l.accept().await;
+            Ok(())
+        });
+        Ok(())
+    });
+    let r = release.clone();
+    let stuck = Stage::new("stuck", move |_, _ctx: &mut Ctx| {
+        r.wait();
+        Ok(())
+    });
+    let p = port.clone();
+    let start = Stage::new("start", move |_, ctx: &mut Ctx| {
+        ctx.send("listen", ())?;
+        ctx.send("stuck", ())?;
+        let (c, p) = (ctx.clone(), p.clone());
+        ctx.wait(async move {
+            while p.lock().unwrap().is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            c.quit(());
+            Ok(())
+        });
+        Ok(())
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.connect(&start, "listen", &listen);
+    g.connect(&start, "stuck", &stuck);
+    let r = g
+        .run(
+            Run::default()
+                .threads(3)
+                .leave_stuck_after(Duration::from_millis(100))
+                .timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    let port = port.lock().unwrap().expect("the listener was bound");
+    let rebound = std::net::TcpListener::bind(("127.0.0.1", port)).map(|_| ());
+    release.wait();
+    rebound.unwrap_or_else(|e| {
+        panic!("port {port} is still held by the ended run while a worker is left behind: {e}")
+    });
+}

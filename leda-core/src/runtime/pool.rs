@@ -49,7 +49,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*, fence};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -175,8 +175,9 @@ pub(crate) struct Pool {
     threads: Mutex<Threads>,
 }
 
-/// The worker threads, and the reactor's runtime they share (taken at shutdown, so
-/// that [`Io`] drops it last).
+/// The worker threads, and the reactor's runtime they share (workers hold it weakly;
+/// taken at shutdown, so that [`Io`] drops it last, closing what is parked there even
+/// while a worker is left behind).
 struct Threads {
     handles: Vec<JoinHandle<()>>,
     rt: Option<Arc<tokio::runtime::Runtime>>,
@@ -220,7 +221,8 @@ impl Pool {
         };
         if let Some(d) = leave_stuck_after {
             // Workers still in a handler past `d` are left behind: they hold their own
-            // references to what they use, and leave the pool when their call returns.
+            // references to what they use (not the reactor: what other instances parked
+            // there is closed with it), and leave the pool when their call returns.
             let deadline = std::time::Instant::now() + d;
             while handles.iter().any(|h| !h.is_finished()) && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(10));
@@ -393,7 +395,7 @@ fn worker(
     deque: Worker<Task>,
     yielded: Worker<Task>,
     started: Arc<AtomicU64>,
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Weak<tokio::runtime::Runtime>,
 ) {
     let _io = shared.io.enter();
     LOCAL.set(Some(Local {
@@ -630,7 +632,10 @@ impl Drop for InReactor<'_> {
 /// The driver's sleep (its caller holds the reactor, [`InReactor`]): blocks in the
 /// reactor, dispatching socket and timer events, until a task is scheduled for it
 /// (`driver_asleep` cleared by [`Shared::wake_driver`]) or [`SLEEP_MAX`] passes.
-fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
+fn sleep_in_reactor(shared: &Shared, rt: &Weak<tokio::runtime::Runtime>) {
+    let Some(rt) = reactor(shared, rt) else {
+        return;
+    };
     rt.block_on(async {
         let mut timeout = std::pin::pin!(tokio::time::sleep(SLEEP_MAX));
         std::future::poll_fn(|cx| {
@@ -650,7 +655,10 @@ fn sleep_in_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
 
 /// Polls the reactor once without blocking, unless a worker drives it (a sleeper is
 /// woken for the tasks it wakes).
-fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
+fn poll_reactor(shared: &Shared, rt: &Weak<tokio::runtime::Runtime>) {
+    let Some(rt) = reactor(shared, rt) else {
+        return;
+    };
     let Some(in_reactor) = InReactor::try_enter(shared) else {
         return;
     };
@@ -668,6 +676,21 @@ fn poll_reactor(shared: &Shared, rt: &tokio::runtime::Runtime) {
     if !shared.injector.is_empty() {
         shared.notify_one();
     }
+}
+
+/// The reactor, unless the pool is shut down. A worker holds it only while it drives
+/// it, so that a worker left behind in a handler ([`Pool::shutdown`]) does not keep
+/// the ended run's reactor alive, and with it every socket and future parked there;
+/// nor does it drop the last reference itself (the shutdown flag is set before a
+/// worker can be left behind).
+fn reactor(
+    shared: &Shared,
+    rt: &Weak<tokio::runtime::Runtime>,
+) -> Option<Arc<tokio::runtime::Runtime>> {
+    if shared.shutdown.load(SeqCst) {
+        return None;
+    }
+    rt.upgrade()
 }
 
 /// Leaves the spinning state on finding a task; the last spinner to leave wakes a
@@ -796,7 +819,7 @@ impl Executor for Pool {
                 }
             };
             shared.alive.fetch_add(1, SeqCst);
-            let (s, rt) = (shared.clone(), rt.clone());
+            let (s, rt) = (shared.clone(), Arc::downgrade(rt));
             match std::thread::Builder::new()
                 .name(format!("leda-worker-{me}"))
                 .spawn(move || worker(s, me, deque, yielded, started, rt))
