@@ -20,7 +20,7 @@ fn a_bad_event_fails_alone_and_the_merge_keeps_its_elements() {
     g.connect(&m, "error", &errors);
     m.push((1.0, 0, "a"));
     m.push((2.0, 0, "b"));
-    m.push((1.5, 0, "late"));
+    m.push((0.5, 0, "late"));
     m.push((3.0, 7, "no such source"));
     m.push(("three", 0, "no time"));
     m.push((3.0, 0, "c"));

@@ -205,7 +205,7 @@ if scenario == 'seq' then
   local persisted = open(out .. '/persist-lua-seq.log', 'a')
   local alarms = open(out .. '/alarms.log', 'a')
   local function alarm(...) alarms:write(table.concat({ ... }, '\t'), '\n') end
-  local queue, head, tail, latest, live = {}, {}, {}, {}, {}
+  local queue, head, tail, latest, last, live = {}, {}, {}, {}, {}, {}
   for i = 1, n do queue[i], head[i], tail[i], live[i] = {}, 1, 0, true end
   local win = {}
   local function process(w)
@@ -235,7 +235,12 @@ if scenario == 'seq' then
   end
   local function push(i, t, line)
     if latest[i] and t < latest[i] - LATENESS then return alarm('late', t, i - 1, line) end
-    latest[i] = math.max(latest[i] or t, t)
+    -- Progress: the largest time two consecutive lines both reached (window.merge).
+    if last[i] then
+      local agreed = math.min(last[i], t)
+      latest[i] = math.max(latest[i] or agreed, agreed)
+    end
+    last[i] = t
     local q, j = queue[i], tail[i]
     while j >= head[i] and q[j][1] > t do q[j + 1] = q[j]; j = j - 1 end
     q[j + 1], tail[i] = { t, line }, tail[i] + 1

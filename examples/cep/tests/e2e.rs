@@ -352,6 +352,9 @@ fn hostile_lines_are_read_alike_by_every_configuration() {
         format!(r#"10.9.9.2 - - [{t}] {req} +503 12 "-" "curl" 5000"#),
         format!(r#"10.9.9.1 - - [{t}] {req} 503 12 "-" "curl" +5000"#),
         format!(r#"10.9.9.0 - - [{t}] {req} 503 12 "-" "curl" 5000 "#),
+        // A valid but absurd time, in the middle of its source: alone, it does not
+        // make the 1,500 lines after it late (`late=0` below).
+        format!(r#"10.9.9.10 - - [01/Jan/9999:00:00:00 +0000] {req} 503 12 5000"#),
     ];
     // No valid time: left out (not late, not in a window), and the rest of the
     // source is not made late by an absurd future.

@@ -5,12 +5,15 @@
 //! produce the same windows without a graph (the CEP application's sequential
 //! baseline).
 //!
-//! Each source sends its elements in its own order, with an event time. An element is
-//! **late** when its time is more than `lateness` before the largest time its own
-//! source sent earlier; late elements leave by the `late` side output (they would
-//! have had to go into windows already emitted). The **watermark** is the smallest,
-//! over the sources that have not ended, of their largest time minus `lateness`:
-//! no non-late element to come can be older. Elements older than the watermark are
+//! Each source sends its elements in its own order, with an event time. A source's
+//! **progress** is the largest time two consecutive elements of it both reached (the
+//! largest `min(tᵢ₋₁, tᵢ)`), so that one element with an absurd time — a corrupt log
+//! line a year ahead — moves nothing on its own: it takes a second element agreeing
+//! with it. An element is **late** when its time is more than `lateness` before its
+//! source's progress; late elements leave by the `late` side output (they would have
+//! had to go into windows already emitted). The **watermark** is the smallest, over
+//! the sources that have not ended, of their progress minus `lateness`: no non-late
+//! element to come can be older. Elements older than the watermark are
 //! released in `(time, source, order within the source)` order and cut into windows
 //! of `size`; when every source has ended, the rest is released and the last partial
 //! window emitted. Lateness depends only on a source's own sequence, and the release
@@ -40,8 +43,10 @@ pub enum Refused<T> {
 pub struct Merge<T> {
     size: usize,
     lateness: f64,
-    /// Per source: the largest time seen, whether it ended.
+    /// Per source: its progress (see the module), the time of its last element,
+    /// whether it ended.
     latest: Vec<Option<f64>>,
+    last: Vec<Option<f64>>,
     ended: Vec<bool>,
     /// Per source: its elements not yet released, in `(time, arrival)` order. A
     /// source's own elements arrive almost in time order (within the lateness), so
@@ -60,6 +65,7 @@ impl<T> Merge<T> {
             size: size.max(1),
             lateness: lateness.max(0.0),
             latest: vec![None; sources.max(1)],
+            last: vec![None; sources.max(1)],
             ended: vec![false; sources.max(1)],
             pending: (0..sources.max(1)).map(|_| VecDeque::new()).collect(),
             window: Vec::with_capacity(size.clamp(1, super::PREALLOC)),
@@ -83,7 +89,10 @@ impl<T> Merge<T> {
             self.late += 1;
             return Err(Refused::Late(item));
         }
-        self.latest[source] = Some(latest.map_or(time, |l| l.max(time)));
+        if let Some(last) = self.last[source].replace(time) {
+            let agreed = last.min(time);
+            self.latest[source] = Some(latest.map_or(agreed, |l| l.max(agreed)));
+        }
         let q = &mut self.pending[source];
         if q.back().is_none_or(|(t, _)| t.total_cmp(&time).is_le()) {
             q.push_back((time, item));
@@ -288,15 +297,15 @@ mod tests {
     #[test]
     fn windows_do_not_depend_on_the_arrival_interleaving() {
         // Three sources, slightly out of order within the lateness (2), one late
-        // element in source 1 (time 1 after 9).
+        // element in source 1 (time 1 after 9 and 9).
         let streams = vec![
             (0..40).map(|i| (f64::from(i / 2), i)).collect::<Vec<_>>(),
-            vec![(3.0, 100), (2.0, 101), (9.0, 102), (1.0, 103), (9.0, 104)],
+            vec![(3.0, 100), (2.0, 101), (9.0, 102), (9.0, 104), (1.0, 103)],
             (0..25).map(|i| (f64::from(i) * 0.7, 200 + i)).collect(),
         ];
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let (first, late) = run(&streams, &[], 7);
-        assert_eq!(late, 1, "time 1 after 9 with lateness 2");
+        assert_eq!(late, 1, "time 1 after 9 and 9 with lateness 2");
         let all: Vec<u32> = first.iter().flatten().copied().collect();
         assert_eq!(all.len(), 40 + 4 + 25);
         assert!(first[..first.len() - 1].iter().all(|w| w.len() == 7));
@@ -360,13 +369,48 @@ mod tests {
         }
         assert!(out.is_empty(), "source 1 has said nothing yet");
         m.push(2.0, 1, 100, &mut out).unwrap();
+        assert!(out.is_empty(), "one element of source 1 is no progress yet");
+        m.push(3.0, 1, 101, &mut out).unwrap();
         assert_eq!(out, vec![vec![0, 1]], "released below time 2");
         m.end(1, &mut out);
         m.end(0, &mut out);
-        assert_eq!(out, vec![vec![0, 1], vec![2, 100], vec![3, 4]]);
+        assert_eq!(out, vec![vec![0, 1], vec![2, 100], vec![3, 101], vec![4]]);
         assert!(matches!(
             m.push(9.0, 0, 9, &mut out),
             Err(Refused::BadSource(9))
         ));
+    }
+
+    #[test]
+    fn one_absurd_time_does_not_make_the_rest_of_its_source_late() {
+        // Source 0: times 0..20 with one element a year ahead in the middle (a corrupt
+        // log line); nothing after it is late, and it is released last, in its place
+        // by time. Two such elements in a row are progress: what follows is late.
+        let year = 3.15e7;
+        let mut times: Vec<f64> = (0..20).map(f64::from).collect();
+        times.insert(10, year);
+        let streams = vec![
+            times
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t, i as u32))
+                .collect::<Vec<_>>(),
+            (0..20).map(|i| (f64::from(i), 100 + i)).collect(),
+        ];
+        let (windows, late) = run(&streams, &[], 5);
+        assert_eq!(late, 0);
+        let all: Vec<u32> = windows.iter().flatten().copied().collect();
+        assert_eq!(all.len(), 41);
+        assert_eq!(all.last(), Some(&10), "the absurd element goes last");
+        times.insert(11, year + 1.0);
+        let streams = vec![
+            times
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t, i as u32))
+                .collect::<Vec<_>>(),
+            streams[1].clone(),
+        ];
+        assert_eq!(run(&streams, &[], 5).1, 10, "confirmed by a second element");
     }
 }
