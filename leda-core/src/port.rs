@@ -41,6 +41,8 @@ impl fmt::Display for Port {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Port::Index(i) => write!(f, "{i}"),
+            // A name that reads as a number is another port than that number: quoted.
+            Port::Name(n) if n.parse::<i64>().is_ok() => write!(f, "\"{n}\""),
             Port::Name(n) => f.write_str(n),
         }
     }
@@ -78,5 +80,19 @@ port_from_int!(i32, i64, u32, usize);
 impl PartialEq<&str> for Port {
     fn eq(&self, other: &&str) -> bool {
         matches!(self, Port::Name(n) if &**n == *other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Port;
+
+    /// `"1"` and `1` are two ports: an error naming one must not read as the other.
+    #[test]
+    fn a_name_that_reads_as_a_number_is_shown_quoted() {
+        assert_eq!(Port::from(1).to_string(), "1");
+        assert_eq!(Port::from("1").to_string(), "\"1\"");
+        assert_eq!(Port::from("-7").to_string(), "\"-7\"");
+        assert_eq!(Port::from("out").to_string(), "out");
     }
 }

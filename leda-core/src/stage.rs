@@ -320,14 +320,18 @@ impl Stage {
         self
     }
 
-    /// Queues `event` when the run starts (`autostart`). `Event::new()` is the
-    /// thesis' `autostart = true`.
+    /// Queues `event` for the next run (`autostart`), as [`Stage::push`] does: the run
+    /// that starts takes it, so a graph run a second time (a simulation replayed with
+    /// the same seed) gets it again only if pushed again. `Event::new()` is the thesis'
+    /// `autostart = true`.
     pub fn autostart(self, event: impl Into<Event>) -> Self {
         self.push(event);
         self
     }
 
-    /// Queues an initial event for the next run (`stage:push(...)`).
+    /// Queues an initial event for the next run (`stage:push(...)`): the next run that
+    /// starts takes it (a start that fails leaves it queued). Initial events are
+    /// queued whatever the stage's capacity.
     pub fn push(&self, event: impl Into<Event>) {
         self.spec().pushed.push(event.into());
     }

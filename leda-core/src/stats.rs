@@ -99,6 +99,7 @@ pub(crate) struct StageCounters {
     pub(crate) errors: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) failed_sends: AtomicU64,
+    pub(crate) discarded: AtomicU64,
     pub(crate) created: AtomicU64,
     pub(crate) busy_ns: AtomicU64,
     pub(crate) latency: Histogram,
@@ -112,6 +113,7 @@ impl StageCounters {
             errors: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             failed_sends: AtomicU64::new(0),
+            discarded: AtomicU64::new(0),
             created: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             latency: Histogram::new(),
@@ -159,7 +161,7 @@ pub struct StageSnapshot {
     pub events_in: u64,
     /// Events this stage sent on its ports.
     pub events_out: u64,
-    /// Events handled.
+    /// Events handled, failed ones (`errors`) included.
     pub handled: u64,
     /// Handler errors and panics.
     pub errors: u64,
@@ -168,6 +170,12 @@ pub struct StageSnapshot {
     /// Events this stage sent to other processes that were lost in transit and
     /// reported back (see `ProcessHandle::report_failed`).
     pub failed_sends: u64,
+    /// Events accepted for this stage and dropped unhandled because the run ended (in
+    /// a producer's batch, taken by an instance, or held by a waiting instance); those
+    /// still queued are `queue_len`. At the end of a run, `events_in` = `handled` +
+    /// `queue_len` + `discarded`.
+    #[serde(default)]
+    pub discarded: u64,
     /// Mean handler latency, microseconds (sampled).
     pub latency_mean_us: f64,
     /// 99th-percentile handler latency, microseconds (sampled).

@@ -86,6 +86,8 @@ pub struct Ctx {
     stamp_tick: u32,
     /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]).
     backlog: Option<Backlog>,
+    /// The `Ctx` of an activation, which parks on what its calls hold; not a clone.
+    in_call: bool,
 }
 
 /// Sends held by [`Ctx::send_or_wait`], delivered in order by one future.
@@ -120,7 +122,15 @@ impl Ctx {
             hint_sent: 0,
             stamp_tick: 0,
             backlog: None,
+            in_call: false,
         }
+    }
+
+    /// The `Ctx` an activation hands its handler calls.
+    pub(crate) fn for_calls(process: Arc<Process>, stage: usize) -> Ctx {
+        let mut ctx = Ctx::new(process, stage);
+        ctx.in_call = true;
+        ctx
     }
 
     /// The name of the stage this instance belongs to.
@@ -316,13 +326,21 @@ impl Ctx {
     /// handler returns (Waiting, no thread held) until it is delivered. Later sends of
     /// the same call queue behind it, so order is kept. Failures other than a full
     /// queue are returned at once; a failure while parked fails the handler call
-    /// (and reaches the `error` port).
+    /// (and reaches the `error` port). Events held by a call that then fails are
+    /// still delivered (as [`Ctx::send`]'s are), before its failure is reported.
+    ///
+    /// Only the `Ctx` a handler call is given parks; on a clone (kept by an async
+    /// handler or another thread) nothing would wait for what it held, so there a full
+    /// queue is an error, as with [`Ctx::send`]: use [`Ctx::send_wait`] instead.
     #[inline]
     pub fn send_or_wait(
         &mut self,
         port: impl PortKey,
         event: impl Into<Event>,
     ) -> Result<(), SendError> {
+        if !self.in_call {
+            return self.send(port, event);
+        }
         if self.backlog.is_none() && self.wait.is_none() {
             return match self.send_fast(&port, event.into()) {
                 Ok(()) => Ok(()),
@@ -351,11 +369,20 @@ impl Ctx {
         let backlog = Arc::new(Mutex::new(VecDeque::from([(port, event)])));
         self.backlog = Some(backlog.clone());
         let before = self.wait.take();
-        let mut ctx = self.clone();
+        let deliver = self.deliver(backlog);
         self.wait = Some(Box::pin(async move {
             if let Some(before) = before {
                 before.await?;
             }
+            Ok(deliver.await?)
+        }));
+        Ok(())
+    }
+
+    /// Delivers the held sends of `backlog` in order, each waiting for room.
+    fn deliver(&self, backlog: Backlog) -> impl Future<Output = Result<(), SendError>> + use<> {
+        let mut ctx = self.clone();
+        async move {
             loop {
                 let next = lock_backlog(&backlog).pop_front();
                 let Some((port, event)) = next else {
@@ -363,8 +390,16 @@ impl Ctx {
                 };
                 ctx.send_wait(port, event).await?;
             }
-        }));
-        Ok(())
+        }
+    }
+
+    /// After a handler call that failed: drops the wait it asked for, and returns its
+    /// held sends ([`Ctx::send_or_wait`]: accepted, so they are delivered as `send`'s
+    /// are) as a future that delivers them; `None` if it held none.
+    pub(crate) fn take_held(&mut self) -> Option<BoxFuture<Result<(), SendError>>> {
+        self.wait = None;
+        let backlog = self.backlog.take()?;
+        Some(Box::pin(self.deliver(backlog)))
     }
 
     /// Takes the future the handler call asked to wait on (and ends the call's

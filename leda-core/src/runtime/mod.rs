@@ -141,7 +141,9 @@ impl Run {
         self
     }
 
-    /// End the run after `d` at the latest.
+    /// End the run after `d`: the workers stop, and the run returns once the handler
+    /// calls still running then have returned (a handler blocked in a
+    /// call holds the end: see [`Run::leave_stuck_after`]).
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
         self
@@ -294,13 +296,10 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     // Stages of this process, in graph order.
     let local: Vec<&crate::stage::Stage> = graph.stages().iter().filter(|s| is_local(s)).collect();
     let index: HashMap<_, _> = local.iter().enumerate().map(|(i, s)| (s.id(), i)).collect();
-    let mut initial: Vec<(usize, Vec<Event>)> = Vec::new();
     let stages: Vec<StageRt> = local
         .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let mut spec = s.spec();
-            initial.push((i, std::mem::take(&mut spec.pushed)));
+        .map(|s| {
+            let spec = s.spec();
             StageRt::new(
                 StageSetup {
                     name: s.name().to_owned(),
@@ -384,12 +383,6 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
     if let Some(links) = &opts.remote {
         let _ = process.remote.set(Arc::downgrade(links));
     }
-    for (i, events) in initial {
-        for ev in events {
-            process.stages[i].push_initial(ev);
-        }
-    }
-
     let stats_out = match &opts.stats_file {
         Some(path) => Some(BufWriter::new(File::create(path).map_err(|source| {
             RunError::Io {
@@ -418,6 +411,13 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         None => None,
     };
 
+    // The initial events are taken only now that nothing can fail: a start that fails
+    // leaves them to the next.
+    for (st, s) in process.stages.iter().zip(&local) {
+        for ev in std::mem::take(&mut s.spec().pushed) {
+            st.push_initial(ev);
+        }
+    }
     exec.set_threads(initial_threads);
     apply_auto_maxpar(&process, initial_threads, opts.maxpar.is_some());
     controller.start(&mut Knobs::new(&process, opts.maxpar.is_some()));
@@ -832,18 +832,22 @@ impl Supervisor {
         if let Some((pool, _)) = &real {
             pool.shutdown(opts.leave_stuck_after);
         }
-        let stats = snapshot(&process);
+        let mut stats = snapshot(&process);
         // Idle instances go now (their handlers' destructors run), not with the last
-        // handle to the process: their parked tasks hold it.
+        // handle to the process: their parked tasks hold it. The reactor goes too, and
+        // with it the activations waiting there, whose events the last snapshot counts
+        // as discarded.
         process.drop_idle();
+        drop(real);
+        for (s, st) in stats.stages.iter_mut().zip(process.stages.iter()) {
+            s.discarded = st.counters.discarded.load(Relaxed);
+        }
         let reason = reason?;
-        let mut stats = stats;
         stats.process.threads = threads;
         stats.rates_from(&prev_snapshot);
         if let Some(out) = stats_out.as_mut() {
             write_line(out, &stats)?;
         }
-        drop(real);
         let quit = process.take_ending();
         Ok(RunReport {
             reason,
@@ -898,6 +902,7 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
                 errors: c.errors.load(Relaxed),
                 rejected: c.rejected.load(Relaxed),
                 failed_sends: c.failed_sends.load(Relaxed),
+                discarded: c.discarded.load(Relaxed),
                 latency_mean_us: if n == 0 {
                     0.0
                 } else {

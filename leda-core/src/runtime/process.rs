@@ -406,7 +406,14 @@ impl StageRt {
     /// Destroys a dead instance.
     pub(crate) fn destroy(&self, instance: Box<dyn Handler>) {
         self.instances.fetch_sub(1, Relaxed);
-        drop(instance);
+        super::task::drop_instance(&self.name, instance);
+    }
+
+    /// Counts `n` events of this stage dropped unhandled because the run ended.
+    pub(crate) fn discard(&self, n: usize) {
+        if n > 0 {
+            self.counters.discarded.fetch_add(n as u64, Relaxed);
+        }
     }
 }
 
@@ -544,6 +551,7 @@ impl Process {
         evs: &mut Vec<Event>,
     ) -> Option<Task> {
         if self.stopping.load(Relaxed) {
+            self.stages[stage].discard(evs.len());
             evs.clear();
             return None;
         }

@@ -28,7 +28,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use crate::event::Event;
-use crate::stage::{Handler, HandlerResult};
+use crate::stage::{BoxError, Handler, HandlerResult};
 use crate::stats::LATENCY_SAMPLE;
 
 use super::ctx::Ctx;
@@ -92,7 +92,7 @@ impl Task {
     ) -> Task {
         Task(Box::new(Activation {
             instance: None,
-            ctx: Ctx::new(process, stage),
+            ctx: Ctx::for_calls(process, stage),
             pending: None,
             first,
             cohort,
@@ -387,7 +387,7 @@ impl Activation {
         if let Some(d) = took {
             add_busy(st, d);
         }
-        let error = match result {
+        let error: BoxError = match result {
             Ok(Ok(())) => {
                 if let Some(fut) = self.ctx.take_wait() {
                     self.pending = Some(Pending { fut, copy, started });
@@ -396,28 +396,43 @@ impl Activation {
                 }
                 return;
             }
-            Ok(Err(e)) if e.is::<crate::error::Cancelled>() => {
-                self.ctx.take_wait();
-                if let Some(i) = self.instance.take() {
-                    st.destroy(i);
-                }
-                self.cancelled(process, &e.to_string());
-                return;
-            }
-            Ok(Err(e)) if e.is::<crate::error::BadEvent>() => {
-                // The event's fault: it fails, the instance stays.
-                self.ctx.take_wait();
-                self.refused(process, copy.unwrap_or_default(), &e.to_string());
-                return;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(panic) => panic_message(&panic),
+            Ok(Err(e)) => e,
+            Err(panic) => panic_message(&panic).into(),
         };
-        self.ctx.take_wait();
+        if let Some(held) = self.ctx.take_held() {
+            // Sends the call held (`send_or_wait`) were accepted: they are delivered,
+            // as `send`'s are, and then the call's failure is handled.
+            let stage = st.name.clone();
+            let fut: BoxFuture<HandlerResult> = Box::pin(async move {
+                if let Err(e) = held.await {
+                    tracing::warn!(target: "leda::handler", %stage, error = %e, "sends held by a failed call were not all delivered");
+                }
+                Err(error)
+            });
+            self.pending = Some(Pending { fut, copy, started });
+            return;
+        }
+        self.failed_call(process, error, copy);
+    }
+
+    /// A handler call (or the wait it asked for) failed with `error`: a cancellation
+    /// ends the instance quietly, a refused event ([`crate::error::BadEvent`]) fails
+    /// alone and the instance stays, anything else kills the instance and fails the
+    /// event.
+    fn failed_call(&mut self, process: &Arc<Process>, error: BoxError, copy: Option<Event>) {
+        let st = &process.stages[self.ctx.stage];
+        if error.is::<crate::error::BadEvent>() {
+            self.refused(process, copy.unwrap_or_default(), &error.to_string());
+            return;
+        }
         if let Some(i) = self.instance.take() {
             st.destroy(i);
         }
-        self.fail(process, copy.unwrap_or_default(), &error);
+        if error.is::<crate::error::Cancelled>() {
+            self.cancelled(process, &error.to_string());
+        } else {
+            self.fail(process, copy.unwrap_or_default(), &error.to_string());
+        }
     }
 
     fn poll_pending(&mut self, process: &Arc<Process>) -> Poll<()> {
@@ -451,30 +466,13 @@ impl Activation {
                 let p = self.pending.take().expect("pending checked above");
                 match r {
                     Ok(()) => self.done(process, p.started.map(|t| t.elapsed())),
-                    Err(e) if e.is::<crate::error::Cancelled>() => {
-                        if let Some(i) = self.instance.take() {
-                            st.destroy(i);
-                        }
-                        self.cancelled(process, &e.to_string());
-                    }
-                    Err(e) if e.is::<crate::error::BadEvent>() => {
-                        self.refused(process, p.copy.unwrap_or_default(), &e.to_string());
-                    }
-                    Err(e) => {
-                        if let Some(i) = self.instance.take() {
-                            st.destroy(i);
-                        }
-                        self.fail(process, p.copy.unwrap_or_default(), &e.to_string());
-                    }
+                    Err(e) => self.failed_call(process, e, p.copy),
                 }
                 Poll::Ready(())
             }
             Err(panic) => {
                 let p = self.pending.take().expect("pending checked above");
-                if let Some(i) = self.instance.take() {
-                    st.destroy(i);
-                }
-                self.fail(process, p.copy.unwrap_or_default(), &panic_message(&panic));
+                self.failed_call(process, panic_message(&panic).into(), p.copy);
                 Poll::Ready(())
             }
         }
@@ -636,6 +634,42 @@ fn sample_tick(every: u64) -> bool {
     let t = TICK.get().wrapping_add(1);
     TICK.set(t);
     t.is_multiple_of(every)
+}
+
+/// Drops a handler's state. A destructor that panics is logged and goes no further: it
+/// would kill the worker thread (and with it the event's report and the stage's later
+/// events) or, at the end of a run, unwind out of `Graph::run`.
+pub(crate) fn drop_instance(stage: &str, instance: Box<dyn Handler>) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(instance))) {
+        tracing::error!(
+            target: "leda::handler",
+            stage,
+            "an instance's destructor panicked: {}",
+            clip(&panic_message(&p))
+        );
+    }
+}
+
+impl Drop for Activation {
+    /// An activation dropped with events it did not handle (the run ended: the pool
+    /// stopped, or the reactor it waited on closed) counts them as discarded; its
+    /// instance, if any, is dropped as [`drop_instance`] does.
+    fn drop(&mut self) {
+        let st = &self.ctx.process.stages[self.ctx.stage];
+        st.discard(
+            self.buf.len()
+                + usize::from(self.first.is_some())
+                + usize::from(self.pending.is_some()),
+        );
+        if let Some(p) = self.pending.take()
+            && let Err(e) = catch_unwind(AssertUnwindSafe(move || drop(p)))
+        {
+            tracing::error!(target: "leda::handler", stage = %st.name, "a waiting call's state panicked when dropped: {}", clip(&panic_message(&e)));
+        }
+        if let Some(i) = self.instance.take() {
+            drop_instance(&st.name, i);
+        }
+    }
 }
 
 pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -1,0 +1,246 @@
+//! Every event a stage accepted is handled, reported, or counted: sends held by a call
+//! that then fails, `send_or_wait` on a clone, a start that fails, destructors that
+//! panic, and what the end of a run leaves (a review, 2026-11-27, found each lost or
+//! hanging).
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leda_core::prelude::*;
+
+fn counter() -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let c = Arc::new(AtomicUsize::new(0));
+    (c.clone(), c)
+}
+
+/// A slow serial sink of capacity 2, counting what it handles.
+fn slow_sink(name: &str, got: Arc<AtomicUsize>) -> Stage {
+    Stage::new(name, move |_: Event, _: &mut Ctx| {
+        std::thread::sleep(Duration::from_millis(2));
+        got.fetch_add(1, SeqCst);
+        Ok(())
+    })
+    .serial()
+    .capacity(2)
+}
+
+/// Ten `send_or_wait`s accepted (eight held behind the full queue), then the call
+/// fails — by an error or a panic: the ten are delivered and the failure reported
+/// once. Before, the eight held were dropped with the call's wait.
+#[test]
+fn sends_held_by_a_call_that_fails_are_delivered() {
+    for panics in [false, true] {
+        let (got, g2) = counter();
+        let (reports, r2) = counter();
+        let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+            for i in 0..10i64 {
+                ctx.send_or_wait(1, i)?;
+            }
+            if panics {
+                panic!("the call panics after its sends were accepted");
+            }
+            Err("the call fails after its sends were accepted".into())
+        })
+        .serial()
+        .autostart(());
+        let dst = slow_sink("dst", g2);
+        let err = Stage::new("err", move |_: Event, _: &mut Ctx| {
+            r2.fetch_add(1, SeqCst);
+            Ok(())
+        });
+        let mut g = Graph::new("g");
+        g.connect(&src, 1, &dst);
+        g.connect(&src, "error", &err);
+        let r = g
+            .run(
+                Run::default()
+                    .threads(2)
+                    .until_idle()
+                    .timeout(Duration::from_secs(30)),
+            )
+            .unwrap();
+        assert_eq!(r.reason, EndReason::Idle);
+        assert_eq!(got.load(SeqCst), 10, "panics={panics}: held sends lost");
+        assert_eq!(reports.load(SeqCst), 1, "panics={panics}");
+        assert_eq!(r.stats.stages[0].errors, 1, "panics={panics}");
+    }
+}
+
+/// `send_or_wait` on a clone of the `Ctx` (another thread's) cannot park anything: a
+/// full queue is an error there, as with `send`, and every send it accepted arrives.
+/// Before, it returned `Ok` for all 100 and 95 vanished.
+#[test]
+fn send_or_wait_on_a_clone_reports_a_full_queue() {
+    let (accepted, a2) = counter();
+    let (refused, f2) = counter();
+    let (got, g2) = counter();
+    let a = Stage::new("a", move |_: Event, ctx: &mut Ctx| {
+        let mut c = ctx.clone();
+        let busy = ctx.busy();
+        let (a3, f3) = (a2.clone(), f2.clone());
+        std::thread::spawn(move || {
+            let _busy = busy;
+            for i in 0..100i64 {
+                match c.send_or_wait(1, i) {
+                    Ok(()) => a3.fetch_add(1, SeqCst),
+                    Err(SendError::QueueFull { .. }) => f3.fetch_add(1, SeqCst),
+                    Err(e) => panic!("{e}"),
+                };
+            }
+        });
+        Ok(())
+    })
+    .autostart(());
+    let b = slow_sink("b", g2);
+    let mut g = Graph::new("g");
+    g.connect(&a, 1, &b);
+    let r = g
+        .run(
+            Run::default()
+                .threads(2)
+                .until_idle()
+                .timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    assert_eq!(accepted.load(SeqCst) + refused.load(SeqCst), 100);
+    assert!(refused.load(SeqCst) > 0, "a capacity of 2 must refuse some");
+    assert_eq!(got.load(SeqCst), accepted.load(SeqCst));
+}
+
+/// A start that fails (here: the stats file cannot be created) leaves the initial
+/// events for the next run. Before, it took them with it.
+#[test]
+fn a_start_that_fails_leaves_the_initial_events() {
+    let (got, g2) = counter();
+    let s = Stage::new("s", move |_: Event, _: &mut Ctx| {
+        g2.fetch_add(1, SeqCst);
+        Ok(())
+    })
+    .autostart(1);
+    s.push(2);
+    let mut g = Graph::new("g");
+    g.add(&s);
+    let e = g
+        .run(
+            Run::default()
+                .until_idle()
+                .stats_file("/nonexistent-dir/x.jsonl", Duration::from_secs(1)),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("stats file"), "{e}");
+    let r = g
+        .run(Run::default().until_idle().timeout(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    assert_eq!(got.load(SeqCst), 2);
+}
+
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a destructor panics");
+        }
+    }
+}
+
+/// A handler state whose destructor panics; event 0 fails its call, 2 quits.
+struct Bomb(#[allow(dead_code)] PanicsOnDrop);
+
+impl Handler for Bomb {
+    fn handle(&mut self, ev: Event, ctx: &mut Ctx) -> HandlerResult {
+        match ev.get::<i64>(0)? {
+            0 => Err("fail".into()),
+            2 => {
+                ctx.quit(());
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A destructor that panics when a failed instance is destroyed, on the only worker:
+/// the failure is counted and the stage goes on. Before, the worker died with it and
+/// the run hung (ended only by its timeout, the failure not counted).
+#[test]
+fn a_destructor_that_panics_does_not_kill_the_worker() {
+    let s = Stage::from_handler("bomb", |_| Ok(Bomb(PanicsOnDrop))).serial();
+    for i in 0..3i64 {
+        s.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&s);
+    let r = g
+        .run(Run::default().threads(1).timeout(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Quit);
+    assert_eq!(r.stats.stages[0].errors, 1);
+}
+
+/// The same destructor on an idle instance dropped at the end of the run: the run
+/// returns its report. Before, the panic unwound out of `Graph::run`.
+#[test]
+fn a_destructor_that_panics_at_the_end_does_not_unwind_out_of_run() {
+    let s = Stage::from_handler("bomb", |_| Ok(Bomb(PanicsOnDrop))).serial();
+    s.push(1);
+    let mut g = Graph::new("g");
+    g.add(&s);
+    let r = g
+        .run(
+            Run::default()
+                .threads(2)
+                .until_idle()
+                .timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+}
+
+/// A quit while a producer floods a serial stage: what the run ends with adds up,
+/// `events_in` = `handled` + `queue_len` + `discarded`, and every send that returned
+/// `Ok` is in `events_in`. Before, a producer's batch cleared at the end (6–128
+/// events) was in no count.
+#[test]
+fn the_counts_add_up_when_a_run_ends_under_load() {
+    for _ in 0..3 {
+        let (accepted, a2) = counter();
+        let quit_at = Arc::new(Mutex::new(0usize));
+        let q2 = quit_at.clone();
+        let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+            for i in 0..200_000i64 {
+                if ctx.send(1, i).is_ok() {
+                    a2.fetch_add(1, SeqCst);
+                }
+            }
+            Ok(())
+        })
+        .autostart(());
+        let dst = Stage::new("dst", move |_: Event, ctx: &mut Ctx| {
+            let mut n = q2.lock().unwrap();
+            *n += 1;
+            if *n == 1000 {
+                ctx.quit(());
+            }
+            Ok(())
+        })
+        .serial()
+        .capacity(1_000_000);
+        let mut g = Graph::new("g");
+        g.connect(&src, 1, &dst);
+        let r = g
+            .run(Run::default().threads(2).timeout(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(r.reason, EndReason::Quit);
+        let d = r.stats.stages.iter().find(|s| s.name == "dst").unwrap();
+        assert_eq!(
+            d.events_in,
+            d.handled + d.queue_len as u64 + d.discarded,
+            "{d:?}"
+        );
+        assert_eq!(accepted.load(SeqCst) as u64, d.events_in, "{d:?}");
+    }
+}
