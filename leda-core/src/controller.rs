@@ -93,7 +93,7 @@ impl<'a> Knobs<'a> {
 pub trait Controller: Send {
     /// Threads to start with.
     fn initial_threads(&self) -> usize;
-    /// Time between ticks.
+    /// Time between ticks (at least a millisecond is waited).
     fn interval(&self) -> Duration {
         Duration::from_millis(100)
     }

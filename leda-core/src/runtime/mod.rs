@@ -777,7 +777,8 @@ impl Supervisor {
             mut stats_out,
         } = self;
         let started = Instant::now();
-        let ctrl_every = controller.interval();
+        // At least a millisecond: a zero interval would make this loop spin.
+        let ctrl_every = controller.interval().max(Duration::from_millis(1));
         let mut next_ctrl = started + ctrl_every;
         let mut next_stats = started + opts.stats_interval;
         let mut prev_snapshot = snapshot(&process);
