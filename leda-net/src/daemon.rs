@@ -33,7 +33,8 @@
 //! outlives its launcher: `Run::outlive_launcher`). The daemon then
 //! frees the run (its links, worker threads, stages) and waits for the next
 //! deployment; a launcher that dies in the middle of a deployment leaves it waiting
-//! too (the deployment steps are bounded by `deploy_timeout`).
+//! too: the deployment ends when the launcher's connection does (the deployment steps
+//! are bounded by `deploy_timeout` besides).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -166,6 +167,8 @@ struct Incoming {
     stream: Conn,
     hello: Hello,
     addr: SocketAddr,
+    /// When it was authenticated.
+    since: tokio::time::Instant,
 }
 
 pub(crate) fn net_runtime(name: &str) -> Result<tokio::runtime::Runtime, NetError> {
@@ -320,6 +323,7 @@ async fn accept_loop(listener: TcpListener, config: Arc<Settings>, tx: mpsc::Sen
                             stream,
                             hello: acc.hello,
                             addr,
+                            since: tokio::time::Instant::now(),
                         })
                         .await;
                 }
@@ -337,20 +341,25 @@ async fn serve_deployments(
     rt: tokio::runtime::Handle,
 ) -> Result<DaemonReport, NetError> {
     loop {
-        let Some(inc) = inc_rx.recv().await else {
-            return Err(NetError::io(
-                "accepting connections",
-                std::io::Error::other("the listener stopped"),
-            ));
+        // A peer's connection parked longer than a deployment may take belongs to a
+        // deployment that never came here (its launcher died first): the peer gave up
+        // on it, and the connection is closed rather than kept.
+        prune(parked, config);
+        let inc = match tokio::time::timeout(config.deploy_timeout, inc_rx.recv()).await {
+            Err(_) => continue,
+            Ok(Some(inc)) => inc,
+            Ok(None) => {
+                return Err(NetError::io(
+                    "accepting connections",
+                    std::io::Error::other("the listener stopped"),
+                ));
+            }
         };
         match inc.hello.role {
             // A service's client has nothing to do with a deployment.
             Role::Probe | Role::Client => {}
             Role::Peer => {
-                parked.push(inc);
-                if parked.len() > 64 {
-                    parked.remove(0);
-                }
+                park(parked, inc, config);
             }
             Role::Launcher => {
                 let from = inc.addr.to_string();
@@ -419,8 +428,20 @@ async fn deploy(
         }
     };
     let transport = Transport::for_deployment(&d, &d.target, rt.clone());
-    let mesh = mesh(&d, &transport, inc_rx, parked, config);
-    if let Err(e) = timed(config.deploy_timeout, &peer, "connecting the peers", mesh).await {
+    // The launcher says nothing between its deployment and `Start`: its connection
+    // ending meanwhile means it gave up or died, and the deployment ends with it —
+    // before the peers are dialled, for one that waited in the queue while its launcher
+    // went (the peers would wait for this daemon until their deploy timeout, and it
+    // for them).
+    let meshed = tokio::select! {
+        biased;
+        gone = launcher_gone(&mut s) => Err(NetError::Protocol {
+            peer: peer.clone(),
+            reason: gone,
+        }),
+        r = mesh(&d, &transport, inc_rx, parked, config) => r,
+    };
+    if let Err(e) = meshed {
         let _ = write_frame(&mut s, &Frame::Refused(e.to_string())).await;
         transport.close(None).await;
         return Err(e);
@@ -493,14 +514,10 @@ async fn deploy(
     let report = loop {
         tokio::select! {
             r = &mut run => break r,
-            Some(mut inc) = inc_rx.recv() => {
+            Some(inc) = inc_rx.recv() => {
                 if inc.hello.role == Role::Launcher {
                     let busy = format!("{} is running another deployment", d.target);
-                    let _ = tokio::time::timeout(
-                        config.handshake_timeout,
-                        write_frame(&mut inc.stream, &Frame::Refused(busy)),
-                    )
-                    .await;
+                    refuse(inc.stream, busy, config.handshake_timeout);
                 }
             }
         }
@@ -533,7 +550,56 @@ fn resolve(d: &Deployment, registry: &Registry) -> Result<leda_core::graph::Grap
     Ok(g)
 }
 
+/// Peer connections parked at most (the oldest go first).
+const MAX_PARKED: usize = 64;
+
+/// Keeps a peer's connection that arrived before its deployment.
+fn park(parked: &mut Vec<Incoming>, inc: Incoming, config: &Settings) {
+    parked.push(inc);
+    prune(parked, config);
+}
+
+/// Closes the parked connections older than a deployment may take (their deployment
+/// never came here: its launcher died first, and the peer gave up on it), and the
+/// oldest beyond [`MAX_PARKED`].
+fn prune(parked: &mut Vec<Incoming>, config: &Settings) {
+    parked.retain(|p| p.since.elapsed() < config.deploy_timeout);
+    let extra = parked.len().saturating_sub(MAX_PARKED);
+    parked.drain(..extra);
+}
+
+/// Tells a launcher this daemon is busy, without holding up the deployment at hand:
+/// the refusal is written, and what the launcher still sends (its deployment, up to
+/// megabytes) is read and dropped until it closes, for at most `limit` — closing with
+/// unread data would reset the connection, and the launcher would read "connection
+/// reset" instead of the reason.
+fn refuse(mut s: Conn, reason: String, limit: Duration) {
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = tokio::time::timeout(limit, async {
+            write_frame(&mut s, &Frame::Refused(reason)).await.ok()?;
+            s.shutdown().await.ok()?;
+            let mut sink = vec![0u8; 64 * 1024];
+            while s.read(&mut sink).await.ok()? > 0 {}
+            Some(())
+        })
+        .await;
+    });
+}
+
+/// Completes when the launcher's connection ends or says something while it should
+/// wait for `Ready`: why, for the log.
+async fn launcher_gone(s: &mut Conn) -> String {
+    use tokio::io::AsyncReadExt;
+    match s.read(&mut [0u8; 1]).await {
+        Ok(0) => "the launcher closed its connection during the deployment".into(),
+        Ok(_) => "the launcher sent something before this daemon was ready".into(),
+        Err(e) => format!("the launcher's connection failed during the deployment: {e}"),
+    }
+}
+
 /// Opens the links to the other daemons: the lower address dials the higher one.
+/// Bounded by `deploy_timeout`; the error names the peers that did not connect.
 async fn mesh(
     d: &Deployment,
     transport: &Arc<Transport>,
@@ -579,32 +645,38 @@ async fn mesh(
     };
     let old = std::mem::take(parked);
     for inc in old {
-        if let Some(back) = take(inc, &mut waiting) {
-            parked.push(back);
+        if let Some(back) = take(inc, &mut waiting)
+            && back.hello.role == Role::Peer
+        {
+            park(parked, back, config);
         }
     }
+    let deadline = tokio::time::Instant::now() + config.deploy_timeout;
     while !waiting.is_empty() {
-        let Some(mut inc) = inc_rx.recv().await else {
+        let Ok(Some(inc)) = tokio::time::timeout_at(deadline, inc_rx.recv()).await else {
             break;
         };
         if inc.hello.role == Role::Launcher {
-            let _ = write_frame(
-                &mut inc.stream,
-                &Frame::Refused(format!("{me} is being deployed")),
-            )
-            .await;
+            refuse(
+                inc.stream,
+                format!("{me} is being deployed"),
+                config.handshake_timeout,
+            );
             continue;
         }
-        if let Some(back) = take(inc, &mut waiting) {
-            parked.push(back);
+        if let Some(back) = take(inc, &mut waiting)
+            && back.hello.role == Role::Peer
+        {
+            park(parked, back, config);
         }
     }
     if waiting.is_empty() {
         Ok(())
     } else {
-        Err(NetError::Protocol {
+        Err(NetError::Timeout {
             peer: waiting.join(", "),
-            reason: "peer processes did not connect".into(),
+            during: "connecting the peers",
+            secs: config.deploy_timeout.as_secs_f64(),
         })
     }
 }

@@ -14,8 +14,9 @@
 //!
 //! Steps: build one [`Deployment`] per daemon (the launcher's cluster is the one its
 //! address is mapped to; initial events pushed on remote stages travel with the
-//! deployment of the process that runs them); connect to every daemon and send it; wait
-//! until every daemon answers `Ready` (any refusal aborts everything and is returned,
+//! deployment of the process that runs them); connect to every daemon and send it, all
+//! at once; wait until every daemon answers `Ready` (the first refusal or failure,
+//! a daemon that dies after its `Ready` included, aborts everything and is returned,
 //! naming the daemon and its reason); send `Start`; start the local cluster. The
 //! connection to each daemon then carries the events between the two.
 //!
@@ -43,7 +44,7 @@ use crate::daemon::net_runtime;
 use crate::deploy::Deployment;
 use crate::error::NetError;
 use crate::frame::{Frame, MAX_FRAME, Role, Status, read_frame, write_frame};
-use crate::handshake;
+use crate::handshake::{self, HANDSHAKE_TIMEOUT};
 use crate::link::{Liveness, OnProcessLoss, ProcessLost, RouteCounts, Transport, TransportCounts};
 
 /// Period of the global idle check.
@@ -209,7 +210,8 @@ impl Launcher {
         self
     }
 
-    /// Limit for connecting to daemons and for their answers (default 30 s).
+    /// Limit for sending each daemon its deployment and for its answer (default 30 s;
+    /// connecting and the handshake take at most 5 s of it, as daemons allow).
     pub fn deploy_timeout(mut self, d: Duration) -> Self {
         self.timeout = d;
         self
@@ -332,68 +334,156 @@ impl Launcher {
         })
     }
 
-    /// Sends every deployment, then collects every answer.
+    /// Deploys to every daemon at once and returns their connections once all of them
+    /// are ready. The first failure ends everything (the daemons drop the deployment
+    /// when its connection closes), as soon as it is known: a refusal is not read
+    /// after another daemon's timeout, a stopped daemon does not hold up the others'
+    /// deployments, and a daemon that dies after answering `Ready`, while others are
+    /// still being deployed, is reported then.
     async fn deploy_all(&self, per: &[Deployment]) -> Result<Vec<(String, Conn)>, NetError> {
         let secret = match &self.secret {
             Some(s) => s.clone(),
             None => Secret::for_user()?,
         };
         let tls = match &self.tls {
-            Some(t) => Some(crate::tls::Tls::load(t)?),
+            Some(t) => Some(Arc::new(crate::tls::Tls::load(t)?)),
             None => None,
         };
-        let mut streams = Vec::new();
-        for d in per {
-            let mut s = handshake::connect(
-                &d.target,
-                Role::Launcher,
-                &self.addr,
-                d.id,
-                &secret,
-                tls.as_ref(),
-                self.timeout,
-            )
-            .await?;
-            write_frame(&mut s, &Frame::Deploy(Box::new(d.clone())))
-                .await
-                .map_err(|source| NetError::Frame {
-                    peer: d.target.clone(),
-                    source,
-                })?;
-            streams.push((d.target.clone(), s));
-        }
-        for (addr, s) in streams.iter_mut() {
-            let answer = tokio::time::timeout(self.timeout, read_frame(s, MAX_FRAME))
-                .await
-                .map_err(|_| NetError::Timeout {
-                    peer: addr.clone(),
-                    during: "deployment answer",
-                    secs: self.timeout.as_secs_f64(),
-                })?
-                .map_err(|source| NetError::Frame {
-                    peer: addr.clone(),
-                    source,
-                })?;
-            match answer {
-                Some(Frame::Ready) => {}
-                Some(Frame::Refused(reason)) => {
-                    return Err(NetError::Refused {
-                        daemon: addr.clone(),
-                        reason,
-                    });
+        let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+        // Each task sends at most twice (ready, then gone): no send waits.
+        let (ready_tx, mut ready_rx) =
+            tokio::sync::mpsc::channel::<Result<(), NetError>>(2 * per.len().max(1));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, d) in per.iter().enumerate() {
+            let (d, me, secret, tls) = (d.clone(), self.addr.clone(), secret.clone(), tls.clone());
+            let (timeout, ready_tx, mut go_rx) = (self.timeout, ready_tx.clone(), go_rx.clone());
+            tasks.spawn(async move {
+                let addr = d.target.clone();
+                let deployed = async {
+                    // A handshake is bounded as the daemons bound theirs: a process that
+                    // accepts and then says nothing (stopped, or not a daemon) is given
+                    // up after seconds, not after the deploy timeout.
+                    let mut s = handshake::connect(
+                        &addr,
+                        Role::Launcher,
+                        &me,
+                        d.id,
+                        &secret,
+                        tls.as_deref(),
+                        HANDSHAKE_TIMEOUT.min(timeout),
+                    )
+                    .await?;
+                    tokio::time::timeout(timeout, write_frame(&mut s, &Frame::Deploy(Box::new(d))))
+                        .await
+                        .map_err(|_| NetError::Timeout {
+                            peer: addr.clone(),
+                            during: "sending the deployment",
+                            secs: timeout.as_secs_f64(),
+                        })?
+                        .map_err(|source| NetError::Frame {
+                            peer: addr.clone(),
+                            source,
+                        })?;
+                    ready(&addr, &mut s, timeout).await?;
+                    Ok::<_, NetError>(s)
+                };
+                let mut s = match deployed.await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e)).await;
+                        return None;
+                    }
+                };
+                let _ = ready_tx.send(Ok(())).await;
+                // Ready: until every daemon is, a closed connection is this daemon's end.
+                tokio::select! {
+                    biased;
+                    () = go(&mut go_rx) => Some((i, addr, s)),
+                    gone = daemon_gone(&mut s) => {
+                        let _ = ready_tx.send(Err(NetError::Protocol { peer: addr, reason: gone })).await;
+                        None
+                    }
                 }
-                other => {
-                    return Err(NetError::Protocol {
-                        peer: addr.clone(),
-                        reason: format!(
-                            "expected ready, got {}",
-                            other.as_ref().map_or("end of stream", Frame::name)
-                        ),
-                    });
+            });
+        }
+        drop(ready_tx);
+        let mut pending = per.len();
+        while pending > 0 {
+            match ready_rx.recv().await {
+                Some(Ok(())) => pending -= 1,
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        let _ = go_tx.send(true);
+        let mut streams = Vec::with_capacity(per.len());
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(Some(x)) => streams.push(x),
+                // It failed after the others were ready: its error was sent.
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(NetError::io(
+                        "deploying",
+                        std::io::Error::other(e.to_string()),
+                    ));
                 }
             }
         }
-        Ok(streams)
+        if let Ok(Err(e)) = ready_rx.try_recv() {
+            return Err(e);
+        }
+        streams.sort_by_key(|(i, ..)| *i);
+        Ok(streams.into_iter().map(|(_, a, s)| (a, s)).collect())
+    }
+}
+
+/// Completes when the launcher says go (or is gone).
+async fn go(rx: &mut tokio::sync::watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Completes when a daemon that answered `Ready` closes its connection, or says
+/// something before `Start`: why.
+async fn daemon_gone(s: &mut Conn) -> String {
+    use tokio::io::AsyncReadExt;
+    match s.read(&mut [0u8; 1]).await {
+        Ok(0) => "it closed its connection after answering ready (it ended or died)".into(),
+        Ok(_) => "it sent something before the start".into(),
+        Err(e) => format!("its connection failed after it answered ready: {e}"),
+    }
+}
+
+/// Reads a daemon's answer to its deployment: `Ready`, or why not.
+async fn ready(addr: &str, s: &mut Conn, timeout: Duration) -> Result<(), NetError> {
+    let answer = tokio::time::timeout(timeout, read_frame(s, MAX_FRAME))
+        .await
+        .map_err(|_| NetError::Timeout {
+            peer: addr.to_owned(),
+            during: "deployment answer",
+            secs: timeout.as_secs_f64(),
+        })?
+        .map_err(|source| NetError::Frame {
+            peer: addr.to_owned(),
+            source,
+        })?;
+    match answer {
+        Some(Frame::Ready) => Ok(()),
+        Some(Frame::Refused(reason)) => Err(NetError::Refused {
+            daemon: addr.to_owned(),
+            reason,
+        }),
+        other => Err(NetError::Protocol {
+            peer: addr.to_owned(),
+            reason: format!(
+                "expected ready, got {}",
+                other.as_ref().map_or("end of stream", Frame::name)
+            ),
+        }),
     }
 }
 

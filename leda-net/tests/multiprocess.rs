@@ -617,3 +617,129 @@ fn a_peer_deployed_slowly_is_not_taken_for_lost() {
     assert_eq!(report.transport.delivered, N as u64);
     drop((a, b));
 }
+
+/// A deployment that fails because one daemon is gone (connection refused) leaves the
+/// others free at once: they drop it when the launcher's connection ends, and the next
+/// launch succeeds. Before, they waited in the failed deployment for the missing peer
+/// for the whole deploy timeout (30 s), refusing every launcher meanwhile ("is being
+/// deployed"), and a queued retry whose launcher had gone was replayed later, 3 s each
+/// (a review, 2026-11-27).
+#[test]
+fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
+    let a = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let b = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    // Nothing listens on port 1, and its address sorts before the daemons': `a`
+    // waits for it to dial (the lower address dials the higher).
+    let gone = "127.0.0.1:1";
+    let three = |last: &str| {
+        let gen_ = stages::generator("gen");
+        let inc = stages::inc("inc").attr("add", 1);
+        let inc2 = stages::inc("inc2").attr("add", 1);
+        let collect = stages::collect("collect").attr("expect", 10);
+        let mut g = Graph::new("abandoned");
+        g.connect(&gen_, 1, &inc);
+        g.connect(&inc, 1, &inc2);
+        g.connect(&inc2, 1, &collect);
+        g.part([
+            Cluster::of([&gen_, &collect]),
+            Cluster::of([&inc]),
+            Cluster::of([&inc2]),
+        ])
+        .unwrap()
+        .map([ME, a.addr.as_str(), last])
+        .unwrap();
+        gen_.push((10, 0, false));
+        g
+    };
+    // `gone` comes after `a` in the deployment order: `a` has its deployment and
+    // waits for its peers when the launcher fails to reach `gone`.
+    for _ in 0..3 {
+        let e = Launcher::new(ME)
+            .run(&three(gone), Run::default().threads(1))
+            .expect_err("a daemon is gone");
+        assert!(e.to_string().contains(gone), "{e}");
+    }
+    let t = std::time::Instant::now();
+    let report = Launcher::new(ME)
+        .run(&three(&b.addr), Run::default().threads(1))
+        .expect("the daemons serve the next deployment");
+    assert_eq!(quit_ints(&report)[0].as_int(), Some(10));
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "the next deployment waited {:?}",
+        t.elapsed()
+    );
+}
+
+/// A daemon busy with a run refuses a second launcher with its reason, even when that
+/// launcher is still sending a deployment of megabytes. Before, the daemon closed with
+/// the deployment unread and the launcher got "connection reset" or "broken pipe".
+#[test]
+fn a_busy_daemon_refuses_a_large_deployment_with_its_reason() {
+    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let graph = |name: &str, pad: usize| {
+        let gen_ = stages::generator("gen");
+        let collect = stages::collect("collect")
+            .attr("expect", 1_000_000_000i64)
+            .attr("pad", "x".repeat(pad));
+        let mut g = Graph::new(name);
+        g.connect(&gen_, 1, &collect);
+        g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+            .unwrap()
+            .map([ME, node.addr.as_str()])
+            .unwrap();
+        gen_.push((10, 0, false));
+        g
+    };
+    let first = Launcher::new(ME)
+        .start(&graph("first", 0), Run::default().threads(1))
+        .expect("start");
+    assert!(eventually(Duration::from_secs(10), || first
+        .transport()
+        .delivered
+        == 10));
+    for _ in 0..3 {
+        let e = Launcher::new(ME)
+            .run(&graph("second", 8_000_000), Run::default().threads(1))
+            .expect_err("the daemon is busy");
+        assert!(
+            e.to_string().contains("is running another deployment"),
+            "{e}"
+        );
+    }
+    first.handle().quit(());
+    drop(first);
+}
+
+/// A process that accepts the connection and then says nothing (stopped, or not a
+/// daemon) fails the launch within the handshake bound, as daemons bound theirs
+/// (5 s). Before, the launcher waited for its deploy timeout (30 s).
+#[test]
+fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let _conn = silent.accept();
+        std::thread::sleep(Duration::from_secs(40));
+    });
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 10);
+    let mut g = Graph::new("silent");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, addr.as_str()])
+        .unwrap();
+    gen_.push((10, 0, false));
+    let t = std::time::Instant::now();
+    let e = Launcher::new(ME)
+        .run(&g, Run::default().threads(1))
+        .expect_err("nothing answers");
+    assert!(e.to_string().contains(&addr), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "the launch took {:?}: {e}",
+        t.elapsed()
+    );
+    drop(held);
+}
