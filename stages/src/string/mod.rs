@@ -1,11 +1,12 @@
 //! `leda.stage.string.*`: Lua patterns in Rust, and the `match` stage (Listing 4.3).
 //!
-//! Patterns are Lua 5.4 patterns, matched by [`pattern`], a port of Lua's `lstrlib.c`
-//! matcher over byte slices (no NUL terminator needed, nothing read past either end),
-//! with Lua's recursion bound: at most [`pattern::MAXCCALLS`] *nested* matcher calls,
-//! so "pattern too complex" is an error of that one event, as Lua's error is of that
-//! call. Two limits: position captures `()` and back-references (`%1`..`%9`) are
-//! refused (captures are returned as strings).
+//! Patterns are Lua 5.4 patterns, matched by [`pattern`] (which the HTTP server's Lua
+//! pages use too), a port of Lua's `lstrlib.c` matcher over byte slices (no NUL
+//! terminator needed, nothing read past either end), with Lua's recursion bound: at
+//! most [`pattern::MAXCCALLS`] *nested* matcher calls, so "pattern too complex" is an
+//! error of that one event, as Lua's error is of that call. Two limits: position
+//! captures `()` and back-references (`%1`..`%9`) are refused (captures are returned
+//! as strings).
 //!
 //! (It replaces the `lua-patterns` crate, whose depth counter was not given back on
 //! tail calls nor between start positions: ordinary text of a few hundred bytes with
@@ -13,6 +14,8 @@
 
 mod matcher;
 pub mod pattern;
+
+use pattern::{Capture, Matcher, Scan};
 
 pub use matcher::string_match;
 
@@ -46,18 +49,20 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
 /// or the whole match when the pattern has no captures.
 pub fn lua_match(pattern: &str, text: &str) -> Result<Option<Vec<String>>, String> {
     check_pattern(pattern)?;
-    let b = text.as_bytes();
-    let Some(ranges) = pattern::find(pattern.as_bytes(), b, 0).map_err(|e| e.to_string())? else {
+    let (p, anchored) = pattern::anchor(pattern.as_bytes());
+    let budget = pattern::steps(pattern::step_budget(text.len()));
+    let mut m = Matcher::new(p, text.as_bytes(), budget);
+    let Some(whole) = m.find(0, anchored).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let pick = if ranges.len() > 1 {
-        &ranges[1..]
-    } else {
-        &ranges[..1]
-    };
+    let caps = m.captures(whole, true).map_err(|e| e.to_string())?;
+    let text = m.text();
     Ok(Some(
-        pick.iter()
-            .map(|r| String::from_utf8_lossy(&b[r.clone()]).into_owned())
+        caps.into_iter()
+            .map(|c| match c {
+                Capture::Text(r) => String::from_utf8_lossy(&text[r]).into_owned(),
+                Capture::Position(p) => (p + 1).to_string(), // as in Lua
+            })
             .collect(),
     ))
 }
@@ -67,43 +72,26 @@ pub fn lua_match(pattern: &str, text: &str) -> Result<Option<Vec<String>>, Strin
 /// empty match right after the previous match is not a match.
 pub fn gsub(pattern: &str, text: &str, repl: &str) -> Result<String, String> {
     check_pattern(pattern)?;
-    let (p, anchored) = match pattern.as_bytes().strip_prefix(b"^") {
-        Some(p) => (p, true),
-        None => (pattern.as_bytes(), false),
-    };
-    let mut out: Vec<u8> = Vec::with_capacity(text.len());
+    let (p, anchored) = pattern::anchor(pattern.as_bytes());
     let b = text.as_bytes();
-    let mut at = 0;
-    let mut last_match: Option<usize> = None;
     // One budget for the whole replacement, not one per start position.
-    let mut steps = pattern::MAX_STEPS;
-    loop {
-        let found = pattern::match_at(p, b, at, &mut steps).map_err(|e| e.to_string())?;
-        match found {
-            Some(ranges) if Some(ranges[0].end) != last_match => {
-                add_replacement(&mut out, b, &ranges, repl)?;
-                at = ranges[0].end;
-                last_match = Some(at);
-            }
-            _ if at < b.len() => {
-                out.push(b[at]);
-                at += 1;
-            }
-            _ => break,
-        }
-        if anchored {
-            break;
-        }
+    let mut m = Matcher::new(p, b, pattern::steps(pattern::step_budget(b.len())));
+    let mut scan = Scan::new(0, anchored, false);
+    let (mut out, mut copied) = (Vec::with_capacity(b.len()), 0);
+    while let Some(whole) = m.next_match(&mut scan).map_err(|e| e.to_string())? {
+        out.extend_from_slice(&b[copied..whole.start]);
+        copied = whole.end;
+        add_replacement(&mut out, &m, whole, repl)?;
     }
-    out.extend_from_slice(&b[at..]);
+    out.extend_from_slice(&b[copied..]);
     String::from_utf8(out).map_err(|_| "gsub produced invalid UTF-8".to_owned())
 }
 
-/// Appends `repl` for one match (`ranges`: the whole match, then the captures).
-fn add_replacement(
+/// Appends `repl` for the match `whole` of `m`.
+fn add_replacement<T>(
     out: &mut Vec<u8>,
-    b: &[u8],
-    ranges: &[std::ops::Range<usize>],
+    m: &Matcher<'_, T>,
+    whole: std::ops::Range<usize>,
     repl: &str,
 ) -> Result<(), String> {
     let mut r = repl.bytes();
@@ -113,16 +101,18 @@ fn add_replacement(
             continue;
         }
         match r.next() {
-            Some(d @ b'0'..=b'9') => {
-                let i = (d - b'0') as usize;
-                let range = if i == 0 || (ranges.len() == 1 && i == 1) {
-                    ranges[0].clone()
-                } else {
-                    ranges.get(i).cloned().ok_or_else(|| {
-                        format!("invalid capture index %{i} in replacement string")
-                    })?
-                };
-                out.extend_from_slice(&b[range]);
+            Some(b'0') => out.extend_from_slice(&m.text()[whole.clone()]),
+            Some(d @ b'1'..=b'9') => {
+                let i = usize::from(d - b'0');
+                match m.capture(i - 1, whole.clone()) {
+                    Ok(Capture::Text(r)) => out.extend_from_slice(&m.text()[r]),
+                    Ok(Capture::Position(p)) => {
+                        out.extend_from_slice((p + 1).to_string().as_bytes())
+                    }
+                    Err(_) => {
+                        return Err(format!("invalid capture index %{i} in replacement string"));
+                    }
+                }
             }
             Some(b'%') => out.push(b'%'),
             _ => return Err("invalid use of '%' in replacement string".into()),

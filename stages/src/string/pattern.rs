@@ -1,4 +1,5 @@
-//! A Lua 5.4 pattern matcher (a port of `lstrlib.c`'s `match`) over byte slices.
+//! A Lua 5.4 pattern matcher (a port of `lstrlib.c`'s `match`) over byte slices: the
+//! one behind the stage library's `string` functions and the HTTP server's Lua pages.
 //!
 //! Positions are indices, never pointers: the end of the pattern or of the text reads
 //! as a NUL byte, as Lua's NUL-terminated strings do, without reading past either.
@@ -6,17 +7,51 @@
 //! (tail calls loop instead of recursing, and each call gives its level back when it
 //! returns), so "pattern too complex" means what it means in Lua, and a search from
 //! many start positions starts each one afresh.
+//!
+//! Lua matches in C, where nothing stops a pattern that backtracks for ever; a
+//! [`Matcher`] calls its *tick* (any `FnMut() -> Result<(), PatternError>`) every
+//! [`TICK_EVERY`] steps (a step: one pattern item tried, or one byte scanned by a
+//! repetition or `%b`) and stops with the tick's error: [`steps`] bounds the steps of a
+//! search, a caller with a deadline looks at its clock.
+//!
+//! Use: [`anchor`] splits a leading `^`; [`Matcher::new`] takes the rest and the text;
+//! [`Matcher::find`] is `string.find`'s and `string.match`'s search,
+//! [`Matcher::next_match`] with a [`Scan`] the one of `gmatch` and `gsub`; then
+//! [`Matcher::captures`] and [`Matcher::capture`] give the last match's captures.
+//!
+//! ```
+//! use leda_stages::string::pattern::{self, Capture, Matcher};
+//!
+//! let (p, anchored) = pattern::anchor(b"(%d+)-(%d+)");
+//! let mut m = Matcher::new(p, b"on 10-20", pattern::steps(pattern::MAX_STEPS));
+//! let whole = m.find(0, anchored)?.expect("a match");
+//! assert_eq!(whole, 3..8);
+//! let caps = m.captures(whole, true)?;
+//! assert_eq!(caps, [Capture::Text(3..5), Capture::Text(6..8)]);
+//! # Ok::<(), pattern::PatternError>(())
+//! ```
 
 use std::ops::Range;
 
 /// The deepest nesting of matcher calls (Lua's `MAXCCALLS`).
 pub const MAXCCALLS: usize = 200;
 
-/// The most matcher calls one search may make: a pattern that backtracks over hostile
-/// text (`a-a-a-a-b` on thousands of `a`) takes time exponential in the pattern, and a
-/// handler must not spend minutes on one event. About a second on this machine; Lua
-/// itself has no such bound.
+/// The most steps the stage library lets one search or `gsub` take ([`steps`]): a
+/// pattern that backtracks over hostile text (`a-a-a-a-b` on thousands of `a`) takes
+/// time exponential in the pattern, and a handler must not spend minutes on one event.
+/// About 0.2 s on this machine (release build); Lua itself has no such bound. A long
+/// text gets more ([`step_budget`]).
 pub const MAX_STEPS: u64 = 50_000_000;
+
+/// The steps one search or `gsub` over `text_len` bytes may take: [`MAX_STEPS`], plus
+/// 64 per byte, so that linear work over a long text (a `gsub` over megabytes: a few
+/// steps per byte) is never cut off, only backtracking.
+pub fn step_budget(text_len: usize) -> u64 {
+    MAX_STEPS.saturating_add((text_len as u64).saturating_mul(64))
+}
+
+/// Steps between two calls of a [`Matcher`]'s tick (each step takes a few nanoseconds).
+pub const TICK_EVERY: u32 = 1 << 12;
 
 /// The most captures a pattern may have (Lua's `LUA_MAXCAPTURES`).
 pub const MAXCAPTURES: usize = 32;
@@ -43,20 +78,23 @@ pub enum PatternError {
     MissingFrontierSet,
     /// A back-reference to a capture that is not closed.
     #[error("invalid capture index %{0}")]
-    InvalidCaptureIndex(u8),
+    InvalidCaptureIndex(usize),
     /// More than [`MAXCCALLS`] nested matcher calls.
     #[error("pattern too complex")]
     TooComplex,
-    /// More than [`MAX_STEPS`] matcher calls in one search (backtracking).
-    #[error("pattern too complex: more than {MAX_STEPS} steps on this text (backtracking)")]
+    /// More than [`MAX_STEPS`] steps in one search (backtracking): [`steps`]' error.
+    #[error("pattern too complex: too many steps on this text (backtracking)")]
     TooManySteps,
+    /// Stopped by a caller's tick, with its reason.
+    #[error("{0}")]
+    Stopped(&'static str),
 }
 
 /// Checks the whole pattern (Lua checks only what a match reaches; this refuses a
 /// malformed pattern before any text is seen).
 pub fn check(pattern: &[u8]) -> Result<(), PatternError> {
-    let p = pattern.strip_prefix(b"^").unwrap_or(pattern);
-    let ms = MatchState::new(p, b"");
+    let p = anchor(pattern).0;
+    let ms = Matcher::new(p, b"", || Ok(()));
     let mut open: Vec<bool> = Vec::new(); // per capture: still open?
     let mut i = 0;
     while i < p.len() {
@@ -94,10 +132,9 @@ pub fn check(pattern: &[u8]) -> Result<(), PatternError> {
                 i = ms.class_end(i + 2)?;
             }
             L_ESC if ms.pat(i + 1).is_ascii_digit() => {
-                let d = ms.pat(i + 1);
-                let l = usize::from(d - b'0');
+                let l = usize::from(ms.pat(i + 1) - b'0');
                 if l == 0 || l > open.len() || open[l - 1] {
-                    return Err(PatternError::InvalidCaptureIndex(d - b'0'));
+                    return Err(PatternError::InvalidCaptureIndex(l));
                 }
                 i += 2;
             }
@@ -117,7 +154,58 @@ pub fn check(pattern: &[u8]) -> Result<(), PatternError> {
     Ok(())
 }
 
-/// A capture: where it starts and how long it is.
+/// The pattern without its leading `^`, and whether it had one (an anchored search
+/// tries its first position only). `gmatch` does not call it: there `^` is a byte.
+pub fn anchor(pattern: &[u8]) -> (&[u8], bool) {
+    match pattern.strip_prefix(b"^") {
+        Some(p) => (p, true),
+        None => (pattern, false),
+    }
+}
+
+/// A tick that lets a matcher take about `max` steps (to [`TICK_EVERY`]), then fails
+/// with [`PatternError::TooManySteps`].
+pub fn steps(max: u64) -> impl FnMut() -> Result<(), PatternError> {
+    let mut ticks = max / u64::from(TICK_EVERY);
+    move || {
+        ticks = ticks.checked_sub(1).ok_or(PatternError::TooManySteps)?;
+        Ok(())
+    }
+}
+
+/// A capture of a match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capture {
+    /// The bytes `start..end` of the text.
+    Text(Range<usize>),
+    /// A position capture `()`: where it stood (0-based; Lua returns it plus one).
+    Position(usize),
+}
+
+/// Where a `gmatch` or `gsub` goes on searching ([`Matcher::next_match`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Scan {
+    at: usize,
+    last: Option<usize>,
+    anchor: bool,
+    lua51: bool,
+}
+
+impl Scan {
+    /// A scan from byte `at`; an `anchor`ed one makes a single attempt. After an empty
+    /// match, Lua 5.4 goes on where it ended but refuses a match ending where the last
+    /// one did; Lua 5.1 and LuaJIT (`lua51`) go on one byte later.
+    pub fn new(at: usize, anchor: bool, lua51: bool) -> Scan {
+        Scan {
+            at,
+            last: None,
+            anchor,
+            lua51,
+        }
+    }
+}
+
+/// A capture's length, or what it is instead.
 #[derive(Debug, Clone, Copy)]
 enum CapLen {
     Len(usize),
@@ -125,26 +213,139 @@ enum CapLen {
     Position,
 }
 
-struct MatchState<'a> {
+/// Lua's `MatchState` over one pattern (without its anchor) and one text, with its
+/// tick: reused for every search of one `find`, `gmatch` step or `gsub`, so that the
+/// steps of all of them count.
+pub struct Matcher<'a, T> {
     pat: &'a [u8],
     src: &'a [u8],
     depth: usize,
-    /// Matcher calls left to this search ([`MAX_STEPS`]).
-    steps: u64,
     level: usize,
     capture: [(usize, CapLen); MAXCAPTURES],
+    steps: u32,
+    tick: T,
 }
 
-impl<'a> MatchState<'a> {
-    fn new(pat: &'a [u8], src: &'a [u8]) -> Self {
-        MatchState {
-            pat,
-            src,
+impl<'a, T> Matcher<'a, T> {
+    /// The text.
+    pub fn text(&self) -> &'a [u8] {
+        self.src
+    }
+
+    /// Capture `i` of the last match, `whole` (Lua's `get_onecapture`: capture 0 of a
+    /// pattern without captures is the whole match).
+    pub fn capture(&self, i: usize, whole: Range<usize>) -> Result<Capture, PatternError> {
+        if i >= self.level {
+            if i == 0 {
+                return Ok(Capture::Text(whole));
+            }
+            return Err(PatternError::InvalidCaptureIndex(i + 1));
+        }
+        let (init, len) = self.capture[i];
+        match len {
+            CapLen::Len(l) => Ok(Capture::Text(init..init + l)),
+            CapLen::Position => Ok(Capture::Position(init)),
+            CapLen::Unfinished => Err(PatternError::UnfinishedCapture),
+        }
+    }
+
+    /// The captures of the last match, `whole`; if the pattern has none, the whole
+    /// match when `or_whole` (`match`, `gmatch`), nothing otherwise (`find`).
+    pub fn captures(
+        &self,
+        whole: Range<usize>,
+        or_whole: bool,
+    ) -> Result<Vec<Capture>, PatternError> {
+        let n = if self.level == 0 && or_whole {
+            1
+        } else {
+            self.level
+        };
+        (0..n).map(|i| self.capture(i, whole.clone())).collect()
+    }
+}
+
+impl<'a, T: FnMut() -> Result<(), PatternError>> Matcher<'a, T> {
+    /// A matcher of `pattern` (its `^` is a plain byte here: see [`anchor`]) on `text`,
+    /// calling `tick` every [`TICK_EVERY`] steps.
+    pub fn new(pattern: &'a [u8], text: &'a [u8], tick: T) -> Self {
+        Matcher {
+            pat: pattern,
+            src: text,
             depth: MAXCCALLS,
-            steps: MAX_STEPS,
             level: 0,
             capture: [(0, CapLen::Len(0)); MAXCAPTURES],
+            steps: TICK_EVERY,
+            tick,
         }
+    }
+
+    /// Where a match starting at byte `at` ends, if there is one (a fresh attempt:
+    /// Lua's `reprepstate`, then `match`).
+    pub fn match_at(&mut self, at: usize) -> Result<Option<usize>, PatternError> {
+        self.level = 0;
+        self.depth = MAXCCALLS;
+        self.do_match(at, 0)
+    }
+
+    /// Lua's `string.find` search: the first match from byte `init` on, trying every
+    /// start position up to and including the end of the text (only `init` when
+    /// `anchor`).
+    pub fn find(
+        &mut self,
+        init: usize,
+        anchor: bool,
+    ) -> Result<Option<Range<usize>>, PatternError> {
+        let mut at = init;
+        while at <= self.src.len() {
+            if let Some(end) = self.match_at(at)? {
+                return Ok(Some(at..end));
+            }
+            if anchor {
+                break;
+            }
+            at += 1;
+        }
+        Ok(None)
+    }
+
+    /// The next match of `gmatch` or `gsub` (Lua's loops, in the flavour of `scan`).
+    pub fn next_match(&mut self, scan: &mut Scan) -> Result<Option<Range<usize>>, PatternError> {
+        while scan.at <= self.src.len() {
+            let at = scan.at;
+            let found = self
+                .match_at(at)?
+                .filter(|&e| scan.lua51 || Some(e) != scan.last);
+            scan.at = match found {
+                Some(e) if e > at || !scan.lua51 => e,
+                _ => at + 1,
+            };
+            if scan.anchor {
+                scan.at = self.src.len() + 1;
+            }
+            if let Some(e) = found {
+                scan.last = Some(e);
+                return Ok(Some(at..e));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One step: the tick every [`TICK_EVERY`].
+    #[inline(always)]
+    fn step(&mut self) -> Result<(), PatternError> {
+        self.steps -= 1;
+        if self.steps == 0 {
+            return self.tick();
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn tick(&mut self) -> Result<(), PatternError> {
+        self.steps = TICK_EVERY;
+        (self.tick)()
     }
 
     /// The pattern byte at `i`, NUL at or past its end.
@@ -223,6 +424,7 @@ impl<'a> MatchState<'a> {
         !sig
     }
 
+    #[inline(always)]
     fn single_match(&self, s: usize, p: usize, ep: usize) -> bool {
         if s >= self.src.len() {
             return false;
@@ -236,7 +438,7 @@ impl<'a> MatchState<'a> {
         }
     }
 
-    fn match_balance(&self, s: usize, p: usize) -> Result<Option<usize>, PatternError> {
+    fn match_balance(&mut self, s: usize, p: usize) -> Result<Option<usize>, PatternError> {
         if p + 1 >= self.pat.len() {
             return Err(PatternError::Malformed("missing arguments to '%b'"));
         }
@@ -246,6 +448,7 @@ impl<'a> MatchState<'a> {
         let (b, e) = (self.pat[p], self.pat[p + 1]);
         let mut cont = 1;
         for (i, &c) in self.src.iter().enumerate().skip(s + 1) {
+            self.step()?;
             if c == e {
                 cont -= 1;
                 if cont == 0 {
@@ -261,6 +464,7 @@ impl<'a> MatchState<'a> {
     fn max_expand(&mut self, s: usize, p: usize, ep: usize) -> Result<Option<usize>, PatternError> {
         let mut i = 0;
         while self.single_match(s + i, p, ep) {
+            self.step()?;
             i += 1;
         }
         loop {
@@ -320,18 +524,19 @@ impl<'a> MatchState<'a> {
         Ok(res)
     }
 
+    /// A back-reference `%d` (never matching a position capture, as in Lua).
     fn match_capture(&self, s: usize, d: u8) -> Result<Option<usize>, PatternError> {
-        let l = usize::from(d.wrapping_sub(b'1'));
+        let l = usize::from(d).wrapping_sub(usize::from(b'1'));
         let len = match self.capture.get(l) {
             Some(&(_, CapLen::Len(len))) if l < self.level => len,
-            _ => return Err(PatternError::InvalidCaptureIndex(d.wrapping_sub(b'0'))),
+            Some(&(_, CapLen::Position)) if l < self.level => return Ok(None),
+            _ => return Err(PatternError::InvalidCaptureIndex(l.wrapping_add(1))),
         };
-        let init = self.capture[l].0;
-        if self.src.len() - s >= len && self.src[init..init + len] == self.src[s..s + len] {
-            Ok(Some(s + len))
-        } else {
-            Ok(None)
-        }
+        let (init, end) = (self.capture[l].0, s + len);
+        Ok(
+            (end <= self.src.len() && self.src[init..init + len] == self.src[s..end])
+                .then_some(end),
+        )
     }
 
     /// Lua's `match`: where a match of the pattern from `p` on, at text position `s`,
@@ -341,10 +546,6 @@ impl<'a> MatchState<'a> {
         if self.depth == 0 {
             return Err(PatternError::TooComplex);
         }
-        if self.steps == 0 {
-            return Err(PatternError::TooManySteps);
-        }
-        self.steps -= 1;
         self.depth -= 1;
         let res = self.match_body(s, p);
         self.depth += 1;
@@ -355,6 +556,7 @@ impl<'a> MatchState<'a> {
         let (mut s, mut p) = (s, p);
         let pe = self.pat.len();
         loop {
+            self.step()?;
             if p == pe {
                 return Ok(Some(s));
             }
@@ -432,23 +634,9 @@ impl<'a> MatchState<'a> {
             }
         }
     }
-
-    /// The whole match `start..end`, then each capture (position captures as empty
-    /// ranges at their position).
-    fn captures(&self, start: usize, end: usize) -> Result<Vec<Range<usize>>, PatternError> {
-        let mut out = Vec::with_capacity(self.level + 1);
-        out.push(start..end);
-        for &(init, len) in &self.capture[..self.level] {
-            match len {
-                CapLen::Len(l) => out.push(init..init + l),
-                CapLen::Position => out.push(init..init),
-                CapLen::Unfinished => return Err(PatternError::UnfinishedCapture),
-            }
-        }
-        Ok(out)
-    }
 }
 
+/// Lua's `match_class` in the C locale.
 fn match_class(c: u8, cl: u8) -> bool {
     let res = match cl.to_ascii_lowercase() {
         b'a' => c.is_ascii_alphabetic(),
@@ -462,79 +650,46 @@ fn match_class(c: u8, cl: u8) -> bool {
         b'u' => c.is_ascii_uppercase(),
         b'w' => c.is_ascii_alphanumeric(),
         b'x' => c.is_ascii_hexdigit(),
+        b'z' => c == 0, // deprecated in Lua 5.2, still there in 5.4
         _ => return cl == c,
     };
     if cl.is_ascii_uppercase() { !res } else { res }
-}
-
-/// Where `pattern` matches `text` anchored at `at` (Lua's `gsub` step): the whole
-/// match, then each capture; `None` if it does not match there. A leading `^` is *not*
-/// interpreted here (the caller strips it). `steps` is what is left of the search's
-/// [`MAX_STEPS`], shared by the calls of one `gsub`.
-pub fn match_at(
-    pattern: &[u8],
-    text: &[u8],
-    at: usize,
-    steps: &mut u64,
-) -> Result<Option<Vec<Range<usize>>>, PatternError> {
-    let mut ms = MatchState::new(pattern, text);
-    ms.steps = *steps;
-    let found = ms.do_match(at, 0);
-    *steps = ms.steps;
-    match found? {
-        Some(end) => ms.captures(at, end).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// Lua's `string.find` search: the first match of `pattern` in `text` from byte
-/// `init` on (trying every start position up to and including the end of the text,
-/// only `init` when the pattern starts with `^`): the whole match, then each capture.
-pub fn find(
-    pattern: &[u8],
-    text: &[u8],
-    init: usize,
-) -> Result<Option<Vec<Range<usize>>>, PatternError> {
-    let (p, anchor) = match pattern.strip_prefix(b"^") {
-        Some(p) => (p, true),
-        None => (pattern, false),
-    };
-    let mut ms = MatchState::new(p, text);
-    let mut s = init;
-    while s <= text.len() {
-        // Each start position starts afresh (depth and captures), as in Lua.
-        ms.level = 0;
-        ms.depth = MAXCCALLS;
-        if let Some(end) = ms.do_match(s, 0)? {
-            return ms.captures(s, end).map(Some);
-        }
-        if anchor {
-            break;
-        }
-        s += 1;
-    }
-    Ok(None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The first match of `p` in `t`: the whole match, then each capture.
+    fn find(p: &[u8], t: &[u8]) -> Result<Option<Vec<Capture>>, PatternError> {
+        let (p, anchored) = anchor(p);
+        let mut ms = Matcher::new(p, t, steps(MAX_STEPS));
+        let Some(whole) = ms.find(0, anchored)? else {
+            return Ok(None);
+        };
+        let mut all = vec![Capture::Text(whole.clone())];
+        all.extend(ms.captures(whole, false)?);
+        Ok(Some(all))
+    }
+
     fn m(p: &str, t: &str) -> Option<Vec<String>> {
         check(p.as_bytes()).unwrap();
-        find(p.as_bytes(), t.as_bytes(), 0).unwrap().map(|r| {
+        find(p.as_bytes(), t.as_bytes()).unwrap().map(|r| {
             r.into_iter()
-                .map(|r| t[r].to_owned())
+                .map(|c| match c {
+                    Capture::Text(r) => t[r].to_owned(),
+                    Capture::Position(p) => p.to_string(),
+                })
                 .collect::<Vec<String>>()
         })
     }
 
     #[test]
     fn backtracking_is_bounded() {
-        // Exponential in Lua: refused after MAX_STEPS calls, not after minutes.
+        // Exponential in Lua: refused after MAX_STEPS steps, not after minutes.
         let p = "a-".repeat(12) + "b";
         let t = "a".repeat(5000);
-        let e = find(p.as_bytes(), t.as_bytes(), 0).unwrap_err();
+        let e = find(p.as_bytes(), t.as_bytes()).unwrap_err();
         assert_eq!(e, PatternError::TooManySteps);
     }
 
@@ -582,7 +737,7 @@ mod tests {
         // 250 nested `?`s are too deep, as in Lua; but a long search is not.
         let deep = format!("{}b", "a?".repeat(250));
         assert_eq!(
-            find(deep.as_bytes(), "a".repeat(250).as_bytes(), 0),
+            find(deep.as_bytes(), "a".repeat(250).as_bytes()),
             Err(PatternError::TooComplex)
         );
         let text = format!("{}<td>x</td>", "<t".repeat(10_000));
