@@ -115,6 +115,15 @@ pub enum GraphError {
         /// Second cluster (1-based).
         second: usize,
     },
+    /// One cluster lists the same process twice among its replicas (it would start two
+    /// processes of that address, and the second would receive nothing).
+    #[error("cluster {cluster} lists process {addr} twice; each replica is a process of its own")]
+    ReplicaTwice {
+        /// The address.
+        addr: String,
+        /// The cluster (1-based).
+        cluster: usize,
+    },
     /// A cluster with a serial stage is replicated on several processes.
     #[error(
         "cluster {cluster} holds serial stage '{stage}' and cannot be mapped to {processes} processes"
@@ -507,13 +516,18 @@ fn check_mapping(clusters: &[Cluster], processes: &[Processes]) -> Result<(), Gr
             if !ok {
                 return Err(GraphError::BadAddress { addr: addr.clone() });
             }
-            if let Some(first) = seen.insert(addr, i)
-                && first != i
-            {
-                return Err(GraphError::ProcessReused {
-                    addr: addr.clone(),
-                    first: first + 1,
-                    second: i + 1,
+            if let Some(first) = seen.insert(addr, i) {
+                return Err(if first == i {
+                    GraphError::ReplicaTwice {
+                        addr: addr.clone(),
+                        cluster: i + 1,
+                    }
+                } else {
+                    GraphError::ProcessReused {
+                        addr: addr.clone(),
+                        first: first + 1,
+                        second: i + 1,
+                    }
                 });
             }
         }

@@ -300,3 +300,30 @@ fn dot_output_shows_clusters_and_kinds() {
         "{dot}"
     );
 }
+
+#[test]
+fn a_replica_listed_twice_is_refused() {
+    let (a, b) = (stage("a"), stage("b"));
+    let mut g = Graph::new("g");
+    g.connect(&a, 1, &b);
+    g.part([Cluster::of([&a]), Cluster::of([&b])]).unwrap();
+    let e = g
+        .map([vec!["127.0.0.1:1"], vec!["127.0.0.1:2", "127.0.0.1:2"]])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        GraphError::ReplicaTwice {
+            addr: "127.0.0.1:2".into(),
+            cluster: 2
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "cluster 2 lists process 127.0.0.1:2 twice; each replica is a process of its own"
+    );
+    // Distinct replicas are fine.
+    assert!(
+        g.map([vec!["127.0.0.1:1"], vec!["127.0.0.1:2", "127.0.0.1:3"]])
+            .is_ok()
+    );
+}
