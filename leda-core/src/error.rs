@@ -114,6 +114,21 @@ pub enum RunError {
         /// The address.
         addr: String,
     },
+    /// A simulation's fault ([`Simulation::crash`](crate::sim::Simulation::crash),
+    /// [`Simulation::link`](crate::sim::Simulation::link)) names a process that the
+    /// mapping does not have: a typo would otherwise inject nothing, silently.
+    #[error(
+        "simulation: {fault} names process {addr}, which the mapping does not have (its processes: {})",
+        .known.join(", ")
+    )]
+    UnknownProcess {
+        /// The address named.
+        addr: String,
+        /// The fault that names it (`crash`, `link from`, `link to`).
+        fault: &'static str,
+        /// The processes of the mapping (`sim:0` for an unmapped graph).
+        known: Vec<String>,
+    },
     /// The transport refused to set up a remote route.
     #[error("cannot reach stage '{stage}': {reason}")]
     Remote {

@@ -176,13 +176,17 @@ impl Simulation {
         self
     }
 
-    /// A different model for the link from process `from` to process `to`.
+    /// A different model for the link from process `from` to process `to`. Both must be
+    /// processes of the mapping, or [`Simulation::run`] fails with
+    /// [`RunError::UnknownProcess`].
     pub fn link(mut self, from: &str, to: &str, net: NetModel) -> Self {
         self.overrides.insert((from.to_owned(), to.to_owned()), net);
         self
     }
 
-    /// Process `addr` crashes (stops, crash-stop) at virtual time `at`.
+    /// Process `addr` crashes (stops, crash-stop) at virtual time `at`. It must be a
+    /// process of the mapping (`sim:0` for an unmapped graph), or [`Simulation::run`]
+    /// fails with [`RunError::UnknownProcess`].
     pub fn crash(mut self, addr: &str, at: Duration) -> Self {
         self.crashes.push((addr.to_owned(), at));
         self
@@ -200,14 +204,37 @@ impl Simulation {
         self
     }
 
-    /// Runs `graph` (partitioned and mapped; an unmapped graph is one process) until a
-    /// handler quits, nothing is left to do, or the `until` time.
+    /// Runs `graph` (partitioned and mapped; an unmapped graph is one process, `sim:0`)
+    /// until a handler quits, nothing is left to do, or the `until` time. Fails before
+    /// anything runs if the graph is invalid or a fault names a process that the mapping
+    /// does not have.
     pub fn run(self, graph: &Graph) -> Result<SimReport, RunError> {
         let plan = graph.verify()?;
         let addrs: Vec<String> = match &plan.processes {
             Some(procs) => procs.iter().flat_map(|p| p.0.iter().cloned()).collect(),
             None => vec!["sim:0".to_owned()],
         };
+        let known = |addr: &str, fault: &'static str| {
+            if addrs.iter().any(|a| a == addr) {
+                Ok(())
+            } else {
+                Err(RunError::UnknownProcess {
+                    addr: addr.to_owned(),
+                    fault,
+                    known: addrs.clone(),
+                })
+            }
+        };
+        for (addr, _) in &self.crashes {
+            known(addr, "crash")?;
+        }
+        // In a fixed order: which error a run reports must not depend on a hash map's.
+        let mut links: Vec<&(String, String)> = self.overrides.keys().collect();
+        links.sort();
+        for (from, to) in links {
+            known(from, "link from")?;
+            known(to, "link to")?;
+        }
         let core = Arc::new(Core {
             state: Mutex::new(State {
                 now: Duration::ZERO,

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leda_core::error::RunError;
 use leda_core::prelude::*;
 use leda_core::sim::{Latency, NetModel, SimReport, Simulation};
 
@@ -211,4 +212,89 @@ fn a_finished_simulation_frees_its_processes() {
     drop(g);
     drop(ticker);
     assert_eq!(Arc::strong_count(&marker), 1, "instances and factory freed");
+}
+
+/// A fault aimed at a process the mapping does not have is an error, not a no-op.
+#[test]
+fn faults_on_unknown_processes_are_refused() {
+    let a = Stage::new("a", |ev: Event, ctx: &mut Ctx| {
+        let n: i64 = ev.get(0)?;
+        if n >= 10 {
+            ctx.quit(n)
+        } else {
+            ctx.send(1, n + 1)?
+        }
+        Ok(())
+    })
+    .autostart(0);
+    let b = Stage::new("b", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev.get::<i64>(0)? + 1)?;
+        Ok(())
+    });
+    let mut g = Graph::new("faults");
+    g.connect(&a, 1, &b);
+    g.connect(&b, 1, &a);
+    g.part([Cluster::of([&a]), Cluster::of([&b])])
+        .unwrap()
+        .map(["node-a:1", "node-b:1"])
+        .unwrap();
+    let crash = Simulation::new(1)
+        .crash("node-b:2", Duration::from_millis(3))
+        .run(&g);
+    assert!(crash.is_err(), "crash of node-b:2 accepted");
+    let lossy = NetModel {
+        loss: 1.0,
+        ..NetModel::default()
+    };
+    let link = Simulation::new(1)
+        .link("node-a:1", "nodeb:1", lossy.clone())
+        .run(&g);
+    assert!(link.is_err(), "link to nodeb:1 accepted");
+    let known = vec!["node-a:1".to_owned(), "node-b:1".to_owned()];
+    match crash {
+        Err(RunError::UnknownProcess {
+            addr,
+            fault,
+            known: k,
+        }) => {
+            assert_eq!((addr.as_str(), fault, &k), ("node-b:2", "crash", &known));
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = link.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "simulation: link to names process nodeb:1, which the mapping does not have \
+         (its processes: node-a:1, node-b:1)"
+    );
+    let e = Simulation::new(1)
+        .link("node-c:1", "node-b:1", lossy.clone())
+        .run(&g)
+        .unwrap_err();
+    assert!(
+        matches!(&e, RunError::UnknownProcess { addr, fault: "link from", .. } if addr == "node-c:1"),
+        "{e:?}"
+    );
+    // Refused before anything ran: the initial event is still there for a correct run.
+    let r = Simulation::new(1)
+        .crash("node-b:1", Duration::from_secs(60))
+        .link("node-a:1", "node-b:1", NetModel::default())
+        .run(&g)
+        .unwrap();
+    assert_eq!(r.quit.unwrap().get::<i64>(0).unwrap(), 10);
+    // An unmapped graph is one process, `sim:0`.
+    let solo = Stage::new("solo", |_: Event, _: &mut Ctx| Ok(()));
+    let mut g = Graph::new("solo");
+    g.add(&solo);
+    let e = Simulation::new(1)
+        .crash("sim:1", Duration::ZERO)
+        .run(&g)
+        .unwrap_err();
+    assert!(matches!(e, RunError::UnknownProcess { .. }), "{e:?}");
+    assert!(
+        Simulation::new(1)
+            .crash("sim:0", Duration::ZERO)
+            .run(&g)
+            .is_ok()
+    );
 }
