@@ -8,6 +8,10 @@
 //! gives virtual time, and [`RemoteLinks`] whose sinks turn a remote send into a
 //! delivery scheduled on the virtual clock. Handlers, stages and graphs are unchanged.
 //!
+//! A simulation does not depend on the host: a simulated process runs on one (virtual)
+//! thread and the default `maxpar` of its parallel stages is
+//! [`Simulation::DEFAULT_MAXPAR`], not the host's CPU count as in a real run.
+//!
 //! ```
 //! use std::time::Duration;
 //! use leda_core::prelude::*;
@@ -151,6 +155,12 @@ pub struct SimReport {
 }
 
 impl Simulation {
+    /// The default `maxpar` of parallel stages in a simulated process (see
+    /// [`Simulation::maxpar`]). A real run's default is its thread count, one per CPU of
+    /// the host; a simulation uses this constant instead, so that the same seed gives the
+    /// same trace on every machine.
+    pub const DEFAULT_MAXPAR: usize = 4;
+
     /// A simulation with this seed and the default network (1 ms constant latency, FIFO,
     /// no loss).
     pub fn new(seed: u64) -> Self {
@@ -198,7 +208,8 @@ impl Simulation {
         self
     }
 
-    /// The default `maxpar` of parallel stages in every simulated process.
+    /// The default `maxpar` of parallel stages in every simulated process (default:
+    /// [`Simulation::DEFAULT_MAXPAR`], whatever the host).
     pub fn maxpar(mut self, n: usize) -> Self {
         self.maxpar = Some(n);
         self
@@ -264,10 +275,11 @@ impl Simulation {
                 core: core.clone(),
                 pid,
             });
-            let mut opts = Run::default().executor(exec);
-            if let Some(m) = self.maxpar {
-                opts = opts.maxpar(m);
-            }
+            // One virtual thread, and a maxpar that does not follow the host's CPUs.
+            let mut opts = Run::default()
+                .executor(exec)
+                .threads(1)
+                .maxpar(self.maxpar.unwrap_or(Self::DEFAULT_MAXPAR));
             if mapped {
                 opts = opts.process(addr.clone()).remote(Arc::new(SimLinks {
                     core: core.clone(),

@@ -298,3 +298,106 @@ fn faults_on_unknown_processes_are_refused() {
             .is_ok()
     );
 }
+
+/// Eight events to a parallel asynchronous stage whose calls take 10 ms of virtual time,
+/// then over a 1 ms link: the end time counts the rounds of `maxpar` instances.
+/// Returns the end time, the stage's `maxpar` and the trace.
+fn parallel_rounds() -> (Duration, usize, Vec<String>) {
+    let src = Stage::new("src", |_: Event, ctx: &mut Ctx| {
+        for i in 0..8i64 {
+            ctx.send(1, i)?;
+        }
+        Ok(())
+    })
+    .autostart(());
+    let work = Stage::asynchronous("work", |ev: Event, mut ctx: Ctx| async move {
+        let i: i64 = ev.get(0)?;
+        ctx.sleep(Duration::from_millis(10)).await;
+        ctx.send_wait(1, i).await?;
+        Ok(())
+    });
+    let sink = Stage::new("sink", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let mut g = Graph::new("rounds");
+    g.connect(&src, 1, &work).local();
+    g.connect(&work, 1, &sink);
+    g.part([Cluster::of([&src, &work]), Cluster::of([&sink])])
+        .unwrap()
+        .map(["a:1", "b:1"])
+        .unwrap();
+    let r = Simulation::new(1).run(&g).unwrap();
+    let work = r.processes[0].1.stats.stage("work").unwrap().maxpar;
+    (r.time, work, r.trace)
+}
+
+/// FNV-1a of the trace's lines (stable across Rust versions, unlike `DefaultHasher`).
+fn trace_hash(trace: &[String]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in trace.iter().flat_map(|l| l.bytes().chain([b'\n'])) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Not a test of its own: run by `the_same_seed_gives_the_same_trace_on_any_host` in a
+/// child process restricted to one CPU; prints what that run gave.
+#[test]
+fn parallel_rounds_child() {
+    if std::env::var_os("LEDA_SIM_ROUNDS_CHILD").is_none() {
+        return;
+    }
+    let (time, maxpar, trace) = parallel_rounds();
+    println!(
+        "ROUNDS time={} maxpar={maxpar} hash={:x}",
+        time.as_nanos(),
+        trace_hash(&trace)
+    );
+}
+
+/// The default `maxpar` of a simulated process is a documented constant, not the host's
+/// CPU count: a trace recorded on a laptop replays on a CI machine of another size.
+#[test]
+fn the_same_seed_gives_the_same_trace_on_any_host() {
+    let (time, maxpar, trace) = parallel_rounds();
+    assert_eq!(maxpar, Simulation::DEFAULT_MAXPAR);
+    assert_eq!(Simulation::DEFAULT_MAXPAR, 4, "documented in semantics.md");
+    // Two rounds of four: 10 + 10 ms of calls, then the 1 ms link.
+    assert_eq!(time, Duration::from_millis(21));
+    // The same run in a process that may use one CPU only (where `taskset` exists).
+    let Some(cpu) = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
+            let first = line.split(':').nth(1)?.trim().split([',', '-']).next()?;
+            Some(first.to_owned())
+        })
+    else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let Ok(out) = std::process::Command::new("taskset")
+        .args(["-c", &cpu])
+        .arg(exe)
+        .args(["--exact", "parallel_rounds_child", "--nocapture"])
+        .env("LEDA_SIM_ROUNDS_CHILD", "1")
+        .output()
+    else {
+        eprintln!("no taskset: the one-CPU comparison is skipped");
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.find("ROUNDS ").map(|i| &l[i..]))
+        .unwrap_or_else(|| {
+            panic!(
+                "the child printed no result: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let here = format!(
+        "ROUNDS time={} maxpar={maxpar} hash={:x}",
+        time.as_nanos(),
+        trace_hash(&trace)
+    );
+    assert_eq!(line, here, "one CPU (left) and this host (right)");
+}
