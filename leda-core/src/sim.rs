@@ -6,16 +6,27 @@
 //! The simulator plugs into the two seams of the runtime: each simulated process gets
 //! an [`Executor`] that queues its tasks on the simulation's single ready queue and
 //! gives virtual time, and [`RemoteLinks`] whose sinks turn a remote send into a
-//! delivery scheduled on the virtual clock. Handlers, stages and graphs are unchanged.
+//! delivery scheduled on the virtual clock. Handlers, stages and graphs are unchanged,
+//! with one exception: a handler waits for time with [`Ctx::sleep`](crate::runtime::Ctx::sleep)
+//! (or a future built on it), never with a tokio timer (`tokio::time::sleep`,
+//! `tokio::time::timeout`, ...) nor any other future that only a real reactor completes.
+//! Nothing drives tokio in a simulation: a tokio timer panics there ("there is no reactor
+//! running"), which fails that event like any handler panic (counted, logged, sent to the
+//! `error` port), and a future waiting on a real socket or thread never completes (the
+//! simulation ends [`SimEnd::Stuck`]).
 //!
 //! A simulation does not depend on the host: a simulated process runs on one (virtual)
 //! thread and the default `maxpar` of its parallel stages is
-//! [`Simulation::DEFAULT_MAXPAR`], not the host's CPU count as in a real run.
+//! [`Simulation::DEFAULT_MAXPAR`], not the host's CPU count as in a real run. It ends
+//! when a handler quits, when nothing is left to do, at [`Simulation::until`], or when a
+//! step budget is spent ([`Simulation::max_steps`],
+//! [`Simulation::max_steps_per_instant`]: work that takes no virtual time, a loop between
+//! two local stages say, never reaches `until`); [`SimReport::end`] says which.
 //!
 //! ```
 //! use std::time::Duration;
 //! use leda_core::prelude::*;
-//! use leda_core::sim::{Latency, Simulation};
+//! use leda_core::sim::{Latency, SimEnd, Simulation};
 //!
 //! let ping = Stage::new("ping", |ev: Event, ctx: &mut Ctx| {
 //!     let n: i64 = ev.get(0)?;
@@ -32,6 +43,7 @@
 //! g.part([Cluster::of([&ping]), Cluster::of([&pong])]).unwrap().map(["sim:1", "sim:2"]).unwrap();
 //! let report = Simulation::new(7).latency(Latency::Constant(Duration::from_millis(5))).run(&g).unwrap();
 //! assert_eq!(report.quit.unwrap().get::<i64>(0).unwrap(), 3);
+//! assert_eq!(report.end, SimEnd::Quit { process: "sim:1".into() });
 //! assert_eq!(report.time, Duration::from_millis(30)); // 6 one-way trips of 5 ms
 //! ```
 
@@ -48,7 +60,7 @@ use crate::error::{Rejected, RunError, SendError};
 use crate::event::Event;
 use crate::graph::Graph;
 use crate::runtime::executor::{BoxFuture, Executor, RemoteLinks, RemoteSink};
-use crate::runtime::{ProcessHandle, Run, RunReport, Running, Task};
+use crate::runtime::{EndReason, ProcessHandle, Run, RunReport, Running, Task};
 
 /// A seeded pseudo-random generator (SplitMix64): small, fast, reproducible everywhere.
 #[derive(Clone, Debug)]
@@ -137,18 +149,64 @@ pub struct Simulation {
     crashes: Vec<(String, Duration)>,
     until: Option<Duration>,
     maxpar: Option<usize>,
+    max_steps: u64,
+    max_steps_per_instant: u64,
+}
+
+/// Why a simulation ended ([`SimReport::end`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimEnd {
+    /// A handler called `quit` in the live process with this address.
+    Quit {
+        /// The process' address (`sim:0` for an unmapped graph).
+        process: String,
+    },
+    /// Nothing was left to do: no task ready, nothing due on the virtual clock, and in
+    /// every live process nothing queued, running or waiting.
+    Idle,
+    /// Nothing the simulation can run or deliver was left, but live processes still had
+    /// work pending: `waiting` instances (over all live processes) wait on a future that
+    /// no simulated event completes (a tokio timer, a real socket, a channel nothing sends
+    /// on), or a `Ctx::busy` guard is held outside the simulation (`waiting` may then be
+    /// 0). The simulation is stuck, not finished.
+    Stuck {
+        /// Instances parked on something outside the simulation.
+        waiting: usize,
+    },
+    /// The virtual clock reached [`Simulation::until`] with work still due later.
+    Until,
+    /// [`Simulation::max_steps`] steps were taken.
+    StepBudget {
+        /// The steps taken.
+        steps: u64,
+    },
+    /// [`Simulation::max_steps_per_instant`] steps were taken without the virtual clock
+    /// moving: work that takes no virtual time loops (two stages passing an event back
+    /// and forth, a handler that re-sends to itself), which no `until` bounds.
+    ZeroTimeLoop {
+        /// The steps taken at the last instant.
+        steps: u64,
+    },
 }
 
 /// What a simulation returns.
 #[derive(Debug)]
 pub struct SimReport {
+    /// Why the simulation ended.
+    pub end: SimEnd,
     /// Virtual time when the simulation ended.
     pub time: Duration,
     /// The values passed to `quit`, if a handler called it.
     pub quit: Option<Event>,
     /// One line per network event (send, deliver, lose, duplicate, crash), in order.
     pub trace: Vec<String>,
-    /// Each simulated process' own report, by address.
+    /// Each simulated process' own report, by address. The simulator ends every process
+    /// itself, so each report's `reason` is the simulation's end as a run's
+    /// [`EndReason`]: `Quit` after [`SimEnd::Quit`] (in every process, as a quit ends a
+    /// distributed run everywhere), `Idle` after [`SimEnd::Idle`] and [`SimEnd::Stuck`],
+    /// `Timeout` after the bounds ([`SimEnd::Until`], [`SimEnd::StepBudget`],
+    /// [`SimEnd::ZeroTimeLoop`]). A crashed process' report says the same; the trace has
+    /// its `crash` line.
     pub processes: Vec<(String, RunReport)>,
     /// Events lost by the network model or sent to a crashed process.
     pub lost: u64,
@@ -161,6 +219,11 @@ impl Simulation {
     /// same trace on every machine.
     pub const DEFAULT_MAXPAR: usize = 4;
 
+    /// The default of [`Simulation::max_steps_per_instant`]: a million steps at one
+    /// virtual instant, about a second of real time in a debug build. The simulations of
+    /// this workspace's tests take 8,000 at most.
+    pub const DEFAULT_MAX_STEPS_PER_INSTANT: u64 = 1_000_000;
+
     /// A simulation with this seed and the default network (1 ms constant latency, FIFO,
     /// no loss).
     pub fn new(seed: u64) -> Self {
@@ -171,6 +234,8 @@ impl Simulation {
             crashes: Vec::new(),
             until: None,
             maxpar: None,
+            max_steps: u64::MAX,
+            max_steps_per_instant: Self::DEFAULT_MAX_STEPS_PER_INSTANT,
         }
     }
 
@@ -202,7 +267,8 @@ impl Simulation {
         self
     }
 
-    /// Stop at this virtual time at the latest.
+    /// Stop at this virtual time at the latest ([`SimEnd::Until`]). Work that takes no
+    /// virtual time never reaches it: [`Simulation::max_steps_per_instant`] bounds that.
     pub fn until(mut self, t: Duration) -> Self {
         self.until = Some(t);
         self
@@ -215,10 +281,30 @@ impl Simulation {
         self
     }
 
+    /// Stop after `n` steps in all ([`SimEnd::StepBudget`]); a step is one task run (an
+    /// activation of a stage, a woken instance) or one action on the virtual clock (a
+    /// delivery, a timer, a crash). Default: no bound; the simulation is deterministic,
+    /// so the same seed stops at the same step.
+    pub fn max_steps(mut self, n: u64) -> Self {
+        self.max_steps = n;
+        self
+    }
+
+    /// Stop after `n` steps (see [`Simulation::max_steps`]) taken without the virtual
+    /// clock moving ([`SimEnd::ZeroTimeLoop`]): a loop of work that takes no virtual time
+    /// would otherwise run for ever, `until` or not. Default:
+    /// [`Simulation::DEFAULT_MAX_STEPS_PER_INSTANT`]; raise it for a simulation that
+    /// legitimately does that much at one instant (an unmapped graph without sleeps does
+    /// all its work at time zero).
+    pub fn max_steps_per_instant(mut self, n: u64) -> Self {
+        self.max_steps_per_instant = n;
+        self
+    }
+
     /// Runs `graph` (partitioned and mapped; an unmapped graph is one process, `sim:0`)
-    /// until a handler quits, nothing is left to do, or the `until` time. Fails before
-    /// anything runs if the graph is invalid or a fault names a process that the mapping
-    /// does not have.
+    /// until a handler quits, nothing is left to do, the `until` time or a step budget;
+    /// [`SimReport::end`] says which. Fails before anything runs if the graph is invalid
+    /// or a fault names a process that the mapping does not have.
     pub fn run(self, graph: &Graph) -> Result<SimReport, RunError> {
         let plan = graph.verify()?;
         let addrs: Vec<String> = match &plan.processes {
@@ -295,7 +381,27 @@ impl Simulation {
                 core.lock().at(*at, Action::Crash(pid));
             }
         }
-        core.drive(self.until);
+        let stop = core.drive(&Bounds {
+            until: self.until,
+            max_steps: self.max_steps,
+            max_steps_per_instant: self.max_steps_per_instant,
+        });
+        let end = match stop {
+            Stop::Quit(pid) => SimEnd::Quit {
+                process: addrs[pid].clone(),
+            },
+            Stop::OutOfWork => core.idle_or_stuck(),
+            Stop::Until => SimEnd::Until,
+            Stop::StepBudget(steps) => SimEnd::StepBudget { steps },
+            Stop::ZeroTimeLoop(steps) => SimEnd::ZeroTimeLoop { steps },
+        };
+        let reason = match end {
+            SimEnd::Quit { .. } => EndReason::Quit,
+            SimEnd::Idle | SimEnd::Stuck { .. } => EndReason::Idle,
+            SimEnd::Until | SimEnd::StepBudget { .. } | SimEnd::ZeroTimeLoop { .. } => {
+                EndReason::Timeout
+            }
+        };
         let (time, quitter) = {
             let s = core.lock();
             (s.now, s.quitter)
@@ -311,10 +417,12 @@ impl Simulation {
             if Some(pid) == quitter {
                 quit = report.quit.take();
             }
+            report.reason = reason;
             processes.push((addr, report));
         }
         let mut s = core.lock();
         Ok(SimReport {
+            end,
             time,
             quit,
             trace: std::mem::take(&mut s.trace),
@@ -341,6 +449,30 @@ impl Drop for Teardown {
         // Dropped outside the lock: a task or waker may lock the core as it goes.
         drop((handles, ready, actions));
     }
+}
+
+/// What bounds [`Core::drive`].
+struct Bounds {
+    until: Option<Duration>,
+    max_steps: u64,
+    max_steps_per_instant: u64,
+}
+
+/// Why [`Core::drive`] returned.
+enum Stop {
+    /// The live process with this index quit.
+    Quit(usize),
+    /// No task ready, no timed action left.
+    OutOfWork,
+    Until,
+    StepBudget(u64),
+    ZeroTimeLoop(u64),
+}
+
+/// The next step of [`Core::drive`]: a ready task, or the timed action due first.
+enum Step {
+    Task((usize, Task)),
+    Timer(Duration, u64),
 }
 
 enum Action {
@@ -400,29 +532,61 @@ impl Core {
     }
 
     /// Runs ready tasks; when none is left, moves the clock to the next timed action.
-    fn drive(&self, until: Option<Duration>) {
+    /// Each task run and each timed action is a step, counted against the bounds.
+    fn drive(&self, bounds: &Bounds) -> Stop {
+        let (mut steps, mut still) = (0u64, 0u64);
         loop {
-            let next = self.lock().ready.pop_front();
-            if let Some((pid, task)) = next {
-                if !self.lock().dead[pid] {
-                    task.run();
+            let mut s = self.lock();
+            let step = match s.ready.pop_front() {
+                Some(task) => Step::Task(task),
+                None => {
+                    let Some(&Reverse((t, id))) = s.timers.peek() else {
+                        return Stop::OutOfWork;
+                    };
+                    if let Some(u) = bounds.until
+                        && t > u
+                    {
+                        s.now = u;
+                        return Stop::Until;
+                    }
+                    if t > s.now {
+                        still = 0; // the clock moves
+                    }
+                    Step::Timer(t, id)
                 }
-                if self.check_quit() {
-                    return;
+            };
+            if steps >= bounds.max_steps || still >= bounds.max_steps_per_instant {
+                if let Step::Task(task) = step {
+                    s.ready.push_front(task);
                 }
-                continue;
-            }
-            let action = {
-                let mut s = self.lock();
-                let Some(Reverse((t, id))) = s.timers.pop() else {
-                    return;
+                return if steps >= bounds.max_steps {
+                    Stop::StepBudget(steps)
+                } else {
+                    Stop::ZeroTimeLoop(still)
                 };
-                if until.is_some_and(|u| t > u) {
-                    s.now = until.unwrap_or(t);
-                    return;
+            }
+            steps += 1;
+            still += 1;
+            let action = match step {
+                Step::Task((pid, task)) => {
+                    let dead = s.dead[pid];
+                    drop(s);
+                    if !dead {
+                        task.run();
+                    }
+                    if let Some(pid) = self.check_quit() {
+                        return Stop::Quit(pid);
+                    }
+                    continue;
                 }
-                s.now = s.now.max(t);
-                s.actions.remove(&id)
+                Step::Timer(t, id) => {
+                    s.timers.pop();
+                    s.now = s.now.max(t);
+                    let action = s.actions.remove(&id);
+                    // Acted on outside the lock: a wake-up schedules a task, which locks.
+                    drop(s);
+                    action
+                }
             };
             match action {
                 Some(Action::Wake(w)) => w.wake(),
@@ -447,13 +611,35 @@ impl Core {
         }
     }
 
-    /// `true` once a live process' handler called `quit` (recorded as the quitter).
-    fn check_quit(&self) -> bool {
+    /// The live process whose handler called `quit`, once one did (recorded as the
+    /// quitter).
+    fn check_quit(&self) -> Option<usize> {
         let mut s = self.lock();
         if s.quitter.is_none() {
             s.quitter = (0..s.handles.len()).find(|&p| !s.dead[p] && s.handles[p].is_stopping());
         }
-        s.quitter.is_some()
+        s.quitter
+    }
+
+    /// Once nothing is left to run or deliver: [`SimEnd::Idle`] if every live process is
+    /// quiescent, else [`SimEnd::Stuck`] with the instances still waiting.
+    fn idle_or_stuck(&self) -> SimEnd {
+        let live: Vec<ProcessHandle> = {
+            let s = self.lock();
+            (0..s.handles.len())
+                .filter(|&p| !s.dead[p])
+                .map(|p| s.handles[p].clone())
+                .collect()
+        };
+        if live.iter().all(ProcessHandle::is_quiescent) {
+            return SimEnd::Idle;
+        }
+        let waiting = live
+            .iter()
+            .flat_map(|h| h.snapshot().stages)
+            .map(|st| st.waiting)
+            .sum();
+        SimEnd::Stuck { waiting }
     }
 
     fn deliver(&self, to: usize, stage: &str, event: Event, from: usize, from_stage: &str) {

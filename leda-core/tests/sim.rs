@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use leda_core::error::RunError;
 use leda_core::prelude::*;
-use leda_core::sim::{Latency, NetModel, SimReport, Simulation};
+use leda_core::sim::{Latency, NetModel, SimEnd, SimReport, Simulation};
 
 /// Three processes: a source sends `n` numbered events to a relay in process 2, which
 /// forwards them to a serial collector in process 3. Returns the collector's order.
@@ -214,89 +214,21 @@ fn a_finished_simulation_frees_its_processes() {
     assert_eq!(Arc::strong_count(&marker), 1, "instances and factory freed");
 }
 
-/// A fault aimed at a process the mapping does not have is an error, not a no-op.
-#[test]
-fn faults_on_unknown_processes_are_refused() {
-    let a = Stage::new("a", |ev: Event, ctx: &mut Ctx| {
-        let n: i64 = ev.get(0)?;
-        if n >= 10 {
-            ctx.quit(n)
-        } else {
-            ctx.send(1, n + 1)?
-        }
-        Ok(())
-    })
-    .autostart(0);
-    let b = Stage::new("b", |ev: Event, ctx: &mut Ctx| {
-        ctx.send(1, ev.get::<i64>(0)? + 1)?;
-        Ok(())
+/// Runs `f` on a thread of its own; `None` if it has not returned within `secs` (the
+/// thread is left behind, spinning, until the test process exits).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let _ = tx.send(f());
     });
-    let mut g = Graph::new("faults");
-    g.connect(&a, 1, &b);
-    g.connect(&b, 1, &a);
-    g.part([Cluster::of([&a]), Cluster::of([&b])])
-        .unwrap()
-        .map(["node-a:1", "node-b:1"])
-        .unwrap();
-    let crash = Simulation::new(1)
-        .crash("node-b:2", Duration::from_millis(3))
-        .run(&g);
-    assert!(crash.is_err(), "crash of node-b:2 accepted");
-    let lossy = NetModel {
-        loss: 1.0,
-        ..NetModel::default()
-    };
-    let link = Simulation::new(1)
-        .link("node-a:1", "nodeb:1", lossy.clone())
-        .run(&g);
-    assert!(link.is_err(), "link to nodeb:1 accepted");
-    let known = vec!["node-a:1".to_owned(), "node-b:1".to_owned()];
-    match crash {
-        Err(RunError::UnknownProcess {
-            addr,
-            fault,
-            known: k,
-        }) => {
-            assert_eq!((addr.as_str(), fault, &k), ("node-b:2", "crash", &known));
-        }
-        other => panic!("{other:?}"),
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => Some(v),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match h.join() {
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(()) => unreachable!("the thread sent nothing and did not panic"),
+        },
     }
-    let e = link.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "simulation: link to names process nodeb:1, which the mapping does not have \
-         (its processes: node-a:1, node-b:1)"
-    );
-    let e = Simulation::new(1)
-        .link("node-c:1", "node-b:1", lossy.clone())
-        .run(&g)
-        .unwrap_err();
-    assert!(
-        matches!(&e, RunError::UnknownProcess { addr, fault: "link from", .. } if addr == "node-c:1"),
-        "{e:?}"
-    );
-    // Refused before anything ran: the initial event is still there for a correct run.
-    let r = Simulation::new(1)
-        .crash("node-b:1", Duration::from_secs(60))
-        .link("node-a:1", "node-b:1", NetModel::default())
-        .run(&g)
-        .unwrap();
-    assert_eq!(r.quit.unwrap().get::<i64>(0).unwrap(), 10);
-    // An unmapped graph is one process, `sim:0`.
-    let solo = Stage::new("solo", |_: Event, _: &mut Ctx| Ok(()));
-    let mut g = Graph::new("solo");
-    g.add(&solo);
-    let e = Simulation::new(1)
-        .crash("sim:1", Duration::ZERO)
-        .run(&g)
-        .unwrap_err();
-    assert!(matches!(e, RunError::UnknownProcess { .. }), "{e:?}");
-    assert!(
-        Simulation::new(1)
-            .crash("sim:0", Duration::ZERO)
-            .run(&g)
-            .is_ok()
-    );
 }
 
 /// Eight events to a parallel asynchronous stage whose calls take 10 ms of virtual time,
@@ -400,4 +332,263 @@ fn the_same_seed_gives_the_same_trace_on_any_host() {
         trace_hash(&trace)
     );
     assert_eq!(line, here, "one CPU (left) and this host (right)");
+}
+
+/// Two local stages that pass one event back and forth for ever.
+fn zero_time_loop() -> Graph {
+    let a = Stage::new("a", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev)?;
+        Ok(())
+    })
+    .autostart(0);
+    let b = Stage::new("b", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev)?;
+        Ok(())
+    });
+    let mut g = Graph::new("loop");
+    g.connect(&a, 1, &b);
+    g.connect(&b, 1, &a);
+    g
+}
+
+/// Work that takes no virtual time never moves the clock to `until`: the simulation
+/// must still end (the default bound of steps at one instant), and say why.
+#[test]
+fn a_loop_in_zero_virtual_time_ends() {
+    let r = within(60, || {
+        Simulation::new(1)
+            .until(Duration::from_secs(1))
+            .run(&zero_time_loop())
+            .unwrap()
+    });
+    let report = r.expect("until(1 s) with a zero-time loop did not return within 60 s");
+    assert_eq!(
+        report.end,
+        SimEnd::ZeroTimeLoop {
+            steps: Simulation::DEFAULT_MAX_STEPS_PER_INSTANT
+        }
+    );
+    assert_eq!(report.time, Duration::ZERO);
+    assert_eq!(report.processes[0].1.reason, EndReason::Timeout);
+    let handled: u64 = report.processes[0]
+        .1
+        .stats
+        .stages
+        .iter()
+        .map(|s| s.handled)
+        .sum();
+    assert!(handled > 100_000, "{handled} events handled");
+}
+
+/// The step bounds are exact and deterministic; the same loop across two processes with
+/// zero latency (deliveries at the same instant) is bounded too.
+#[test]
+fn step_budgets_end_a_simulation() {
+    let r = Simulation::new(1)
+        .max_steps(1_000)
+        .run(&zero_time_loop())
+        .unwrap();
+    assert_eq!(r.end, SimEnd::StepBudget { steps: 1_000 });
+    let r = Simulation::new(1)
+        .max_steps_per_instant(500)
+        .run(&zero_time_loop())
+        .unwrap();
+    assert_eq!(r.end, SimEnd::ZeroTimeLoop { steps: 500 });
+
+    let mut g = zero_time_loop();
+    let (a, b) = (g.stage("a").unwrap().clone(), g.stage("b").unwrap().clone());
+    g.part([Cluster::of([&a]), Cluster::of([&b])])
+        .unwrap()
+        .map(["a:1", "b:1"])
+        .unwrap();
+    let zero = Simulation::new(1)
+        .latency(Latency::Constant(Duration::ZERO))
+        .max_steps_per_instant(10_000)
+        .run(&g)
+        .unwrap();
+    assert_eq!(zero.end, SimEnd::ZeroTimeLoop { steps: 10_000 });
+    assert!(zero.trace.len() > 5_000, "{} trace lines", zero.trace.len());
+    // With latency the clock moves and `until` ends it.
+    let mut g = zero_time_loop();
+    let (a, b) = (g.stage("a").unwrap().clone(), g.stage("b").unwrap().clone());
+    g.part([Cluster::of([&a]), Cluster::of([&b])])
+        .unwrap()
+        .map(["a:1", "b:1"])
+        .unwrap();
+    let timed = Simulation::new(1)
+        .until(Duration::from_millis(100))
+        .run(&g)
+        .unwrap();
+    assert_eq!(timed.end, SimEnd::Until);
+    assert_eq!(timed.time, Duration::from_millis(100));
+    assert!(
+        timed
+            .processes
+            .iter()
+            .all(|(_, r)| r.reason == EndReason::Timeout)
+    );
+}
+
+/// An instance waiting on a future that nothing in the simulation completes: the
+/// simulation runs out of work, but it is stuck, not finished.
+#[test]
+fn a_stuck_simulation_says_so() {
+    let s = Stage::asynchronous("s", |_: Event, _ctx: Ctx| async move {
+        std::future::pending::<()>().await;
+        Ok(())
+    })
+    .autostart(());
+    let mut g = Graph::new("stuck");
+    g.add(&s);
+    let r = Simulation::new(1).run(&g).unwrap();
+    assert_eq!(r.quit.map(|e| e.to_string()), None);
+    assert_ne!(r.processes[0].1.reason, EndReason::Quit, "no handler quit");
+    assert_eq!(r.processes[0].1.reason, EndReason::Idle);
+    assert_eq!(r.end, SimEnd::Stuck { waiting: 1 });
+}
+
+/// The other ends: a quit names its process, a simulation that runs out of work is idle.
+#[test]
+fn a_simulation_says_how_it_ended() {
+    let (r, order) = three_process_run(1, NetModel::default(), 20);
+    assert_eq!(order.len(), 20);
+    assert_eq!(r.end, SimEnd::Idle);
+    assert!(r.processes.iter().all(|(_, p)| p.reason == EndReason::Idle));
+
+    let ping = Stage::new("ping", |ev: Event, ctx: &mut Ctx| {
+        let n: i64 = ev.get(0)?;
+        if n == 3 {
+            ctx.quit(n)
+        } else {
+            ctx.send(1, n + 1)?
+        }
+        Ok(())
+    })
+    .autostart(0);
+    let pong = Stage::new("pong", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev.get::<i64>(0)?)?;
+        Ok(())
+    });
+    let mut g = Graph::new("pingpong");
+    g.connect(&ping, 1, &pong);
+    g.connect(&pong, 1, &ping);
+    g.part([Cluster::of([&ping]), Cluster::of([&pong])])
+        .unwrap()
+        .map(["p:1", "p:2"])
+        .unwrap();
+    let r = Simulation::new(1).run(&g).unwrap();
+    assert_eq!(
+        r.end,
+        SimEnd::Quit {
+            process: "p:1".into()
+        }
+    );
+    assert!(r.processes.iter().all(|(_, p)| p.reason == EndReason::Quit));
+}
+
+/// A tokio timer is no simulated timer (nothing drives tokio in a simulation): the
+/// handler fails like any panicking handler, counted, and the simulation does not hang.
+/// Handlers wait with `ctx.sleep` (documented in sim.rs and semantics.md).
+#[test]
+fn a_tokio_timer_fails_the_event_in_a_simulation() {
+    let r = within(60, || {
+        let a = Stage::asynchronous("a", |_: Event, ctx: Ctx| async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            ctx.quit("done");
+            Ok(())
+        })
+        .autostart(());
+        let mut g = Graph::new("tokio");
+        g.add(&a);
+        Simulation::new(1).run(&g).unwrap()
+    })
+    .expect("returned");
+    assert_eq!(r.quit.map(|e| e.to_string()), None);
+    assert_eq!(r.processes[0].1.stats.stage("a").unwrap().errors, 1);
+    assert_eq!(r.end, SimEnd::Idle);
+}
+
+/// A fault aimed at a process the mapping does not have is an error, not a no-op.
+#[test]
+fn faults_on_unknown_processes_are_refused() {
+    let a = Stage::new("a", |ev: Event, ctx: &mut Ctx| {
+        let n: i64 = ev.get(0)?;
+        if n >= 10 {
+            ctx.quit(n)
+        } else {
+            ctx.send(1, n + 1)?
+        }
+        Ok(())
+    })
+    .autostart(0);
+    let b = Stage::new("b", |ev: Event, ctx: &mut Ctx| {
+        ctx.send(1, ev.get::<i64>(0)? + 1)?;
+        Ok(())
+    });
+    let mut g = Graph::new("faults");
+    g.connect(&a, 1, &b);
+    g.connect(&b, 1, &a);
+    g.part([Cluster::of([&a]), Cluster::of([&b])])
+        .unwrap()
+        .map(["node-a:1", "node-b:1"])
+        .unwrap();
+    let crash = Simulation::new(1)
+        .crash("node-b:2", Duration::from_millis(3))
+        .run(&g);
+    assert!(crash.is_err(), "crash of node-b:2 accepted");
+    let lossy = NetModel {
+        loss: 1.0,
+        ..NetModel::default()
+    };
+    let link = Simulation::new(1)
+        .link("node-a:1", "nodeb:1", lossy.clone())
+        .run(&g);
+    assert!(link.is_err(), "link to nodeb:1 accepted");
+    let known = vec!["node-a:1".to_owned(), "node-b:1".to_owned()];
+    match crash {
+        Err(RunError::UnknownProcess {
+            addr,
+            fault,
+            known: k,
+        }) => {
+            assert_eq!((addr.as_str(), fault, &k), ("node-b:2", "crash", &known));
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = link.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "simulation: link to names process nodeb:1, which the mapping does not have \
+         (its processes: node-a:1, node-b:1)"
+    );
+    let e = Simulation::new(1)
+        .link("node-c:1", "node-b:1", lossy.clone())
+        .run(&g)
+        .unwrap_err();
+    assert!(
+        matches!(&e, RunError::UnknownProcess { addr, fault: "link from", .. } if addr == "node-c:1"),
+        "{e:?}"
+    );
+    // Refused before anything ran: the initial event is still there for a correct run.
+    let r = Simulation::new(1)
+        .crash("node-b:1", Duration::from_secs(60))
+        .link("node-a:1", "node-b:1", NetModel::default())
+        .run(&g)
+        .unwrap();
+    assert_eq!(r.quit.unwrap().get::<i64>(0).unwrap(), 10);
+    // An unmapped graph is one process, `sim:0`.
+    let solo = Stage::new("solo", |_: Event, _: &mut Ctx| Ok(()));
+    let mut g = Graph::new("solo");
+    g.add(&solo);
+    let e = Simulation::new(1)
+        .crash("sim:1", Duration::ZERO)
+        .run(&g)
+        .unwrap_err();
+    assert!(matches!(e, RunError::UnknownProcess { .. }), "{e:?}");
+    assert!(
+        Simulation::new(1)
+            .crash("sim:0", Duration::ZERO)
+            .run(&g)
+            .is_ok()
+    );
 }
