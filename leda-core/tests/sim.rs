@@ -498,14 +498,26 @@ fn a_tokio_timer_fails_the_event_in_a_simulation() {
             Ok(())
         })
         .autostart(());
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let r2 = reports.clone();
+        let err = Stage::new("err", move |ev: Event, _: &mut Ctx| {
+            r2.lock().unwrap().push(ev.get::<String>(1)?);
+            Ok(())
+        });
         let mut g = Graph::new("tokio");
-        g.add(&a);
-        Simulation::new(1).run(&g).unwrap()
+        g.connect(&a, "error", &err);
+        let report = Simulation::new(1).run(&g).unwrap();
+        (report, reports.lock().unwrap().clone())
     })
     .expect("returned");
+    let (r, reports) = r;
     assert_eq!(r.quit.map(|e| e.to_string()), None);
     assert_eq!(r.processes[0].1.stats.stage("a").unwrap().errors, 1);
     assert_eq!(r.end, SimEnd::Idle);
+    assert!(
+        reports.len() == 1 && reports[0].contains("wait with `ctx.sleep`"),
+        "{reports:?}"
+    );
 }
 
 /// A fault aimed at a process the mapping does not have is an error, not a no-op.

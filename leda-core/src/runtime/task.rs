@@ -673,12 +673,18 @@ impl Drop for Activation {
 }
 
 pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        format!("panic: {s}")
+    let text = if let Some(s) = p.downcast_ref::<&str>() {
+        *s
     } else if let Some(s) = p.downcast_ref::<String>() {
-        format!("panic: {s}")
+        s.as_str()
     } else {
-        "panic".to_owned()
+        return "panic".to_owned();
+    };
+    if text.contains("no reactor running") {
+        // tokio's timers and sockets outside the real runtime: a simulation.
+        format!("panic: {text} (in a simulation, wait with `ctx.sleep`, not tokio's timers)")
+    } else {
+        format!("panic: {text}")
     }
 }
 
