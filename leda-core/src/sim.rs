@@ -208,7 +208,10 @@ pub struct SimReport {
     /// [`SimEnd::ZeroTimeLoop`]). A crashed process' report says the same; the trace has
     /// its `crash` line.
     pub processes: Vec<(String, RunReport)>,
-    /// Events lost by the network model or sent to a crashed process.
+    /// Events that did not reach their stage: lost by the network model, sent to a
+    /// crashed process or to a stage it does not run, or refused by a full queue on
+    /// arrival. Each has its trace line; the refused ones were also reported to their
+    /// sender (its `failed_sends` and `error` port), as a transport reports them.
     pub lost: u64,
 }
 
