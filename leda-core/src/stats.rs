@@ -173,7 +173,8 @@ pub struct StageSnapshot {
     /// Events accepted for this stage and dropped unhandled because the run ended (in
     /// a producer's batch, taken by an instance, or held by a waiting instance); those
     /// still queued are `queue_len`. At the end of a run, `events_in` = `handled` +
-    /// `queue_len` + `discarded`.
+    /// `queue_len` + `discarded`, but for the events of handler calls the run left
+    /// behind ([`crate::runtime::Run::leave_stuck_after`]), in none of them.
     #[serde(default)]
     pub discarded: u64,
     /// Mean handler latency, microseconds (sampled).

@@ -135,7 +135,9 @@ impl Run {
     /// leave their threads behind (an error is logged) and return: for a daemon, whose
     /// next deployment would otherwise wait for ever on a handler in an endless loop
     /// that nothing can interrupt (a loop in C, a finalizer). By default the end of a run
-    /// waits for every handler.
+    /// waits for every handler. A call left behind belongs to an ended run: its sends
+    /// fail with `Stopped`, and a wait it asks for on the run's timers or sockets
+    /// (closed with the run) fails its call when it returns.
     pub fn leave_stuck_after(mut self, d: Duration) -> Self {
         self.leave_stuck_after = Some(d);
         self
@@ -411,8 +413,8 @@ fn start(graph: &Graph, mut opts: Run) -> Result<Running, RunError> {
         None => None,
     };
 
-    // The initial events are taken only now that nothing can fail: a start that fails
-    // leaves them to the next.
+    // The initial events are taken only now that nothing can fail (but the supervisor
+    // thread's spawn, below): a start that fails leaves them to the next.
     for (st, s) in process.stages.iter().zip(&local) {
         for ev in std::mem::take(&mut s.spec().pushed) {
             st.push_initial(ev);
@@ -837,10 +839,11 @@ impl Supervisor {
         // Idle instances go now (their handlers' destructors run), not with the last
         // handle to the process: their parked tasks hold it. The reactor goes too, and
         // with it the activations waiting there, whose events the last snapshot counts
-        // as discarded.
+        // as discarded (no longer queued: the queue's length is read again).
         process.drop_idle();
         drop(real);
         for (s, st) in stats.stages.iter_mut().zip(process.stages.iter()) {
+            s.queue_len = st.len();
             s.discarded = st.counters.discarded.load(Relaxed);
         }
         let reason = reason?;

@@ -261,6 +261,12 @@ impl Activation {
         // flushed.
         let mut yield_due = false;
         loop {
+            // The run has ended (a quit, its timeout): no handler call starts after
+            // that. The task goes (dropped by the stopping pool), its events counted as
+            // discarded; before, it went on to the end of its batch (256 calls).
+            if process.stopping.load(Relaxed) {
+                return Outcome::Yield;
+            }
             let ev = if let Some(ev) = self.first.take() {
                 ev
             } else if let Some(ev) = self.buf.pop_front() {
@@ -656,6 +662,9 @@ impl Drop for Activation {
     /// instance, if any, is dropped as [`drop_instance`] does.
     fn drop(&mut self) {
         let st = &self.ctx.process.stages[self.ctx.stage];
+        // The events of the batch it took are the queue's (held) until settled: they
+        // leave its length as they become discarded.
+        st.settle(self.started + self.buf.len());
         st.discard(
             self.buf.len()
                 + usize::from(self.first.is_some())
