@@ -443,7 +443,7 @@ async fn deploy(
     };
     if let Err(e) = meshed {
         let _ = write_frame(&mut s, &Frame::Refused(e.to_string())).await;
-        transport.close(None).await;
+        transport.abandon().await;
         return Err(e);
     }
     write_frame(&mut s, &Frame::Ready).await.map_err(ferr)?;
@@ -461,7 +461,7 @@ async fn deploy(
     })
     .await;
     if let Err(e) = start {
-        transport.close(None).await;
+        transport.abandon().await;
         return Err(e);
     }
     transport.attach(&d.launcher, s);
@@ -568,22 +568,32 @@ fn prune(parked: &mut Vec<Incoming>, config: &Settings) {
     parked.drain(..extra);
 }
 
+/// At most this many refused launchers are read to their end at a time; beyond, the
+/// refusal is written and the connection closed (a client with the secret could
+/// otherwise hold a socket and a buffer per connection it opens, for `limit` each).
+const MAX_REFUSING: usize = 16;
+
 /// Tells a launcher this daemon is busy, without holding up the deployment at hand:
 /// the refusal is written, and what the launcher still sends (its deployment, up to
 /// megabytes) is read and dropped until it closes, for at most `limit` — closing with
 /// unread data would reset the connection, and the launcher would read "connection
-/// reset" instead of the reason.
+/// reset" instead of the reason (the launcher also looks for the reason after a failed
+/// write: the refusal reaches it past `limit` too, unless the reset came first).
 fn refuse(mut s: Conn, reason: String, limit: Duration) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    static REFUSING: AtomicUsize = AtomicUsize::new(0);
+    let drain = REFUSING.fetch_add(1, SeqCst) < MAX_REFUSING;
     tokio::spawn(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let _ = tokio::time::timeout(limit, async {
             write_frame(&mut s, &Frame::Refused(reason)).await.ok()?;
             s.shutdown().await.ok()?;
-            let mut sink = vec![0u8; 64 * 1024];
-            while s.read(&mut sink).await.ok()? > 0 {}
+            let mut sink = vec![0u8; 16 * 1024];
+            while drain && s.read(&mut sink).await.ok()? > 0 {}
             Some(())
         })
         .await;
+        REFUSING.fetch_sub(1, SeqCst);
     });
 }
 

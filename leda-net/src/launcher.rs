@@ -210,8 +210,10 @@ impl Launcher {
         self
     }
 
-    /// Limit for sending each daemon its deployment and for its answer (default 30 s;
-    /// connecting and the handshake take at most 5 s of it, as daemons allow).
+    /// Limit for sending each daemon its deployment, and again for its answer (default
+    /// 30 s each). Connecting and the handshake are bounded apart, by 5 s
+    /// (`handshake::HANDSHAKE_TIMEOUT`, as daemons bound theirs by default), or by this
+    /// limit if it is shorter.
     pub fn deploy_timeout(mut self, d: Duration) -> Self {
         self.timeout = d;
         self
@@ -281,7 +283,7 @@ impl Launcher {
             }
         };
         let rt = net_runtime("leda-launcher-net")?;
-        let streams = match rt.block_on(self.deploy_all(&per)) {
+        let streams = match rt.block_on(self.deploy_all(per)) {
             Ok(s) => s,
             Err(e) => {
                 restore();
@@ -340,7 +342,8 @@ impl Launcher {
     /// after another daemon's timeout, a stopped daemon does not hold up the others'
     /// deployments, and a daemon that dies after answering `Ready`, while others are
     /// still being deployed, is reported then.
-    async fn deploy_all(&self, per: &[Deployment]) -> Result<Vec<(String, Conn)>, NetError> {
+    async fn deploy_all(&self, per: Vec<Deployment>) -> Result<Vec<(String, Conn)>, NetError> {
+        let n = per.len();
         let secret = match &self.secret {
             Some(s) => s.clone(),
             None => Secret::for_user()?,
@@ -352,11 +355,13 @@ impl Launcher {
         let (go_tx, go_rx) = tokio::sync::watch::channel(false);
         // Each task sends at most twice (ready, then gone): no send waits.
         let (ready_tx, mut ready_rx) =
-            tokio::sync::mpsc::channel::<Result<(), NetError>>(2 * per.len().max(1));
+            tokio::sync::mpsc::channel::<Result<(), NetError>>(2 * n.max(1));
         let mut tasks = tokio::task::JoinSet::new();
-        for (i, d) in per.iter().enumerate() {
-            let (d, me, secret, tls) = (d.clone(), self.addr.clone(), secret.clone(), tls.clone());
+        let sending = Arc::new(tokio::sync::Semaphore::new(4));
+        for (i, d) in per.into_iter().enumerate() {
+            let (me, secret, tls) = (self.addr.clone(), secret.clone(), tls.clone());
             let (timeout, ready_tx, mut go_rx) = (self.timeout, ready_tx.clone(), go_rx.clone());
+            let sending = sending.clone();
             tasks.spawn(async move {
                 let addr = d.target.clone();
                 let deployed = async {
@@ -373,17 +378,37 @@ impl Launcher {
                         HANDSHAKE_TIMEOUT.min(timeout),
                     )
                     .await?;
-                    tokio::time::timeout(timeout, write_frame(&mut s, &Frame::Deploy(Box::new(d))))
+                    // A few deployments are encoded and sent at a time: each is a frame
+                    // of up to the whole graph's size, and there may be many daemons.
+                    let permit = sending.acquire().await;
+                    let deploy = Frame::Deploy(Box::new(d));
+                    let sent = tokio::time::timeout(timeout, write_frame(&mut s, &deploy))
                         .await
                         .map_err(|_| NetError::Timeout {
                             peer: addr.clone(),
                             during: "sending the deployment",
                             secs: timeout.as_secs_f64(),
-                        })?
-                        .map_err(|source| NetError::Frame {
+                        })?;
+                    drop((deploy, permit));
+                    if let Err(source) = sent {
+                        // A daemon that refuses (busy) says why and closes: the write
+                        // fails, and the reason may still wait to be read.
+                        let answer = tokio::time::timeout(
+                            Duration::from_secs(1),
+                            read_frame(&mut s, MAX_FRAME),
+                        )
+                        .await;
+                        if let Ok(Ok(Some(Frame::Refused(reason)))) = answer {
+                            return Err(NetError::Refused {
+                                daemon: addr.clone(),
+                                reason,
+                            });
+                        }
+                        return Err(NetError::Frame {
                             peer: addr.clone(),
                             source,
-                        })?;
+                        });
+                    }
                     ready(&addr, &mut s, timeout).await?;
                     Ok::<_, NetError>(s)
                 };
@@ -407,7 +432,7 @@ impl Launcher {
             });
         }
         drop(ready_tx);
-        let mut pending = per.len();
+        let mut pending = n;
         while pending > 0 {
             match ready_rx.recv().await {
                 Some(Ok(())) => pending -= 1,
@@ -416,7 +441,7 @@ impl Launcher {
             }
         }
         let _ = go_tx.send(true);
-        let mut streams = Vec::with_capacity(per.len());
+        let mut streams = Vec::with_capacity(n);
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok(Some(x)) => streams.push(x),

@@ -618,57 +618,55 @@ fn a_peer_deployed_slowly_is_not_taken_for_lost() {
     drop((a, b));
 }
 
-/// A deployment that fails because one daemon is gone (connection refused) leaves the
-/// others free at once: they drop it when the launcher's connection ends, and the next
-/// launch succeeds. Before, they waited in the failed deployment for the missing peer
-/// for the whole deploy timeout (30 s), refusing every launcher meanwhile ("is being
-/// deployed"), and a queued retry whose launcher had gone was replayed later, 3 s each
-/// (a review, 2026-11-27).
+/// A daemon that waits in a deployment for a peer to connect drops it as soon as the
+/// launcher's connection ends, and serves the next launch. Here the peer is a process
+/// that accepts and says nothing, so the launcher gives up on it (5 s) while `a`, whose
+/// address sorts after it, waits to be dialled. Before, `a` waited for the whole deploy
+/// timeout (30 s) refusing every launcher ("is being deployed"), then replayed the
+/// deployments of launchers that had already given up, 3 s each (a review, 2026-11-27).
 #[test]
 fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
-    let a = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
-    let b = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
-    // Nothing listens on port 1, and its address sorts before the daemons': `a`
-    // waits for it to dial (the lower address dials the higher).
-    let gone = "127.0.0.1:1";
-    let three = |last: &str| {
-        let gen_ = stages::generator("gen");
-        let inc = stages::inc("inc").attr("add", 1);
-        let inc2 = stages::inc("inc2").attr("add", 1);
-        let collect = stages::collect("collect").attr("expect", 10);
-        let mut g = Graph::new("abandoned");
-        g.connect(&gen_, 1, &inc);
-        g.connect(&inc, 1, &inc2);
-        g.connect(&inc2, 1, &collect);
-        g.part([
-            Cluster::of([&gen_, &collect]),
-            Cluster::of([&inc]),
-            Cluster::of([&inc2]),
-        ])
-        .unwrap()
-        .map([ME, a.addr.as_str(), last])
-        .unwrap();
-        gen_.push((10, 0, false));
-        g
-    };
-    // `gone` comes after `a` in the deployment order: `a` has its deployment and
-    // waits for its peers when the launcher fails to reach `gone`.
-    for _ in 0..3 {
-        let e = Launcher::new(ME)
-            .run(&three(gone), Run::default().threads(1))
-            .expect_err("a daemon is gone");
-        assert!(e.to_string().contains(gone), "{e}");
-    }
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = silent.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let _conns: Vec<_> = silent.incoming().take(2).collect();
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    // On 127.0.0.2: its address sorts after the silent one's, which it waits for.
+    let a = Node::start(&["daemon", "--listen", "127.0.0.2:0"], None);
+    let gen_ = stages::generator("gen");
+    let inc = stages::inc("inc").attr("add", 1);
+    let collect = stages::collect("collect").attr("expect", 10);
+    let other = stages::inc("other");
+    let mut g = Graph::new("abandoned");
+    g.connect(&gen_, 1, &inc);
+    g.connect(&inc, 1, &collect);
+    g.connect(&inc, 2, &other);
+    g.part([
+        Cluster::of([&gen_, &collect]),
+        Cluster::of([&inc]),
+        Cluster::of([&other]),
+    ])
+    .unwrap()
+    .map([ME, a.addr.as_str(), gone.as_str()])
+    .unwrap();
+    gen_.push((10, 0, false));
+    let e = Launcher::new(ME)
+        .run(&g, Run::default().threads(1))
+        .expect_err("nothing answers at the third address");
+    assert!(e.to_string().contains(&gone), "{e}");
     let t = std::time::Instant::now();
-    let report = Launcher::new(ME)
-        .run(&three(&b.addr), Run::default().threads(1))
-        .expect("the daemons serve the next deployment");
-    assert_eq!(quit_ints(&report)[0].as_int(), Some(10));
+    let next = Launcher::new(ME).run(&small_graph(&a), Run::default().threads(1));
+    assert_eq!(
+        quit_ints(&next.expect("the next deployment"))[0].as_int(),
+        Some(10)
+    );
     assert!(
-        t.elapsed() < Duration::from_secs(15),
+        t.elapsed() < Duration::from_secs(10),
         "the next deployment waited {:?}",
         t.elapsed()
     );
+    drop(held);
 }
 
 /// A daemon busy with a run refuses a second launcher with its reason, even when that
@@ -742,4 +740,65 @@ fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
         t.elapsed()
     );
     drop(held);
+}
+
+/// A daemon whose deployment fails after it connected to a peer that had only parked
+/// the connection (its own deployment still on the way) closes that link at once and
+/// serves the next launcher. Before, it waited 3 s for the peer to close its side,
+/// which it never would.
+#[test]
+fn a_failed_deployment_closes_its_links_without_waiting_for_the_peers() {
+    let a = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let b = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let slow = SlowFirst::start(&b.addr, &a.addr);
+    let gen_ = stages::generator("gen");
+    let inc = stages::inc("inc").attr("add", 1);
+    let collect = stages::collect("collect")
+        .attr("expect", 10)
+        .attr("pad", "x".repeat(800_000));
+    let mut g = Graph::new("half-deployed");
+    g.connect(&gen_, 1, &inc);
+    g.connect(&inc, 1, &collect);
+    g.part([
+        Cluster::of([&gen_]),
+        Cluster::of([&inc]),
+        Cluster::of([&collect]),
+    ])
+    .unwrap()
+    .map([ME, a.addr.as_str(), slow.addr.as_str()])
+    .unwrap();
+    gen_.push((10, 0, false));
+    // `a` is deployed at once, dials the relay (b parks that connection) and answers
+    // Ready; the 800 KB to b take 5 s: the launcher gives up after 1 s.
+    let e = Launcher::new(ME)
+        .deploy_timeout(Duration::from_secs(1))
+        .run(&g, Run::default().threads(1))
+        .expect_err("the deployment to b takes too long");
+    assert!(e.to_string().contains(&slow.addr), "{e}");
+    let t = std::time::Instant::now();
+    let next = Launcher::new(ME).run(&small_graph(&a), Run::default().threads(1));
+    assert_eq!(
+        quit_ints(&next.expect("the next deployment"))[0].as_int(),
+        Some(10)
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "the next deployment waited {:?}",
+        t.elapsed()
+    );
+    drop(b);
+}
+
+/// `gen` here, `collect` (10 events) on `node`.
+fn small_graph(node: &Node) -> Graph {
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect").attr("expect", 10);
+    let mut g = Graph::new("small");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, node.addr.as_str()])
+        .unwrap();
+    gen_.push((10, 0, false));
+    g
 }

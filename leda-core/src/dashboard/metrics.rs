@@ -41,7 +41,7 @@ pub(crate) fn prometheus(sample: &Sample) -> String {
         sample.processes().map(|(n, s)| (esc(n), s)).collect();
     let mut f = Family { out: &mut out };
     type StageField = fn(&crate::stats::StageSnapshot) -> f64;
-    let stage_metrics: [(&str, &str, &str, StageField); 16] = [
+    let stage_metrics: [(&str, &str, &str, StageField); 17] = [
         (
             "leda_stage_queue_length",
             "gauge",
@@ -99,7 +99,7 @@ pub(crate) fn prometheus(sample: &Sample) -> String {
         (
             "leda_stage_handled_total",
             "counter",
-            "Events handled.",
+            "Events handled (failed ones included).",
             |s| s.handled as f64,
         ),
         (
@@ -119,6 +119,12 @@ pub(crate) fn prometheus(sample: &Sample) -> String {
             "counter",
             "Events lost in transit to other processes.",
             |s| s.failed_sends as f64,
+        ),
+        (
+            "leda_stage_discarded_total",
+            "counter",
+            "Events accepted and dropped unhandled because the run ended.",
+            |s| s.discarded as f64,
         ),
         (
             "leda_stage_latency_mean_seconds",

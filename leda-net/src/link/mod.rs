@@ -375,6 +375,8 @@ pub struct Transport {
     stats: Arc<TransportStats>,
     pending_inbound: AtomicU64,
     closing: AtomicBool,
+    /// Closing a deployment that never started ([`Transport::abandon`]).
+    abandoned: AtomicBool,
     rt: tokio::runtime::Handle,
     liveness: Liveness,
     policy: OnProcessLoss,
@@ -469,6 +471,7 @@ impl Transport {
             indexes: Mutex::new(None),
             pending_inbound: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
             running: AtomicBool::new(false),
             rt,
             liveness,
@@ -614,6 +617,14 @@ impl Transport {
     /// The live links.
     pub(crate) fn links(&self) -> Vec<Arc<Link>> {
         lock(&self.links).values().cloned().collect()
+    }
+
+    /// Ends the links of a deployment that never started: nothing was sent on them, so
+    /// they close without waiting for their peers to finish their side (one that only
+    /// parked the connection, never to read it, held a failed deployment 3 s more).
+    pub(crate) async fn abandon(&self) {
+        self.abandoned.store(true, Relaxed);
+        self.close(None).await;
     }
 
     /// Ends every link cleanly (after `Quit` frames, if asked) and waits (bounded) for

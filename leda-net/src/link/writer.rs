@@ -233,11 +233,14 @@ pub(super) async fn write_loop(
     link.mark_dead();
     if clean {
         let _ = wr.shutdown().await;
-        // Wait for the peer to finish its side, processing its last replies.
-        if tokio::time::timeout(CLOSE_GRACE, &mut reader)
-            .await
-            .is_err()
-        {
+        // Wait for the peer to finish its side, processing its last replies (but for
+        // a deployment that never started: nothing to wait for).
+        let grace = if t.abandoned.load(Relaxed) {
+            Duration::ZERO
+        } else {
+            CLOSE_GRACE
+        };
+        if tokio::time::timeout(grace, &mut reader).await.is_err() {
             tracing::debug!(peer = %link.peer, "peer did not close in time");
         }
     }
