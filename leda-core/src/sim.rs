@@ -358,8 +358,34 @@ impl Simulation {
         // queued tasks and wakers); break the cycle however the run ends, or every run leaks.
         let _teardown = Teardown(core.clone());
         let mapped = plan.processes.is_some();
+        // The initial events of a replicated cluster are dealt over its replicas, as a
+        // launcher deals them (before, its first replica took them all): each
+        // process' share is pushed back just before it starts.
+        let mut initial: Vec<(usize, Vec<(String, Event)>)> = Vec::new();
+        if let Some(procs) = &plan.processes {
+            for (si, s) in graph.stages().iter().enumerate() {
+                let Some(c) = plan.cluster_of(s) else {
+                    continue;
+                };
+                let replicas = &procs[c].0;
+                if replicas.len() > 1 {
+                    let evs = s.take_pushed().into_iter().enumerate();
+                    let dealt = evs.map(|(k, e)| (replicas[k % replicas.len()].clone(), e));
+                    initial.push((si, dealt.collect()));
+                }
+            }
+        }
         let mut running: Vec<(String, Running)> = Vec::new();
         for (pid, addr) in addrs.iter().enumerate() {
+            for (si, evs) in &mut initial {
+                for (to, e) in std::mem::take(evs) {
+                    if to == *addr {
+                        graph.stages()[*si].push(e);
+                    } else {
+                        evs.push((to, e));
+                    }
+                }
+            }
             let exec = Arc::new(SimExec {
                 core: core.clone(),
                 pid,

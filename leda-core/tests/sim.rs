@@ -604,3 +604,28 @@ fn faults_on_unknown_processes_are_refused() {
             .is_ok()
     );
 }
+
+/// The initial events of a replicated cluster are dealt over its replicas, as a
+/// launcher deals them. Before, the first replica took them all.
+#[test]
+fn initial_events_of_a_replicated_cluster_are_dealt_over_its_replicas() {
+    let work = Stage::new("work", |_: Event, _: &mut Ctx| Ok(()));
+    let a = Stage::new("a", |_: Event, _: &mut Ctx| Ok(()));
+    let mut g = Graph::new("replicas");
+    g.connect(&a, 1, &work);
+    g.part([Cluster::of([&a]), Cluster::of([&work])])
+        .unwrap()
+        .map([vec!["a:1"], vec!["b:1", "b:2"]])
+        .unwrap();
+    for i in 0..10i64 {
+        work.push(i);
+    }
+    let r = Simulation::new(1).run(&g).unwrap();
+    let handled: Vec<u64> = r
+        .processes
+        .iter()
+        .filter(|(addr, _)| addr.starts_with("b:"))
+        .map(|(_, p)| p.stats.stage("work").unwrap().handled)
+        .collect();
+    assert_eq!(handled, vec![5, 5]);
+}
