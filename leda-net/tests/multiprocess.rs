@@ -655,17 +655,7 @@ fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
         .run(&g, Run::default().threads(1))
         .expect_err("nothing answers at the third address");
     assert!(e.to_string().contains(&gone), "{e}");
-    let t = std::time::Instant::now();
-    let next = Launcher::new(ME).run(&small_graph(&a), Run::default().threads(1));
-    assert_eq!(
-        quit_ints(&next.expect("the next deployment"))[0].as_int(),
-        Some(10)
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "the next deployment waited {:?}",
-        t.elapsed()
-    );
+    next_launch_within(&a, Duration::from_secs(10));
     drop(held);
 }
 
@@ -675,22 +665,11 @@ fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
 #[test]
 fn a_busy_daemon_refuses_a_large_deployment_with_its_reason() {
     let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
-    let graph = |name: &str, pad: usize| {
-        let gen_ = stages::generator("gen");
-        let collect = stages::collect("collect")
-            .attr("expect", 1_000_000_000i64)
-            .attr("pad", "x".repeat(pad));
-        let mut g = Graph::new(name);
-        g.connect(&gen_, 1, &collect);
-        g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
-            .unwrap()
-            .map([ME, node.addr.as_str()])
-            .unwrap();
-        gen_.push((10, 0, false));
-        g
-    };
+    // A run that lasts: its collector waits for more than is sent.
+    let lasting = small_graph(&node.addr, 0);
+    lasting.stages()[1].set_attr("expect", 1_000_000_000i64);
     let first = Launcher::new(ME)
-        .start(&graph("first", 0), Run::default().threads(1))
+        .start(&lasting, Run::default().threads(1))
         .expect("start");
     assert!(eventually(Duration::from_secs(10), || first
         .transport()
@@ -698,7 +677,10 @@ fn a_busy_daemon_refuses_a_large_deployment_with_its_reason() {
         == 10));
     for _ in 0..3 {
         let e = Launcher::new(ME)
-            .run(&graph("second", 8_000_000), Run::default().threads(1))
+            .run(
+                &small_graph(&node.addr, 8_000_000),
+                Run::default().threads(1),
+            )
             .expect_err("the daemon is busy");
         assert!(
             e.to_string().contains("is running another deployment"),
@@ -720,18 +702,9 @@ fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
         let _conn = silent.accept();
         std::thread::sleep(Duration::from_secs(40));
     });
-    let gen_ = stages::generator("gen");
-    let collect = stages::collect("collect").attr("expect", 10);
-    let mut g = Graph::new("silent");
-    g.connect(&gen_, 1, &collect);
-    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
-        .unwrap()
-        .map([ME, addr.as_str()])
-        .unwrap();
-    gen_.push((10, 0, false));
     let t = std::time::Instant::now();
     let e = Launcher::new(ME)
-        .run(&g, Run::default().threads(1))
+        .run(&small_graph(&addr, 0), Run::default().threads(1))
         .expect_err("nothing answers");
     assert!(e.to_string().contains(&addr), "{e}");
     assert!(
@@ -775,30 +748,38 @@ fn a_failed_deployment_closes_its_links_without_waiting_for_the_peers() {
         .run(&g, Run::default().threads(1))
         .expect_err("the deployment to b takes too long");
     assert!(e.to_string().contains(&slow.addr), "{e}");
+    next_launch_within(&a, Duration::from_millis(2500));
+    drop(b);
+}
+
+/// `gen` here, `collect` (10 events, an attribute of `pad` bytes to make the
+/// deployment that large) at `addr`.
+fn small_graph(addr: &str, pad: usize) -> Graph {
+    let gen_ = stages::generator("gen");
+    let collect = stages::collect("collect")
+        .attr("expect", 10)
+        .attr("pad", "x".repeat(pad));
+    let mut g = Graph::new("small");
+    g.connect(&gen_, 1, &collect);
+    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
+        .unwrap()
+        .map([ME, addr])
+        .unwrap();
+    gen_.push((10, 0, false));
+    g
+}
+
+/// The next launch on `node` succeeds, within `limit`.
+fn next_launch_within(node: &Node, limit: Duration) {
     let t = std::time::Instant::now();
-    let next = Launcher::new(ME).run(&small_graph(&a), Run::default().threads(1));
+    let next = Launcher::new(ME).run(&small_graph(&node.addr, 0), Run::default().threads(1));
     assert_eq!(
         quit_ints(&next.expect("the next deployment"))[0].as_int(),
         Some(10)
     );
     assert!(
-        t.elapsed() < Duration::from_millis(2500),
+        t.elapsed() < limit,
         "the next deployment waited {:?}",
         t.elapsed()
     );
-    drop(b);
-}
-
-/// `gen` here, `collect` (10 events) on `node`.
-fn small_graph(node: &Node) -> Graph {
-    let gen_ = stages::generator("gen");
-    let collect = stages::collect("collect").attr("expect", 10);
-    let mut g = Graph::new("small");
-    g.connect(&gen_, 1, &collect);
-    g.part([Cluster::of([&gen_]), Cluster::of([&collect])])
-        .unwrap()
-        .map([ME, node.addr.as_str()])
-        .unwrap();
-    gen_.push((10, 0, false));
-    g
 }
