@@ -401,7 +401,18 @@ impl Simulation {
                     pid,
                 }));
             }
-            let r = graph.start(opts)?;
+            let r = match graph.start(opts) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The shares not dealt yet go back to their stages, for a later run.
+                    for (si, evs) in initial {
+                        for (_, ev) in evs {
+                            graph.stages()[si].push(ev);
+                        }
+                    }
+                    return Err(e);
+                }
+            };
             core.lock().handles.push(r.handle());
             running.push((addr.clone(), r));
         }
@@ -431,10 +442,16 @@ impl Simulation {
                 EndReason::Timeout
             }
         };
-        let (time, quitter) = {
-            let s = core.lock();
-            (s.now, s.quitter)
+        let (time, quitter, left) = {
+            let mut s = core.lock();
+            s.timers.clear();
+            let left = (std::mem::take(&mut s.ready), std::mem::take(&mut s.actions));
+            (s.now, s.quitter, left)
         };
+        // What was left to run or deliver goes before the processes' last snapshots, so
+        // that the events of activations still ready or waiting on the virtual clock
+        // count as discarded there (dropped outside the lock: a task may lock the core).
+        drop(left);
         let handles: Vec<ProcessHandle> = running.iter().map(|(_, r)| r.handle()).collect();
         for h in &handles {
             h.quit(Event::new());

@@ -568,9 +568,10 @@ fn prune(parked: &mut Vec<Incoming>, config: &Settings) {
     parked.drain(..extra);
 }
 
-/// At most this many refused launchers are read to their end at a time; beyond, the
-/// refusal is written and the connection closed (a client with the secret could
-/// otherwise hold a socket and a buffer per connection it opens, for `limit` each).
+/// At most this many refused launchers (in this process, all daemons together) are
+/// read to their end at a time; beyond, the refusal is written and the connection
+/// closed (a client with the secret could otherwise hold a socket and a buffer per
+/// connection it opens, for `limit` each).
 const MAX_REFUSING: usize = 16;
 
 /// Tells a launcher this daemon is busy, without holding up the deployment at hand:
@@ -582,8 +583,17 @@ const MAX_REFUSING: usize = 16;
 fn refuse(mut s: Conn, reason: String, limit: Duration) {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     static REFUSING: AtomicUsize = AtomicUsize::new(0);
+    /// Counts one refusal in progress, however its task ends (dropped with the runtime).
+    struct Refusing;
+    impl Drop for Refusing {
+        fn drop(&mut self) {
+            REFUSING.fetch_sub(1, SeqCst);
+        }
+    }
     let drain = REFUSING.fetch_add(1, SeqCst) < MAX_REFUSING;
+    let counted = Refusing;
     tokio::spawn(async move {
+        let _counted = counted;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let _ = tokio::time::timeout(limit, async {
             write_frame(&mut s, &Frame::Refused(reason)).await.ok()?;
@@ -593,7 +603,6 @@ fn refuse(mut s: Conn, reason: String, limit: Duration) {
             Some(())
         })
         .await;
-        REFUSING.fetch_sub(1, SeqCst);
     });
 }
 

@@ -365,6 +365,11 @@ impl Launcher {
             tasks.spawn(async move {
                 let addr = d.target.clone();
                 let deployed = async {
+                    // A few deployments are encoded and sent at a time: each encoded
+                    // frame is as large as the graph, and there may be many daemons. The
+                    // permit is taken before connecting: a daemon counts its deploy
+                    // timeout from the handshake.
+                    let permit = sending.acquire().await;
                     // A handshake is bounded as the daemons bound theirs: a process that
                     // accepts and then says nothing (stopped, or not a daemon) is given
                     // up after seconds, not after the deploy timeout.
@@ -378,9 +383,6 @@ impl Launcher {
                         HANDSHAKE_TIMEOUT.min(timeout),
                     )
                     .await?;
-                    // A few deployments are encoded and sent at a time: each is a frame
-                    // of up to the whole graph's size, and there may be many daemons.
-                    let permit = sending.acquire().await;
                     let deploy = Frame::Deploy(Box::new(d));
                     let sent = tokio::time::timeout(timeout, write_frame(&mut s, &deploy))
                         .await

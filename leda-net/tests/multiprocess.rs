@@ -626,12 +626,9 @@ fn a_peer_deployed_slowly_is_not_taken_for_lost() {
 /// deployments of launchers that had already given up, 3 s each (a review, 2026-11-27).
 #[test]
 fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
+    // Never accepted: the kernel completes the connections, nobody answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let gone = silent.local_addr().unwrap().to_string();
-    let held = std::thread::spawn(move || {
-        let _conns: Vec<_> = silent.incoming().take(2).collect();
-        std::thread::sleep(Duration::from_secs(30));
-    });
     // On 127.0.0.2: its address sorts after the silent one's, which it waits for.
     let a = Node::start(&["daemon", "--listen", "127.0.0.2:0"], None);
     let gen_ = stages::generator("gen");
@@ -656,7 +653,7 @@ fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
         .expect_err("nothing answers at the third address");
     assert!(e.to_string().contains(&gone), "{e}");
     next_launch_within(&a, Duration::from_secs(10));
-    drop(held);
+    drop(silent);
 }
 
 /// A daemon busy with a run refuses a second launcher with its reason, even when that
@@ -696,12 +693,9 @@ fn a_busy_daemon_refuses_a_large_deployment_with_its_reason() {
 /// (5 s). Before, the launcher waited for its deploy timeout (30 s).
 #[test]
 fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
+    // Never accepted: the kernel completes the connection, nobody answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = silent.local_addr().unwrap().to_string();
-    let held = std::thread::spawn(move || {
-        let _conn = silent.accept();
-        std::thread::sleep(Duration::from_secs(40));
-    });
     let t = std::time::Instant::now();
     let e = Launcher::new(ME)
         .run(&small_graph(&addr, 0), Run::default().threads(1))
@@ -712,7 +706,7 @@ fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
         "the launch took {:?}: {e}",
         t.elapsed()
     );
-    drop(held);
+    drop(silent);
 }
 
 /// A daemon whose deployment fails after it connected to a peer that had only parked

@@ -619,9 +619,10 @@ impl Transport {
         lock(&self.links).values().cloned().collect()
     }
 
-    /// Ends the links of a deployment that never started: nothing was sent on them, so
-    /// they close without waiting for their peers to finish their side (one that only
-    /// parked the connection, never to read it, held a failed deployment 3 s more).
+    /// Ends the links of a deployment that did not start here: they close without
+    /// waiting for their peers to finish their side (one that only parked the
+    /// connection, never to read it, held a failed deployment 3 s more). Whatever a
+    /// peer that did start sent on them is not waited for either.
     pub(crate) async fn abandon(&self) {
         self.abandoned.store(true, Relaxed);
         self.close(None).await;
