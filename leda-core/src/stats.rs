@@ -270,7 +270,37 @@ pub struct Snapshot {
     pub remote_routes: Vec<RouteCounts>,
 }
 
+/// The events whose handlers failed in a run, for one stage of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageFailures {
+    /// The process (`"this process"` for the one that launched the run).
+    pub process: String,
+    /// The stage.
+    pub stage: String,
+    /// How many of its events failed.
+    pub count: u64,
+}
+
+impl std::fmt::Display for StageFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} in '{}' ({})", self.count, self.stage, self.process)
+    }
+}
+
 impl Snapshot {
+    /// The stages of this snapshot, taken in `process`, whose handlers failed.
+    pub fn failures(&self, process: &str) -> Vec<StageFailures> {
+        self.stages
+            .iter()
+            .filter(|s| s.errors > 0)
+            .map(|s| StageFailures {
+                process: process.to_owned(),
+                stage: s.name.clone(),
+                count: s.errors,
+            })
+            .collect()
+    }
+
     /// The entry of the stage named `name`.
     pub fn stage(&self, name: &str) -> Option<&StageSnapshot> {
         self.stages.iter().find(|s| s.name == name)

@@ -103,42 +103,13 @@ pub fn window_size(s: &str) -> Result<usize, BadWindow> {
     check_window(n)
 }
 
-/// The handlers of one stage that failed in a run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StageFailures {
-    /// The process (`this process` for the launching one).
-    pub process: String,
-    /// The stage.
-    pub stage: String,
-    /// How many of its events failed.
-    pub count: u64,
-}
-
-impl std::fmt::Display for StageFailures {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} in '{}' ({})", self.count, self.stage, self.process)
-    }
-}
+pub use leda_core::stats::StageFailures;
 
 /// A run in which events failed (each was logged as it failed): its outputs are
 /// incomplete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} event(s) failed: {} (each logged above)", .0.iter().map(|f| f.count).sum::<u64>(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
 pub struct EventsFailed(pub Vec<StageFailures>);
-
-/// The stages of `process` whose handlers failed, from its statistics.
-pub fn failures(process: &str, stats: &leda_core::stats::Snapshot) -> Vec<StageFailures> {
-    stats
-        .stages
-        .iter()
-        .filter(|s| s.errors > 0)
-        .map(|s| StageFailures {
-            process: process.to_owned(),
-            stage: s.name.clone(),
-            count: s.errors,
-        })
-        .collect()
-}
 
 /// Removes an earlier run's outputs from `out` (`alarms.log`, every `persist-*`),
 /// creating `out` if needed: every mode counts what is there when it ends.
@@ -331,7 +302,7 @@ pub fn run(s: &Setup) -> anyhow::Result<(Outcome, Duration)> {
             let report = b
                 .graph
                 .run(Run::default().threads(s.threads).until_idle())?;
-            failed = failures("this process", &report.stats);
+            failed = report.stats.failures("this process");
         }
         Scenario::One | Scenario::Two => {
             let (mine, theirs) = match s.scenario {
@@ -370,9 +341,9 @@ pub fn run(s: &Setup) -> anyhow::Result<(Outcome, Duration)> {
                 .run(&b.graph, Run::default().threads(mine))
                 .context("running the CEP graph across processes")?;
             for peer in &report.peers {
-                failed.extend(failures(&peer.name, &peer.snapshot));
+                failed.extend(peer.snapshot.failures(&peer.name));
             }
-            failed.extend(failures("this process", &report.run.stats));
+            failed.extend(report.run.stats.failures("this process"));
             drop(corr);
             drop(daemons);
         }

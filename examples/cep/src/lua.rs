@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use leda_lua::script::{Mode, Script, ScriptOptions};
 
-use crate::app::{DaemonChild, Outcome, Scenario, StageFailures, outcome};
+use crate::app::{DaemonChild, Outcome, Scenario, outcome};
 
 /// The script.
 pub const SCRIPT: &str = include_str!("../lua/cep.lua");
@@ -112,14 +112,6 @@ fn run_script(
     drop(daemons);
     res.context("running lua/cep.lua")?;
     let mut o = outcome(out)?;
-    o.failed = s
-        .failures()
-        .into_iter()
-        .map(|f| StageFailures {
-            process: f.process,
-            stage: f.stage,
-            count: f.count,
-        })
-        .collect();
+    o.failed = s.failures();
     Ok((o, elapsed))
 }

@@ -106,22 +106,7 @@ fn options_of(lua: &Lua) -> ScriptOptions {
         .unwrap_or_default()
 }
 
-/// Events whose handler failed in the runs of a script, for one stage of one process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StageFailures {
-    /// The process (`"this process"` for the script's own).
-    pub process: String,
-    /// The stage.
-    pub stage: String,
-    /// How many of its events failed.
-    pub count: u64,
-}
-
-impl std::fmt::Display for StageFailures {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} in '{}' ({})", self.count, self.stage, self.process)
-    }
-}
+pub use leda_core::stats::StageFailures;
 
 #[derive(Default)]
 struct Shared {

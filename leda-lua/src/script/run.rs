@@ -120,12 +120,7 @@ pub(super) fn run_graph(lua: &Lua, g: &LuaGraph, opts: Option<Table>) -> mlua::R
 
 /// Notes the stages of `process` whose handlers failed in a run.
 fn record_failures(shared: &Mutex<Shared>, process: &str, stats: &leda_core::stats::Snapshot) {
-    let failed = stats.stages.iter().filter(|s| s.errors > 0);
-    lock(shared).failures.extend(failed.map(|s| StageFailures {
-        process: process.to_owned(),
-        stage: s.name.clone(),
-        count: s.errors,
-    }));
+    lock(shared).failures.extend(stats.failures(process));
 }
 
 /// `graph:run{on_process_loss = 'end' | 'continue', notify = 'stage'}`: what the run
