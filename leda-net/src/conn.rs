@@ -56,7 +56,31 @@ pub(crate) type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 /// The write half of a [`Conn`].
 pub(crate) type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
+/// How a connection whose peer should have said nothing stopped being quiet
+/// ([`Conn::silence_broken`]).
+pub(crate) enum Broken {
+    /// The peer closed it.
+    Closed,
+    /// The peer sent something.
+    Spoke,
+    /// Reading failed.
+    Failed(io::Error),
+}
+
 impl Conn {
+    /// Completes when a peer that should say nothing for now (a launcher waiting for
+    /// `Ready`, a daemon waiting for `Start`) closes the connection, sends something,
+    /// or the connection fails: each means the exchange is over. Reads at most one
+    /// byte.
+    pub(crate) async fn silence_broken(&mut self) -> Broken {
+        use tokio::io::AsyncReadExt;
+        match self.read(&mut [0u8; 1]).await {
+            Ok(0) => Broken::Closed,
+            Ok(_) => Broken::Spoke,
+            Err(e) => Broken::Failed(e),
+        }
+    }
+
     /// A plain TCP connection (before its handshake).
     pub fn plain(s: TcpStream) -> Conn {
         Conn {

@@ -43,7 +43,7 @@ use std::time::Duration;
 use leda_core::runtime::{Run, RunReport};
 use tokio::net::TcpListener;
 
-use crate::conn::Conn;
+use crate::conn::{Broken, Conn};
 use tokio::sync::mpsc;
 
 use crate::auth::Secret;
@@ -609,11 +609,12 @@ fn refuse(mut s: Conn, reason: String, limit: Duration) {
 /// Completes when the launcher's connection ends or says something while it should
 /// wait for `Ready`: why, for the log.
 async fn launcher_gone(s: &mut Conn) -> String {
-    use tokio::io::AsyncReadExt;
-    match s.read(&mut [0u8; 1]).await {
-        Ok(0) => "the launcher closed its connection during the deployment".into(),
-        Ok(_) => "the launcher sent something before this daemon was ready".into(),
-        Err(e) => format!("the launcher's connection failed during the deployment: {e}"),
+    match s.silence_broken().await {
+        Broken::Closed => "the launcher closed its connection during the deployment".into(),
+        Broken::Spoke => "the launcher sent something before this daemon was ready".into(),
+        Broken::Failed(e) => {
+            format!("the launcher's connection failed during the deployment: {e}")
+        }
     }
 }
 

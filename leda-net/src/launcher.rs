@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::conn::Conn;
+use crate::conn::{Broken, Conn};
 use leda_core::event::Event;
 use leda_core::graph::Graph;
 use leda_core::runtime::{ProcessHandle, Run, RunReport, Running};
@@ -477,11 +477,12 @@ async fn go(rx: &mut tokio::sync::watch::Receiver<bool>) {
 /// Completes when a daemon that answered `Ready` closes its connection, or says
 /// something before `Start`: why.
 async fn daemon_gone(s: &mut Conn) -> String {
-    use tokio::io::AsyncReadExt;
-    match s.read(&mut [0u8; 1]).await {
-        Ok(0) => "it closed its connection after answering ready (it ended or died)".into(),
-        Ok(_) => "it sent something before the start".into(),
-        Err(e) => format!("its connection failed after it answered ready: {e}"),
+    match s.silence_broken().await {
+        Broken::Closed => {
+            "it closed its connection after answering ready (it ended or died)".into()
+        }
+        Broken::Spoke => "it sent something before the start".into(),
+        Broken::Failed(e) => format!("its connection failed after it answered ready: {e}"),
     }
 }
 
