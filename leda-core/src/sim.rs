@@ -442,16 +442,14 @@ impl Simulation {
                 EndReason::Timeout
             }
         };
-        let (time, quitter, left) = {
-            let mut s = core.lock();
-            s.timers.clear();
-            let left = (std::mem::take(&mut s.ready), std::mem::take(&mut s.actions));
-            (s.now, s.quitter, left)
+        let (time, quitter) = {
+            let s = core.lock();
+            (s.now, s.quitter)
         };
         // What was left to run or deliver goes before the processes' last snapshots, so
         // that the events of activations still ready or waiting on the virtual clock
-        // count as discarded there (dropped outside the lock: a task may lock the core).
-        drop(left);
+        // count as discarded there.
+        drop(core.take_left());
         let handles: Vec<ProcessHandle> = running.iter().map(|(_, r)| r.handle()).collect();
         for h in &handles {
             h.quit(Event::new());
@@ -483,17 +481,9 @@ struct Teardown(Arc<Core>);
 
 impl Drop for Teardown {
     fn drop(&mut self) {
-        let (handles, ready, actions) = {
-            let mut s = self.0.lock();
-            s.timers.clear();
-            (
-                std::mem::take(&mut s.handles),
-                std::mem::take(&mut s.ready),
-                std::mem::take(&mut s.actions),
-            )
-        };
+        let handles = std::mem::take(&mut self.0.lock().handles);
         // Dropped outside the lock: a task or waker may lock the core as it goes.
-        drop((handles, ready, actions));
+        drop((handles, self.0.take_left()));
     }
 }
 
@@ -573,6 +563,15 @@ struct Core {
 }
 
 impl Core {
+    /// Takes what is left to run or deliver (ready tasks, actions on the virtual clock),
+    /// for the caller to drop outside the lock: a task or waker may lock the core as it
+    /// goes.
+    fn take_left(&self) -> (VecDeque<(usize, Task)>, HashMap<u64, Action>) {
+        let mut s = self.lock();
+        s.timers.clear();
+        (std::mem::take(&mut s.ready), std::mem::take(&mut s.actions))
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
