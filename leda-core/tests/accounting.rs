@@ -14,6 +14,20 @@ fn counter() -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
     (c.clone(), c)
 }
 
+/// Runs `g` on two threads until it is idle (bounded).
+fn run_idle(g: &Graph) -> RunReport {
+    let r = g
+        .run(
+            Run::default()
+                .threads(2)
+                .until_idle()
+                .timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle, "the run did not go idle");
+    r
+}
+
 /// A slow serial sink of capacity 2, counting what it handles.
 fn slow_sink(name: &str, got: Arc<AtomicUsize>) -> Stage {
     Stage::new(name, move |_: Event, _: &mut Ctx| {
@@ -52,15 +66,7 @@ fn sends_held_by_a_call_that_fails_are_delivered() {
         let mut g = Graph::new("g");
         g.connect(&src, 1, &dst);
         g.connect(&src, "error", &err);
-        let r = g
-            .run(
-                Run::default()
-                    .threads(2)
-                    .until_idle()
-                    .timeout(Duration::from_secs(30)),
-            )
-            .unwrap();
-        assert_eq!(r.reason, EndReason::Idle);
+        let r = run_idle(&g);
         assert_eq!(got.load(SeqCst), 10, "panics={panics}: held sends lost");
         assert_eq!(reports.load(SeqCst), 1, "panics={panics}");
         assert_eq!(r.stats.stages[0].errors, 1, "panics={panics}");
@@ -95,15 +101,7 @@ fn send_or_wait_on_a_clone_reports_a_full_queue() {
     let b = slow_sink("b", g2);
     let mut g = Graph::new("g");
     g.connect(&a, 1, &b);
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(30)),
-        )
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g);
     assert_eq!(accepted.load(SeqCst) + refused.load(SeqCst), 100);
     assert!(refused.load(SeqCst) > 0, "a capacity of 2 must refuse some");
     assert_eq!(got.load(SeqCst), accepted.load(SeqCst));
@@ -130,10 +128,7 @@ fn a_start_that_fails_leaves_the_initial_events() {
         )
         .unwrap_err();
     assert!(e.to_string().contains("stats file"), "{e}");
-    let r = g
-        .run(Run::default().until_idle().timeout(Duration::from_secs(30)))
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g);
     assert_eq!(got.load(SeqCst), 2);
 }
 
@@ -189,15 +184,7 @@ fn a_destructor_that_panics_at_the_end_does_not_unwind_out_of_run() {
     s.push(1);
     let mut g = Graph::new("g");
     g.add(&s);
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(30)),
-        )
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g);
 }
 
 /// A quit while a producer floods a serial stage: what the run ends with adds up,

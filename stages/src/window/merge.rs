@@ -389,28 +389,21 @@ mod tests {
         let year = 3.15e7;
         let mut times: Vec<f64> = (0..20).map(f64::from).collect();
         times.insert(10, year);
-        let streams = vec![
-            times
-                .iter()
-                .enumerate()
-                .map(|(i, &t)| (t, i as u32))
-                .collect::<Vec<_>>(),
-            (0..20).map(|i| (f64::from(i), 100 + i)).collect(),
-        ];
-        let (windows, late) = run(&streams, &[], 5);
+        let other: Vec<(f64, u32)> = (0..20).map(|i| (f64::from(i), 100 + i)).collect();
+        let streams = |times: &[f64]| {
+            let numbered = times.iter().enumerate().map(|(i, &t)| (t, i as u32));
+            vec![numbered.collect(), other.clone()]
+        };
+        let (windows, late) = run(&streams(&times), &[], 5);
         assert_eq!(late, 0);
         let all: Vec<u32> = windows.iter().flatten().copied().collect();
         assert_eq!(all.len(), 41);
         assert_eq!(all.last(), Some(&10), "the absurd element goes last");
         times.insert(11, year + 1.0);
-        let streams = vec![
-            times
-                .iter()
-                .enumerate()
-                .map(|(i, &t)| (t, i as u32))
-                .collect::<Vec<_>>(),
-            streams[1].clone(),
-        ];
-        assert_eq!(run(&streams, &[], 5).1, 10, "confirmed by a second element");
+        assert_eq!(
+            run(&streams(&times), &[], 5).1,
+            10,
+            "confirmed by a second element"
+        );
     }
 }
