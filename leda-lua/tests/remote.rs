@@ -172,42 +172,32 @@ fn secrets_and_unknown_stages_are_refused_before_running() {
     leda_lua::registry::register_stage("leda.stage.test.late", Default::default(), || {
         Stage::new("late", |_: Event, _: &mut Ctx| Ok(()))
     });
-    let e = common::run_in(
-        &launcher(Some("the right secret, 16+")),
-        &format!(
-            r#"
-        local late = require 'leda.stage.test.late'
+    // A deployment of a source here and the stage `module` on the daemon: its error.
+    let refused = |module: &str| {
+        common::run_in(
+            &launcher(Some("the right secret, 16+")),
+            &format!(
+                r#"
+        local remote = require '{module}'
         local src = leda.stage "src" {{ handler = function() leda.send(1) end }}
-        local g = leda.graph{{ src:connect(late) }}
-        g:part(leda.cluster(src), leda.cluster(late)):map("{ME}", "{addr}")
+        local g = leda.graph{{ src:connect(remote) }}
+        g:part(leda.cluster(src), leda.cluster(remote)):map("{ME}", "{addr}")
         src:push()
         return g:run()
     "#
-        ),
-    )
-    .unwrap_err()
-    .to_string();
+            ),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let e = refused("leda.stage.test.late");
     assert!(
         e.contains("refused the deployment") && e.contains("leda.stage.test.late"),
         "{e}"
     );
     // A stage that needs what the daemon does not allow (a deployment could read and
     // append to any file of the daemon's host through the stage library).
-    let e = common::run_in(
-        &launcher(Some("the right secret, 16+")),
-        &format!(
-            r#"
-        local files = require 'leda.stage.test.files'
-        local src = leda.stage "src" {{ handler = function() leda.send(1) end }}
-        local g = leda.graph{{ src:connect(files) }}
-        g:part(leda.cluster(src), leda.cluster(files)):map("{ME}", "{addr}")
-        src:push()
-        return g:run()
-    "#
-        ),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused("leda.stage.test.files");
     assert!(
         e.contains("refused the deployment") && e.contains("needs io") && e.contains("--allow io"),
         "{e}"
