@@ -284,6 +284,12 @@ fn lines_chunk_must_be_a_whole_number_of_bytes_within_max_line() {
 /// modes, as a read error does.
 #[test]
 fn lines_sends_eof_for_a_file_it_cannot_open() {
+    ends_with_the_tick_then_the_error("/nonexistent/leda/file", "Open error: ");
+}
+
+/// What `io.lines` sends for `path`, in line mode and in chunk mode, on `line`,
+/// `eof` and `io_error`: the end tick, then an error that starts with `error`.
+fn ends_with_the_tick_then_the_error(path: &str, error: &str) {
     for chunk in [None, Some(4096)] {
         let l = match chunk {
             Some(n) => io::lines().attr("chunk", n),
@@ -294,13 +300,13 @@ fn lines_sends_eof_for_a_file_it_cannot_open() {
         g.connect(&l, "line", &out);
         g.connect(&l, "eof", &out);
         g.connect(&l, "io_error", &out);
-        l.push("/nonexistent/leda/file");
+        l.push(path);
         run(&g);
         let got = take(&got);
         assert_eq!(got.len(), 2, "{chunk:?}: {got:?}");
         assert!(got[0].is_empty(), "{chunk:?}: the eof tick first: {got:?}");
         assert!(
-            got[1][1].as_str().unwrap().starts_with("Open error: "),
+            got[1][1].as_str().unwrap().starts_with(error),
             "{chunk:?}: {got:?}"
         );
     }
@@ -378,24 +384,5 @@ fn lines_ends_a_file_it_cannot_read_with_the_eof_tick_then_the_error() {
     // A directory opens but cannot be read (EISDIR), in both modes: the end tick
     // comes first (what was read is all there is), then `io_error`.
     let dir = std::env::temp_dir();
-    for chunk in [None, Some(4096)] {
-        let l = match chunk {
-            Some(n) => io::lines().attr("chunk", n),
-            None => io::lines(),
-        };
-        let (out, got) = sink("out");
-        let mut g = Graph::new("l");
-        g.connect(&l, "line", &out);
-        g.connect(&l, "eof", &out);
-        g.connect(&l, "io_error", &out);
-        l.push(dir.to_string_lossy().into_owned());
-        run(&g);
-        let got = take(&got);
-        assert_eq!(got.len(), 2, "{chunk:?}: {got:?}");
-        assert!(got[0].is_empty(), "{chunk:?}: the eof tick first: {got:?}");
-        assert!(
-            got[1][1].as_str().unwrap().starts_with("Read error: "),
-            "{chunk:?}: {got:?}"
-        );
-    }
+    ends_with_the_tick_then_the_error(&dir.to_string_lossy(), "Read error: ");
 }
