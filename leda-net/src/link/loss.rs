@@ -281,9 +281,9 @@ impl Transport {
     /// orderly end of the run) and applies the policy.
     pub(super) async fn link_down(&self, link: &Link, in_flight_lost: u64) {
         // (An orderly end is announced: this process is closing, or the peer said
-        // `Quit`. A run that is merely stopping here may be stopping because of this
-        // very loss: a sender saw the link down before this was recorded.)
-        if self.closing.load(Relaxed) || link.goodbye.load(Acquire) {
+        // `Quit`. A run that is stopping or closing here may be doing so because of
+        // this very loss: a sender saw the link down before this was recorded.)
+        if link.ended_in_order(self) {
             return;
         }
         let mut reason = lock(&link.lost)

@@ -86,7 +86,7 @@ use writer::write_loop;
 
 use crossbeam_utils::CachePadded;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -259,6 +259,10 @@ pub(crate) struct Link {
     /// Why the link was lost, if it was (first reason wins).
     lost: Mutex<Option<String>>,
     dead: AtomicBool,
+    /// Down before this process began closing: a loss, even when its writer records
+    /// it after the close began (a sender that saw the link down may have ended the
+    /// run itself).
+    dead_before_close: AtomicBool,
     dead_notify: Notify,
     status: Mutex<Option<Status>>,
     status_notify: Notify,
@@ -298,6 +302,13 @@ impl Link {
     fn lose(&self, why: String) {
         lock(&self.lost).get_or_insert(why);
         self.mark_dead();
+    }
+
+    /// The link went down as the run ended in order (this process closing, or the
+    /// peer having said `Quit`), not by a loss: what it did not deliver is discarded.
+    fn ended_in_order(&self, t: &Transport) -> bool {
+        self.goodbye.load(Acquire)
+            || (t.closing.load(SeqCst) && !self.dead_before_close.load(SeqCst))
     }
 
     /// The peer's address.
@@ -631,8 +642,12 @@ impl Transport {
     /// Ends every link cleanly (after `Quit` frames, if asked) and waits (bounded) for
     /// their writers to finish; events never acknowledged are then reported failed.
     pub(crate) async fn close(&self, quit: Option<Vec<leda_core::value::Value>>) {
-        self.closing.store(true, Relaxed);
         let links = self.links();
+        // (Noted before `closing`, which the writers read after it.)
+        for l in links.iter().filter(|l| l.is_dead()) {
+            l.dead_before_close.store(true, SeqCst);
+        }
+        self.closing.store(true, SeqCst);
         for l in &links {
             if let Some(v) = &quit {
                 l.send_frame(Frame::Quit(v.clone()));
@@ -723,6 +738,7 @@ impl Transport {
             goodbye: AtomicBool::new(false),
             lost: Mutex::new(None),
             dead: AtomicBool::new(false),
+            dead_before_close: AtomicBool::new(false),
             dead_notify: Notify::new(),
             status: Mutex::new(None),
             status_notify: Notify::new(),

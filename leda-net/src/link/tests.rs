@@ -1005,3 +1005,32 @@ fn a_long_call_on_the_reader_does_not_hold_back_the_writer() {
 fn a_long_call_on_the_pool_does_not_lose_a_live_peer() {
     long_call(false);
 }
+
+/// A link lost while the run is still going, whose writer has not yet recorded the
+/// loss when this process begins closing (a sender saw the link down, failed its send
+/// and ended the run itself: the chaos test's generator did), is still a loss: the
+/// close records it, and the run reports it, instead of taking it for the orderly end.
+#[test]
+fn a_loss_seen_first_by_a_sender_that_ends_the_run_is_still_recorded() {
+    let (rt, receiver, client) = raw_pair(100);
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let run = receive_with(&receiver, &b);
+    let link = receiver.links()[0].clone();
+    // Hold the runtime's only worker, so that the writer cannot act on the loss
+    // before the close begins.
+    let (held, hold) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        held.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    hold.recv().unwrap();
+    link.lose("test: the peer went silent".into());
+    assert!(link.is_dead());
+    run.handle().quit(());
+    run.wait().unwrap();
+    rt.block_on(receiver.close(None));
+    drop(client);
+    let lost = receiver.lost();
+    assert_eq!(lost.len(), 1, "the loss was taken for the orderly end");
+    assert!(lost[0].reason.contains("went silent"), "{lost:?}");
+}

@@ -281,7 +281,7 @@ pub(super) async fn write_loop(
     // The end of the run (here, or at the peer, which said `Quit`): what was not
     // acknowledged is discarded. Otherwise the peer is lost: that is recorded (and
     // the policy applied) first, then its events fail back to their senders.
-    let at_end = t.closing.load(Relaxed) || link.goodbye.load(Acquire);
+    let at_end = link.ended_in_order(&t);
     let why = lock(&link.lost).clone();
     if !at_end {
         let failed = undelivered.iter().map(|(_, e)| e.len() as u64).sum();
