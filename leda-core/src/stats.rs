@@ -167,8 +167,10 @@ pub struct StageSnapshot {
     pub errors: u64,
     /// Sends to this stage refused because its queue was full.
     pub rejected: u64,
-    /// Events this stage sent to other processes that were lost in transit and
-    /// reported back (see `ProcessHandle::report_failed`).
+    /// Events this stage sent that were accepted and could not be delivered after
+    /// all, each reported to its `error` port: lost in transit to another process
+    /// (see `ProcessHandle::report_failed`), or held by `Ctx::send_or_wait` and then
+    /// refused.
     pub failed_sends: u64,
     /// Events accepted for this stage and dropped unhandled because the run ended (in
     /// a producer's batch, taken by an instance, or held by a waiting instance); those

@@ -313,3 +313,96 @@ fn a_batch_taken_when_the_run_ends_is_counted_once() {
         );
     }
 }
+
+/// A `send_or_wait` that can be refused at once (an unconnected port) is refused at
+/// once behind held events too, and the held ones around it arrive. Before, it
+/// returned `Ok`, then failed the call once the events before it went, and the two
+/// after it vanished.
+#[test]
+fn an_unconnected_port_behind_held_sends_is_refused_at_once() {
+    let (got, g2) = counter();
+    let seen = Arc::new(Mutex::new(None));
+    let s2 = seen.clone();
+    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+        for i in 0..5i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        *s2.lock().unwrap() = Some(ctx.send_or_wait("nowhere", 5));
+        for i in 6..8i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart(());
+    let dst = slow_sink("dst", g2);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    let r = run_idle(&g);
+    assert!(
+        matches!(
+            *seen.lock().unwrap(),
+            Some(Err(SendError::NotConnected { .. }))
+        ),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(got.load(SeqCst), 7);
+    assert_eq!(r.stats.stages[0].errors, 0);
+}
+
+/// A held event refused when its turn comes (a cohort hand-off to a stage whose only
+/// instance is busy: here the sender's own, parked on its held sends) is reported —
+/// counted in `failed_sends`, and on the `error` port with its arguments — and the
+/// held events after it still arrive; the call fails with that refusal. Before, the
+/// refused event and the two after it vanished, only the call's failure reported.
+#[test]
+fn a_held_event_refused_in_its_turn_is_reported_and_the_rest_arrive() {
+    let (got, g2) = counter();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let r2 = reports.clone();
+    let src = Stage::new("src", move |ev: Event, ctx: &mut Ctx| {
+        if ev.get::<Option<i64>>(0)?.is_some() {
+            return Ok(()); // (never reached: the hand-off is refused)
+        }
+        for i in 0..5i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        ctx.send_or_wait("again", 5)?;
+        for i in 6..8i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart(());
+    let dst = slow_sink("dst", g2);
+    let err = Stage::new("err", move |ev: Event, _: &mut Ctx| {
+        let report = (ev.get::<String>(0)?, ev.get::<String>(1)?);
+        r2.lock().unwrap().push((report, ev.get::<Option<i64>>(2)?));
+        Ok(())
+    });
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    g.connect(&src, "again", &src).cohort();
+    g.connect(&src, "error", &err);
+    let r = run_idle(&g);
+    assert_eq!(
+        got.load(SeqCst),
+        7,
+        "held events after the refused one lost"
+    );
+    let src_stats = &r.stats.stages[0];
+    assert_eq!(src_stats.failed_sends, 1, "{src_stats:?}");
+    assert_eq!(src_stats.errors, 1, "the call fails with the refusal");
+    let reports = reports.lock().unwrap();
+    // The refused event's report, with its argument; and the call's failure.
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let refused = reports.iter().find(|(_, arg)| *arg == Some(5));
+    assert!(
+        refused
+            .is_some_and(|((stage, why), _)| stage == "src"
+                && why.contains("parallel instance of stage 'src'")),
+        "{reports:?}"
+    );
+}

@@ -117,7 +117,7 @@ pub(crate) fn prometheus(sample: &Sample) -> String {
         (
             "leda_stage_failed_sends_total",
             "counter",
-            "Events lost in transit to other processes.",
+            "Events accepted for sending and not delivered (lost in transit, or held and refused).",
             |s| s.failed_sends as f64,
         ),
         (

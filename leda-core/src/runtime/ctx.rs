@@ -237,14 +237,11 @@ impl Ctx {
         self.route_hint = ri;
     }
 
-    /// Every send the fast path did not take: out of line, and its result one word (a
-    /// failure is rare). A result returned through memory was read back right after
-    /// the call with wide loads that could not be forwarded from the callee's narrower
-    /// stores: a stall that cost a quarter of a one-thread pipeline's time.
-    #[inline(never)]
-    fn send_boxed(&mut self, port: &impl PortKey, mut event: Event) -> Result<(), Box<Rejected>> {
-        let process = &self.process;
-        let st = &process.stages[self.stage];
+    /// The route `port` takes `event` on (its index), or why none can: the port is not
+    /// connected, or the event has an attachment for a decoupled connector.
+    #[inline]
+    fn route_of(&self, port: &impl PortKey, event: &Event) -> Result<usize, SendError> {
+        let st = &self.process.stages[self.stage];
         let routes = st.routes();
         // Most handlers send on one port again and again: try the last one first.
         let ri = match routes.get(self.route_hint) {
@@ -252,20 +249,33 @@ impl Ctx {
             _ => routes.iter().position(|r| port.matches(&r.port)),
         };
         let Some(ri) = ri else {
-            let error = SendError::NotConnected {
+            return Err(SendError::NotConnected {
                 stage: st.name.to_string(),
                 port: port.to_port().to_string(),
-            };
-            return Err(Box::new(Rejected { error, event }));
+            });
         };
         let route = &routes[ri];
         if route.kind == ConnectorKind::Decoupled && event.has_attachment() {
-            let error = SendError::AttachmentOnDecoupled {
+            return Err(SendError::AttachmentOnDecoupled {
                 stage: st.name.to_string(),
                 port: route.port.to_string(),
-            };
-            return Err(Box::new(Rejected { error, event }));
+            });
         }
+        Ok(ri)
+    }
+
+    /// Every send the fast path did not take: out of line, and its result one word (a
+    /// failure is rare). A result returned through memory was read back right after
+    /// the call with wide loads that could not be forwarded from the callee's narrower
+    /// stores: a stall that cost a quarter of a one-thread pipeline's time.
+    #[inline(never)]
+    fn send_boxed(&mut self, port: &impl PortKey, mut event: Event) -> Result<(), Box<Rejected>> {
+        let ri = match self.route_of(port, &event) {
+            Ok(ri) => ri,
+            Err(error) => return Err(Box::new(Rejected { error, event })),
+        };
+        let process = &self.process;
+        let route = &process.stages[self.stage].routes()[ri];
         let result = match &route.target {
             Target::Local(dest) => {
                 // A sample of local sends is stamped: the connector's latency. (A
@@ -325,9 +335,14 @@ impl Ctx {
     /// destination queue is full the event is held and this instance parks once the
     /// handler returns (Waiting, no thread held) until it is delivered. Later sends of
     /// the same call queue behind it, so order is kept. Failures other than a full
-    /// queue are returned at once; a failure while parked fails the handler call
-    /// (and reaches the `error` port). Events held by a call that then fails are
-    /// still delivered (as [`Ctx::send`]'s are), before its failure is reported.
+    /// queue are returned at once (behind held events too: an unconnected port, an
+    /// attachment for a decoupled connector). A held event that cannot be delivered
+    /// after all (its process lost, the run ending, a cohort with no free instance)
+    /// is reported as a failed send — counted in the stage's `failed_sends` and sent
+    /// to its `error` port as `(stage, reason, args...)` — the other held events still
+    /// go, and the handler call fails with that error. Events held by a call that then
+    /// fails are still delivered (as [`Ctx::send`]'s are), before its failure is
+    /// reported.
     ///
     /// Only the `Ctx` a handler call is given parks; on a clone (kept by an async
     /// handler or another thread) nothing would wait for what it held, so there a full
@@ -361,6 +376,8 @@ impl Ctx {
     #[cold]
     #[inline(never)]
     fn hold_back(&mut self, port: Port, event: Event) -> Result<(), SendError> {
+        // What can be known now is said now, not after the call.
+        self.route_of(&port, &event)?;
         if let Some(backlog) = &self.backlog {
             // Behind events already held: queue after them (one future drains all).
             lock_backlog(backlog).push_back((port, event));
@@ -379,16 +396,34 @@ impl Ctx {
         Ok(())
     }
 
-    /// Delivers the held sends of `backlog` in order, each waiting for room.
+    /// Delivers the held sends of `backlog` in order, each waiting for room. One that
+    /// cannot be delivered after all (its process lost, a cohort with no free instance,
+    /// the run ending) is reported as a failed send
+    /// ([`super::process::Process::report_failed_send`]: counted, and sent to the
+    /// stage's `error` port), and the others go on; the first failure is the result.
     fn deliver(&self, backlog: Backlog) -> impl Future<Output = Result<(), SendError>> + use<> {
         let mut ctx = self.clone();
         async move {
+            let mut first = None;
             loop {
                 let next = lock_backlog(&backlog).pop_front();
-                let Some((port, event)) = next else {
-                    return Ok(());
+                let Some((port, mut event)) = next else {
+                    return first.map_or(Ok(()), Err);
                 };
-                ctx.send_wait(port, event).await?;
+                loop {
+                    match ctx.send_fast(&port, event) {
+                        Ok(()) => break,
+                        Err(r) if matches!(r.error, SendError::QueueFull { .. }) => {
+                            event = r.event;
+                            ctx.room(&port).await;
+                        }
+                        Err(r) => {
+                            ctx.process.report_failed_send(ctx.stage, &r.error, r.event);
+                            first.get_or_insert(r.error);
+                            break;
+                        }
+                    }
+                }
             }
         }
     }

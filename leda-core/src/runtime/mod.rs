@@ -695,35 +695,7 @@ impl ProcessHandle {
     /// `failed_sends`, logged, and delivered to the stage's `error` port when connected
     /// as `(stage, reason, args...)`. This keeps `sent = delivered + reported failed`.
     pub fn report_failed(&self, index: usize, error: &crate::error::SendError, event: Event) {
-        let Some(st) = self.process.stages.get(index) else {
-            return;
-        };
-        let n = st.counters.failed_sends.fetch_add(1, Relaxed) + 1;
-        // The first few of a stage are logged whole, the rest counted (in its
-        // `failed_sends`, and by the link's "events lost with the connection" line): one
-        // process lost mid-run logged 32,768 lines here.
-        if n <= LOGGED_TRANSIT_LOSSES {
-            let more = if n == LOGGED_TRANSIT_LOSSES {
-                " (further ones of this stage are counted, not logged)"
-            } else {
-                ""
-            };
-            tracing::warn!(stage = %st.name, event = %event, error = %error, "event lost in transit{more}");
-        } else {
-            tracing::debug!(stage = %st.name, event = %event, error = %error, "event lost in transit");
-        }
-        if let Some(Some(_)) = st.error_route.get() {
-            let mut report = Event::new()
-                .with(st.name.to_string())
-                .with(error.to_string());
-            for v in event.into_args() {
-                report.push(v);
-            }
-            let mut ctx = Ctx::new(self.process.clone(), index);
-            if let Err(e) = ctx.send(crate::port::Port::error(), report) {
-                tracing::error!(stage = %st.name, error = %e, "could not deliver to the error port");
-            }
-        }
+        self.process.report_failed_send(index, error, event);
     }
 
     /// `true` if local stage `index` has room for one more event.
@@ -960,6 +932,3 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
             .unwrap_or_default(),
     }
 }
-
-/// Events lost in transit that are logged whole, per stage ([`ProcessHandle::report_failed`]).
-const LOGGED_TRANSIT_LOSSES: u64 = 10;

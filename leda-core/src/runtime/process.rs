@@ -447,6 +447,9 @@ thread_local! {
     static COHORT_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// Failed sends that are logged whole, per stage ([`Process::report_failed_send`]).
+const LOGGED_FAILED_SENDS: u64 = 10;
+
 /// Deepest chain of nested cohort hand-offs on one thread.
 const MAX_COHORT_DEPTH: u32 = 32;
 
@@ -512,6 +515,49 @@ impl Process {
     pub(crate) fn drop_idle(&self) {
         for st in self.stages.iter() {
             drop(st.take_idle());
+        }
+    }
+
+    /// Reports that `event`, sent by local stage `index` and accepted, could not be
+    /// delivered after all: lost in transit to another process (the peer died, the
+    /// connection broke), or held by [`super::Ctx::send_or_wait`] and then refused. It
+    /// is counted in the stage's `failed_sends`, logged, and delivered to the stage's
+    /// `error` port when connected as `(stage, reason, args...)`: `sent = delivered +
+    /// reported failed`.
+    pub(crate) fn report_failed_send(
+        self: &Arc<Self>,
+        index: usize,
+        error: &SendError,
+        event: Event,
+    ) {
+        let Some(st) = self.stages.get(index) else {
+            return;
+        };
+        let n = st.counters.failed_sends.fetch_add(1, Relaxed) + 1;
+        // The first few of a stage are logged whole, the rest counted (in its
+        // `failed_sends`, and by the link's "events lost with the connection" line): one
+        // process lost mid-run logged 32,768 lines here.
+        if n <= LOGGED_FAILED_SENDS {
+            let more = if n == LOGGED_FAILED_SENDS {
+                " (further ones of this stage are counted, not logged)"
+            } else {
+                ""
+            };
+            tracing::warn!(stage = %st.name, event = %event, error = %error, "event not delivered{more}");
+        } else {
+            tracing::debug!(stage = %st.name, event = %event, error = %error, "event not delivered");
+        }
+        if let Some(Some(_)) = st.error_route.get() {
+            let mut report = Event::new()
+                .with(st.name.to_string())
+                .with(error.to_string());
+            for v in event.into_args() {
+                report.push(v);
+            }
+            let mut ctx = super::Ctx::new(self.clone(), index);
+            if let Err(e) = ctx.send(crate::port::Port::error(), report) {
+                tracing::error!(stage = %st.name, error = %e, "could not deliver to the error port");
+            }
         }
     }
 

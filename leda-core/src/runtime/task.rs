@@ -407,12 +407,10 @@ impl Activation {
         };
         if let Some(held) = self.ctx.take_held() {
             // Sends the call held (`send_or_wait`) were accepted: they are delivered,
-            // as `send`'s are, and then the call's failure is handled.
-            let stage = st.name.clone();
+            // as `send`'s are (those that cannot be are reported, each), and then the
+            // call's own failure is handled.
             let fut: BoxFuture<HandlerResult> = Box::pin(async move {
-                if let Err(e) = held.await {
-                    tracing::warn!(target: "leda::handler", %stage, error = %e, "sends held by a failed call were not all delivered");
-                }
+                let _reported = held.await;
                 Err(error)
             });
             self.pending = Some(Pending { fut, copy, started });
