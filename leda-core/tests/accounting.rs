@@ -406,3 +406,42 @@ fn a_held_event_refused_in_its_turn_is_reported_and_the_rest_arrive() {
         "{reports:?}"
     );
 }
+
+/// Sends a call held behind a full queue when the run ends are counted: every event
+/// `send_or_wait` accepted was sent (`events_out`) or is in `failed_sends`. Before,
+/// the 990-odd still held when the run timed out were in no count, and the process
+/// of the run was never freed (the parked producer held it).
+#[test]
+fn sends_still_held_when_the_run_ends_are_counted() {
+    let (got, g2) = counter();
+    let (accepted, a2) = counter();
+    let token = Arc::new(());
+    let t2 = token.clone();
+    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+        let _kept = &t2;
+        for i in 0..1000i64 {
+            ctx.send_or_wait(1, i)?;
+            a2.fetch_add(1, SeqCst);
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart(());
+    let dst = slow_sink("dst", g2);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    let r = g
+        .run(Run::default().threads(2).timeout(Duration::from_millis(50)))
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Timeout);
+    let s = &r.stats.stages[0];
+    assert_eq!(accepted.load(SeqCst), 1000);
+    assert!(
+        got.load(SeqCst) < 1000,
+        "the run ended before all were delivered"
+    );
+    assert_eq!(s.events_out + s.failed_sends, 1000, "{s:?}");
+    assert!(s.failed_sends > 0, "{s:?}");
+    drop((g, src, dst));
+    assert_eq!(Arc::strong_count(&token), 1, "the ended run's handler was kept");
+}

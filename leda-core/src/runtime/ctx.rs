@@ -91,9 +91,30 @@ pub struct Ctx {
 }
 
 /// Sends held by [`Ctx::send_or_wait`], delivered in order by one future.
-type Backlog = Arc<Mutex<VecDeque<(Port, Event)>>>;
+type Backlog = Arc<Mutex<Held>>;
 
-fn lock_backlog(b: &Backlog) -> std::sync::MutexGuard<'_, VecDeque<(Port, Event)>> {
+/// The sends a stage's handler call held, not yet delivered. Those still here when
+/// nothing can deliver them any more (the run ended while they waited) are counted in
+/// the stage's `failed_sends`: accepted, and never sent.
+struct Held {
+    sends: VecDeque<(Port, Event)>,
+    process: Arc<Process>,
+    stage: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let st = &self.process.stages[self.stage];
+        let n = self.sends.len();
+        st.counters.failed_sends.fetch_add(n as u64, Relaxed);
+        tracing::debug!(stage = %st.name, events = n, "held sends not delivered: the run ended");
+    }
+}
+
+fn lock_backlog(b: &Backlog) -> std::sync::MutexGuard<'_, Held> {
     b.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -380,10 +401,14 @@ impl Ctx {
         self.route_of(&port, &event)?;
         if let Some(backlog) = &self.backlog {
             // Behind events already held: queue after them (one future drains all).
-            lock_backlog(backlog).push_back((port, event));
+            lock_backlog(backlog).sends.push_back((port, event));
             return Ok(());
         }
-        let backlog = Arc::new(Mutex::new(VecDeque::from([(port, event)])));
+        let backlog = Arc::new(Mutex::new(Held {
+            sends: VecDeque::from([(port, event)]),
+            process: self.process.clone(),
+            stage: self.stage,
+        }));
         self.backlog = Some(backlog.clone());
         let before = self.wait.take();
         let deliver = self.deliver(backlog);
@@ -406,22 +431,21 @@ impl Ctx {
         async move {
             let mut first = None;
             loop {
-                let next = lock_backlog(&backlog).pop_front();
-                let Some((port, mut event)) = next else {
+                let next = lock_backlog(&backlog).sends.pop_front();
+                let Some((port, event)) = next else {
                     return first.map_or(Ok(()), Err);
                 };
-                loop {
-                    match ctx.send_fast(&port, event) {
-                        Ok(()) => break,
-                        Err(r) if matches!(r.error, SendError::QueueFull { .. }) => {
-                            event = r.event;
-                            ctx.room(&port).await;
-                        }
-                        Err(r) => {
-                            ctx.process.report_failed_send(ctx.stage, &r.error, r.event);
-                            first.get_or_insert(r.error);
-                            break;
-                        }
+                match ctx.send_fast(&port, event) {
+                    Ok(()) => {}
+                    Err(r) if matches!(r.error, SendError::QueueFull { .. }) => {
+                        // (Back in the backlog while it waits: counted if the run ends.)
+                        let room = ctx.room(&port);
+                        lock_backlog(&backlog).sends.push_front((port, r.event));
+                        room.await;
+                    }
+                    Err(r) => {
+                        ctx.process.report_failed_send(ctx.stage, &r.error, r.event);
+                        first.get_or_insert(r.error);
                     }
                 }
             }

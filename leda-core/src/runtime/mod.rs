@@ -813,11 +813,17 @@ impl Supervisor {
         // with it the activations waiting there, whose events the last snapshot counts
         // as discarded (no longer queued: the queue's length is read again).
         process.drop_idle();
+        process.drop_waiting_producers();
         drop(real);
-        for (s, st) in stats.stages.iter_mut().zip(process.stages.iter()) {
-            s.queue_len = st.len();
-            s.discarded = st.counters.discarded.load(Relaxed);
+        // What those drops counted: sends published, held ones failed, events discarded.
+        let after = snapshot(&process);
+        for (s, a) in stats.stages.iter_mut().zip(after.stages) {
+            s.queue_len = a.queue_len;
+            s.discarded = a.discarded;
+            s.failed_sends = a.failed_sends;
+            s.events_out = a.events_out;
         }
+        stats.connectors = after.connectors;
         let reason = reason?;
         stats.process.threads = threads;
         stats.rates_from(&prev_snapshot);

@@ -318,6 +318,16 @@ impl StageRt {
         }
     }
 
+    /// Forgets the producers waiting for room (the run ended): what they held goes
+    /// with them, counted as their activations' drops count it. (A parked producer's
+    /// waker holds its activation, which holds the process: kept here, they were never
+    /// freed.)
+    pub(crate) fn drop_waiting_producers(&self) {
+        let wakers =
+            std::mem::take(&mut *self.space.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(wakers);
+    }
+
     /// Registers a producer to be woken when room is made in the queue. Returns
     /// `false` (and registers nothing) if there is room already.
     pub(crate) fn wait_for_space(&self, waker: &Waker) -> bool {
@@ -515,6 +525,13 @@ impl Process {
     pub(crate) fn drop_idle(&self) {
         for st in self.stages.iter() {
             drop(st.take_idle());
+        }
+    }
+
+    /// Drops the activations parked on a full local queue (the run ended).
+    pub(crate) fn drop_waiting_producers(&self) {
+        for st in self.stages.iter() {
+            st.drop_waiting_producers();
         }
     }
 
