@@ -443,5 +443,9 @@ fn sends_still_held_when_the_run_ends_are_counted() {
     assert_eq!(s.events_out + s.failed_sends, 1000, "{s:?}");
     assert!(s.failed_sends > 0, "{s:?}");
     drop((g, src, dst));
-    assert_eq!(Arc::strong_count(&token), 1, "the ended run's handler was kept");
+    assert_eq!(
+        Arc::strong_count(&token),
+        1,
+        "the ended run's handler was kept"
+    );
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leda_core::prelude::*;
-use leda_core::sim::{Latency as NetLatency, NetModel, Simulation};
+use leda_core::sim::{Latency as NetLatency, NetModel, SimEnd, Simulation};
 
 use crate::algorithm::Algorithm;
 use crate::checker::{Checker, Verdict};
@@ -378,16 +378,23 @@ impl StageSim {
         })
     }
 
-    fn judge(&self, monitor: &Monitor, remaining: &AtomicUsize, end_time: u64) -> Verdict {
+    /// The verdict of a run that ended at `end_time`, by reaching `bound` if it did.
+    fn judge(
+        &self,
+        monitor: &Monitor,
+        remaining: &AtomicUsize,
+        end_time: u64,
+        bound: Option<&'static str>,
+    ) -> Verdict {
         if let Some(v) = monitor.failure() {
             v
         } else if remaining.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             Verdict::Ok
-        } else if end_time >= self.max_time {
+        } else if let Some(bound) = bound {
             Verdict::Stall {
                 time: end_time,
                 waiting: monitor.waiting(),
-                bound: "virtual-time bound",
+                bound,
             }
         } else {
             Verdict::Deadlock {
@@ -418,7 +425,7 @@ impl StageSim {
         let elapsed = started.elapsed().as_micros() as u64;
         let mut metrics = monitor.metrics();
         metrics.end_time = elapsed;
-        let verdict = match self.judge(&monitor, &built.remaining, 0) {
+        let verdict = match self.judge(&monitor, &built.remaining, 0, None) {
             Verdict::Deadlock { waiting, .. } => Verdict::Stall {
                 time: elapsed,
                 waiting,
@@ -457,7 +464,7 @@ impl StageSim {
         let end_time = report.time.as_micros() as u64;
         let mut metrics = monitor.metrics();
         metrics.end_time = end_time;
-        let verdict = self.judge(&monitor, &remaining, end_time);
+        let verdict = self.judge(&monitor, &remaining, end_time, bound_reached(&report.end));
         Ok(StageReport {
             verdict,
             metrics,
@@ -465,6 +472,16 @@ impl StageSim {
             end_time,
             notices: monitor.notices(),
         })
+    }
+}
+
+/// The bound a simulation reached, if it ended on one (a stall, not a deadlock).
+pub(crate) fn bound_reached(end: &SimEnd) -> Option<&'static str> {
+    match end {
+        SimEnd::Until => Some("virtual-time bound"),
+        SimEnd::StepBudget { .. } => Some("step budget"),
+        SimEnd::ZeroTimeLoop { .. } => Some("zero-time loop (work that takes no virtual time)"),
+        SimEnd::Quit { .. } | SimEnd::Idle | SimEnd::Stuck { .. } => None,
     }
 }
 

@@ -363,11 +363,11 @@ impl MultiStageSim {
             v
         } else if remaining.load(Ordering::SeqCst) == 0 {
             MultiVerdict::Ok
-        } else if end_time >= self.max_time {
+        } else if let Some(bound) = crate::stage_sim::bound_reached(&report.end) {
             MultiVerdict::Stall {
                 time: end_time,
                 waiting: monitor.waiting(),
-                bound: "virtual-time bound",
+                bound,
             }
         } else {
             MultiVerdict::Deadlock {
