@@ -358,10 +358,11 @@ impl Ctx {
     /// the same call queue behind it, so order is kept. Failures other than a full
     /// queue are returned at once (behind held events too: an unconnected port, an
     /// attachment for a decoupled connector). A held event that cannot be delivered
-    /// after all (its process lost, the run ending, a cohort with no free instance)
-    /// is reported as a failed send — counted in the stage's `failed_sends` and sent
-    /// to its `error` port as `(stage, reason, args...)` — the other held events still
-    /// go, and the handler call fails with that error. Events held by a call that then
+    /// after all (its process lost, a cohort with no free instance) is reported as a
+    /// failed send — counted in the stage's `failed_sends` and sent to its `error` port
+    /// as `(stage, reason, args...)` — the other held events still go, and the handler
+    /// call fails with that error; those still held when the run ends are counted in
+    /// `failed_sends`. Events held by a call that then
     /// fails are still delivered (as [`Ctx::send`]'s are), before its failure is
     /// reported.
     ///
@@ -422,10 +423,10 @@ impl Ctx {
     }
 
     /// Delivers the held sends of `backlog` in order, each waiting for room. One that
-    /// cannot be delivered after all (its process lost, a cohort with no free instance,
-    /// the run ending) is reported as a failed send
-    /// ([`super::process::Process::report_failed_send`]: counted, and sent to the
-    /// stage's `error` port), and the others go on; the first failure is the result.
+    /// cannot be delivered after all (its process lost, a cohort with no free instance)
+    /// is reported as a failed send ([`super::process::Process::report_failed_send`]:
+    /// counted, and sent to the stage's `error` port), and the others go on; the first
+    /// failure is the result. Once the run has ended, what is left is only counted.
     fn deliver(&self, backlog: Backlog) -> impl Future<Output = Result<(), SendError>> + use<> {
         let mut ctx = self.clone();
         async move {
@@ -442,6 +443,12 @@ impl Ctx {
                         let room = ctx.room(&port);
                         lock_backlog(&backlog).sends.push_front((port, r.event));
                         room.await;
+                    }
+                    Err(r) if matches!(r.error, SendError::Stopped) => {
+                        // The run ended: the rest are counted as they go (`Held`), no
+                        // report can reach an `error` port any more.
+                        lock_backlog(&backlog).sends.push_front((port, r.event));
+                        return Err(r.error);
                     }
                     Err(r) => {
                         ctx.process.report_failed_send(ctx.stage, &r.error, r.event);
