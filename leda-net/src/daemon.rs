@@ -345,15 +345,20 @@ async fn serve_deployments(
         // deployment that never came here (its launcher died first): the peer gave up
         // on it, and the connection is closed rather than kept.
         prune(parked, config);
-        let inc = match tokio::time::timeout(config.deploy_timeout, inc_rx.recv()).await {
-            Err(_) => continue,
-            Ok(Some(inc)) => inc,
-            Ok(None) => {
-                return Err(NetError::io(
-                    "accepting connections",
-                    std::io::Error::other("the listener stopped"),
-                ));
-            }
+        // A launcher that came while the last run ended is served first.
+        let kept = parked.iter().position(|p| p.hello.role == Role::Launcher);
+        let inc = match kept {
+            Some(i) => parked.remove(i),
+            None => match tokio::time::timeout(config.deploy_timeout, inc_rx.recv()).await {
+                Err(_) => continue,
+                Ok(Some(inc)) => inc,
+                Ok(None) => {
+                    return Err(NetError::io(
+                        "accepting connections",
+                        std::io::Error::other("the listener stopped"),
+                    ));
+                }
+            },
         };
         match inc.hello.role {
             // A service's client has nothing to do with a deployment.
@@ -507,18 +512,27 @@ async fn deploy(
             return Err(e.into());
         }
     };
-    transport.set_handle(running.handle());
+    let handle = running.handle();
+    transport.set_handle(handle.clone());
     tracing::info!(graph = %d.graph, me = %d.target, "running");
     // While running, other deployments are refused; peers of other runs are dropped.
+    // Once the run is ending, they are kept for after it: a launcher whose run just
+    // ended here (its `wait` returned) and that launches again at once was refused
+    // while this side still closed (one launch in five, back to back), and so were
+    // the peers of that next deployment.
     let mut run = tokio::task::spawn_blocking(move || running.wait());
     let report = loop {
         tokio::select! {
             r = &mut run => break r,
-            Some(inc) = inc_rx.recv() => {
-                if inc.hello.role == Role::Launcher {
+            Some(inc) = inc_rx.recv() => match inc.hello.role {
+                Role::Launcher | Role::Peer if handle.is_stopping() && !config.once => {
+                    park(parked, inc, config)
+                }
+                Role::Launcher => {
                     let busy = format!("{} is running another deployment", d.target);
                     refuse(inc.stream, busy, config.handshake_timeout);
                 }
+                _ => {}
             }
         }
     };
@@ -665,10 +679,15 @@ async fn mesh(
     };
     let old = std::mem::take(parked);
     for inc in old {
-        if let Some(back) = take(inc, &mut waiting)
-            && back.hello.role == Role::Peer
-        {
-            park(parked, back, config);
+        match take(inc, &mut waiting) {
+            Some(back) if back.hello.role == Role::Peer => park(parked, back, config),
+            // (Another launcher kept while the last run ended.)
+            Some(back) if back.hello.role == Role::Launcher => refuse(
+                back.stream,
+                format!("{me} is being deployed"),
+                config.handshake_timeout,
+            ),
+            _ => {}
         }
     }
     let deadline = tokio::time::Instant::now() + config.deploy_timeout;

@@ -777,3 +777,26 @@ fn next_launch_within(node: &Node, limit: Duration) {
         t.elapsed()
     );
 }
+
+/// Launches back to back on one daemon all run: one that comes while the last run
+/// is still closing on the daemon's side is served after it, not refused. Before,
+/// about one launch in five was refused ("is running another deployment") though the
+/// launcher's previous run had returned.
+#[test]
+fn back_to_back_launches_are_not_refused() {
+    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    for i in 0..40 {
+        let g = small_graph(&node.addr, 0);
+        // Half end at the daemon (its collector quits), half here (the generator
+        // quits once it has sent; the collector waits for more).
+        let here = i % 2 == 1;
+        if here {
+            g.stages()[1].set_attr("expect", 1_000_000_000i64);
+            g.stages()[0].push((10, 0, true));
+        }
+        match Launcher::new(ME).run(&g, Run::default().threads(1)) {
+            Ok(r) => assert_eq!(quit_ints(&r)[0].as_int(), Some(10), "launch {i}"),
+            Err(e) => panic!("launch {i} (ended here: {here}): {e}"),
+        }
+    }
+}
