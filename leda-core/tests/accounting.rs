@@ -449,3 +449,62 @@ fn sends_still_held_when_the_run_ends_are_counted() {
         "the ended run's handler was kept"
     );
 }
+
+/// Sends held behind a wait the call asked for (`ctx.wait`) are delivered even when
+/// that wait fails, as those of a call that fails are; the failure is then the call's.
+/// Before, the five were dropped with the failed wait.
+#[test]
+fn sends_held_behind_a_failed_wait_are_delivered() {
+    let (got, g2) = counter();
+    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+        ctx.wait(async { Err("the wait fails".into()) });
+        for i in 0..5i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        Ok(())
+    })
+    .serial()
+    .autostart(());
+    let dst = slow_sink("dst", g2);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    let r = run_idle(&g);
+    assert_eq!(
+        got.load(SeqCst),
+        5,
+        "held sends dropped with the failed wait"
+    );
+    assert_eq!(r.stats.stages[0].errors, 1);
+    assert_eq!(r.stats.stages[0].failed_sends, 0);
+}
+
+/// Sends held before a wait the call then asked for (`ctx.wait`) are delivered when
+/// the call fails, as its other held sends are. Before, the wait's future took them
+/// and was dropped with the failed call.
+#[test]
+fn sends_held_before_a_wait_of_a_failed_call_are_delivered() {
+    let (got, g2) = counter();
+    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+        for i in 0..5i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        ctx.wait(async { Ok(()) });
+        for i in 5..8i64 {
+            ctx.send_or_wait(1, i)?;
+        }
+        Err("the call fails after its sends were accepted".into())
+    })
+    .serial()
+    .autostart(());
+    let dst = slow_sink("dst", g2);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    let r = run_idle(&g);
+    assert_eq!(
+        got.load(SeqCst),
+        8,
+        "held sends dropped with the failed call"
+    );
+    assert_eq!(r.stats.stages[0].errors, 1);
+    assert_eq!(r.stats.stages[0].failed_sends, 0);
+}

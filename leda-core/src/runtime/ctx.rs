@@ -84,8 +84,11 @@ pub struct Ctx {
     /// Events sent on `route_hint` and not yet published.
     hint_sent: u64,
     stamp_tick: u32,
-    /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]).
+    /// Sends of this handler call held behind a full queue (see [`Ctx::send_or_wait`]):
+    /// the backlog later ones join, if any (a `wait` starts a new one after it).
     backlog: Option<Backlog>,
+    /// Every backlog of this call, in order: delivered if the call fails.
+    held: Vec<Backlog>,
     /// The `Ctx` of an activation, which parks on what its calls hold; not a clone.
     in_call: bool,
 }
@@ -110,7 +113,7 @@ impl Drop for Held {
         let st = &self.process.stages[self.stage];
         let n = self.sends.len();
         st.counters.failed_sends.fetch_add(n as u64, Relaxed);
-        tracing::debug!(stage = %st.name, events = n, "held sends not delivered: the run ended");
+        tracing::debug!(stage = %st.name, events = n, "held sends not delivered (the run ended)");
     }
 }
 
@@ -143,6 +146,7 @@ impl Ctx {
             hint_sent: 0,
             stamp_tick: 0,
             backlog: None,
+            held: Vec::new(),
             in_call: false,
         }
     }
@@ -411,13 +415,19 @@ impl Ctx {
             stage: self.stage,
         }));
         self.backlog = Some(backlog.clone());
+        self.held.push(backlog.clone());
         let before = self.wait.take();
         let deliver = self.deliver(backlog);
         self.wait = Some(Box::pin(async move {
-            if let Some(before) = before {
-                before.await?;
-            }
-            Ok(deliver.await?)
+            // Accepted, so delivered even if the wait before them fails (whose failure
+            // is then the call's).
+            let waited = match before {
+                Some(before) => before.await,
+                None => Ok(()),
+            };
+            let delivered = deliver.await;
+            waited?;
+            Ok(delivered?)
         }));
         Ok(())
     }
@@ -464,8 +474,22 @@ impl Ctx {
     /// are) as a future that delivers them; `None` if it held none.
     pub(crate) fn take_held(&mut self) -> Option<BoxFuture<Result<(), SendError>>> {
         self.wait = None;
-        let backlog = self.backlog.take()?;
-        Some(Box::pin(self.deliver(backlog)))
+        self.backlog = None;
+        if self.held.is_empty() {
+            return None;
+        }
+        let held = std::mem::take(&mut self.held);
+        let delivers: Vec<_> = held.into_iter().map(|b| self.deliver(b)).collect();
+        Some(Box::pin(async move {
+            let mut first = Ok(());
+            for d in delivers {
+                let r = d.await;
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            first
+        }))
     }
 
     /// Takes the future the handler call asked to wait on (and ends the call's
@@ -475,6 +499,7 @@ impl Ctx {
         // A backlog exists only with a wait (`send_or_wait` sets both).
         let wait = self.wait.take()?;
         self.backlog = None;
+        self.held.clear();
         Some(wait)
     }
 
