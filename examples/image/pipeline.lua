@@ -6,9 +6,10 @@
 --   LAYOUT 1 (default): one process.
 --   LAYOUT 2 / 3: the same graph, partitioned as `leda-image --layout 2|3` does and
 --   mapped onto this process plus the daemons given (default 127.0.0.1:9999 and
---   127.0.0.1:9998), started beforehand with `leda start --listen 127.0.0.1:PORT`:
+--   127.0.0.1:9998), started beforehand with `leda start --allow io --listen
+--   127.0.0.1:PORT` (the `write` stage writes files: a daemon refuses it without io):
 --
---     leda start --listen 127.0.0.1:9999 &
+--     leda start --allow io --listen 127.0.0.1:9999 &
 --     leda run examples/image/pipeline.lua samples out 2 127.0.0.1:9999
 require 'leda'
 

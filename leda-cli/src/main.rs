@@ -118,7 +118,8 @@ enum Command {
         /// configured (not the cookie).
         #[arg(long = "secret-file", value_name = "PATH", value_parser = secret_file)]
         secret: Option<Secret>,
-        /// Serve one deployment, then exit (default: wait for the next one).
+        /// Serve one deployment, then exit (a refused or failed one does not count;
+        /// default: wait for the next one).
         #[arg(long)]
         once: bool,
         /// Let deployments use more than the default: `io` (files, in handlers and

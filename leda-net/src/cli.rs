@@ -76,7 +76,8 @@ pub struct DaemonArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub secret: SecretArgs,
-    /// Serve one deployment, then exit (default: one after another).
+    /// Serve one deployment, then exit (a refused or failed one does not count;
+    /// default: one after another).
     #[arg(long)]
     pub once: bool,
     /// Serve each run's dashboard on this address.
