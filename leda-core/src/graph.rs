@@ -202,6 +202,8 @@ impl<S: Into<String>> From<Vec<S>> for Processes {
 pub struct Graph {
     name: String,
     stages: Vec<Stage>,
+    /// The ids of `stages` (adding a stage to a graph of thousands was quadratic).
+    ids: std::collections::HashSet<StageId>,
     connectors: Vec<Connector>,
     partition: Option<Vec<Cluster>>,
     mapping: Option<Vec<Processes>>,
@@ -240,7 +242,7 @@ impl Graph {
 
     /// Adds a stage (connecting adds both ends automatically).
     pub fn add(&mut self, stage: &Stage) -> &mut Self {
-        if !self.stages.contains(stage) {
+        if self.ids.insert(stage.id()) {
             self.stages.push(stage.clone());
         }
         self
@@ -409,7 +411,7 @@ impl Graph {
                 return Err(GraphError::EmptyCluster { cluster: i + 1 });
             }
             for s in c.stages() {
-                if !self.stages.contains(s) {
+                if !self.ids.contains(&s.id()) {
                     return Err(GraphError::ForeignStage {
                         stage: s.name().to_owned(),
                         cluster: i + 1,

@@ -430,6 +430,8 @@ impl StageRt {
 /// The shared state of one process' runtime.
 pub(crate) struct Process {
     pub(crate) stages: Box<[StageRt]>,
+    /// Stage indices by name (the first of a name).
+    by_name: std::collections::HashMap<Arc<str>, usize>,
     pub(crate) connectors: Box<[(ConnectorCounters, ConnectorInfo)]>,
     pub(crate) exec: Arc<dyn Executor>,
     activations: AtomicU64,
@@ -470,8 +472,13 @@ impl Process {
         exec: Arc<dyn Executor>,
         on_end: Box<dyn Fn() + Send + Sync>,
     ) -> Process {
+        let mut by_name = std::collections::HashMap::with_capacity(stages.len());
+        for (i, s) in stages.iter().enumerate() {
+            by_name.entry(s.name.clone()).or_insert(i);
+        }
         Process {
             stages: stages.into_boxed_slice(),
+            by_name,
             connectors: connectors
                 .into_iter()
                 .map(|c| (ConnectorCounters::new(), c))
@@ -554,15 +561,19 @@ impl Process {
         // The first few of a stage are logged whole, the rest counted (in its
         // `failed_sends`, and by the link's "events lost with the connection" line): one
         // process lost mid-run logged 32,768 lines here.
+        // (An event is shown cut, as a failed handler call's is: one of megabytes made
+        // a line of megabytes.)
         if n <= LOGGED_FAILED_SENDS {
             let more = if n == LOGGED_FAILED_SENDS {
                 " (further ones of this stage are counted, not logged)"
             } else {
                 ""
             };
-            tracing::warn!(stage = %st.name, event = %event, error = %error, "event not delivered{more}");
-        } else {
-            tracing::debug!(stage = %st.name, event = %event, error = %error, "event not delivered");
+            let shown = event.to_string();
+            tracing::warn!(stage = %st.name, event = %super::task::clip(&shown), error = %error, "event not delivered{more}");
+        } else if tracing::enabled!(tracing::Level::DEBUG) {
+            let shown = event.to_string();
+            tracing::debug!(stage = %st.name, event = %super::task::clip(&shown), error = %error, "event not delivered");
         }
         if let Some(Some(_)) = st.error_route.get() {
             let mut report = Event::new()
@@ -701,6 +712,6 @@ impl Process {
 
     /// Index of the stage named `name`.
     pub(crate) fn stage_index(&self, name: &str) -> Option<usize> {
-        self.stages.iter().position(|s| &*s.name == name)
+        self.by_name.get(name).copied()
     }
 }

@@ -756,7 +756,7 @@ const LOG_MAX: usize = 2048;
 
 /// `s`, cut to [`LOG_MAX`] bytes at a character boundary (marked when cut), control
 /// characters escaped.
-fn clip(s: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn clip(s: &str) -> std::borrow::Cow<'_, str> {
     crate::text::printable(s, LOG_MAX)
 }
 
