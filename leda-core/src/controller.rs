@@ -17,6 +17,14 @@
 //! thread per tick only after the target has stayed two or more threads below the pool
 //! for five ticks in a row (idle workers), so a steady load holds the pool within ±1.
 //! Time a handler spends *waiting* on a future is not worker time and does not count.
+//!
+//! Worker time is measured only for the calls that end, one in 64: a few calls that
+//! block or run for seconds go unmeasured (200 calls of 2 s kept a pool of 2 at 2, a
+//! review found, and its other stages starved). So when every worker is busy and tasks
+//! wait for one, at a tick and the tick before, and fewer calls ended in the tick than
+//! there are workers (calls outlast the tick), the pool grows by half (at least one
+//! thread) whatever the measured demand says. (Busy workers and waiting tasks alone are
+//! no sign: a pool sized right for short calls shows both most of the time.)
 
 use std::time::Duration;
 
@@ -196,6 +204,11 @@ impl Auto {
     }
 }
 
+/// Every worker was busy and tasks waited for one.
+fn saturated(s: &Snapshot) -> bool {
+    s.process.busy_threads >= s.process.threads && s.process.ready_queue > 0
+}
+
 impl Controller for Auto {
     fn initial_threads(&self) -> usize {
         self.min
@@ -206,8 +219,17 @@ impl Controller for Auto {
             self.prev = Some(snap.clone());
             return;
         };
-        let target = self.target(snap, &prev);
         let threads = knobs.threads();
+        let mut target = self.target(snap, &prev);
+        let ended: u64 = snap
+            .stages
+            .iter()
+            .zip(&prev.stages)
+            .map(|(s, p)| s.handled.saturating_sub(p.handled))
+            .sum();
+        if saturated(snap) && saturated(&prev) && ended < threads as u64 {
+            target = target.max((threads + (threads / 2).max(1)).min(self.max));
+        }
         if target > threads {
             knobs.set_threads(target);
             self.low_ticks = 0;

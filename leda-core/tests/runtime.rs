@@ -717,6 +717,43 @@ fn auto_controller_grows_the_pool_for_blocking_handlers() {
     );
 }
 
+/// A few calls that block for long are too few for the sampled worker time to see
+/// (one call in 64 is timed, once it ends): the pool still grows while every worker is
+/// busy and tasks wait, and a stage beside them is served. Before, the pool stayed at
+/// its minimum of 2 for the whole run.
+#[test]
+fn auto_controller_grows_the_pool_for_a_few_long_blocking_calls() {
+    let block = Stage::new("block", |_, _| {
+        std::thread::sleep(Duration::from_millis(400));
+        Ok(())
+    })
+    .maxpar(16);
+    for i in 0..24 {
+        block.push(i);
+    }
+    let mut g = Graph::new("g");
+    g.add(&block);
+    let running = g
+        .start(
+            Run::default()
+                .controller(Auto::new(2, 16))
+                .timeout(Duration::from_secs(60)),
+        )
+        .unwrap();
+    let h = running.handle();
+    let mut most = 0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        most = most.max(h.snapshot().process.threads);
+    }
+    h.quit(());
+    running.wait().unwrap();
+    assert!(
+        most > 2,
+        "the pool stayed at {most} with every worker blocked"
+    );
+}
+
 #[test]
 fn rust_and_async_stages_mix_in_a_pipeline_with_nice() {
     let total = Arc::new(AtomicUsize::new(0));
