@@ -39,6 +39,16 @@ pub enum SendError {
         /// Why.
         reason: String,
     },
+    /// The event cannot travel to the destination's process, whichever is tried: too
+    /// large for a frame, or too deeply nested. Unlike [`SendError::Unreachable`], the
+    /// destination is not at fault: sending it elsewhere fails alike.
+    #[error("the event cannot be sent to stage '{stage}': {reason}")]
+    Unsendable {
+        /// The destination stage.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
     /// A cohort hand-off found no free instance of the destination.
     #[error("Cannot get a parallel instance of stage '{stage}'")]
     CohortUnavailable {

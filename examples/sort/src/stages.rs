@@ -107,7 +107,7 @@ pub fn scatter() -> Stage {
                         st.lost[k + 1] = true;
                         st.send_again(k, ctx)?;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return unsendable(k, e, ctx),
                 }
             }
             Ok(())
@@ -135,11 +135,24 @@ impl Scatter {
                     return Ok(());
                 }
                 Err(SendError::Unreachable { .. }) => self.lost[p] = true,
-                Err(e) => return Err(e.into()),
+                Err(e) => return unsendable(k, e, ctx),
             }
         }
         ctx.quit((FAILED, format!("no sort process left for part {k}")));
         Ok(())
+    }
+}
+
+/// Part `k` could not be sent for a reason of its own (`Unsendable`: too large for a
+/// frame), which no other process would change: the run ends as failed, saying why.
+/// Other errors fail the call.
+fn unsendable(k: usize, e: SendError, ctx: &mut Ctx) -> HandlerResult {
+    match e {
+        SendError::Unsendable { reason, .. } => {
+            ctx.quit((FAILED, format!("part {k} cannot be sent: {reason}")));
+            Ok(())
+        }
+        e => Err(e.into()),
     }
 }
 

@@ -335,3 +335,24 @@ fn spawned_daemons_end_with_their_launcher() {
     }
     // (Reaped by nobody but this process: a zombie until it exits.)
 }
+
+/// A part too large for one event across processes (over the 64 MiB frame) ends the
+/// run as failed saying so, not as if every sort process were lost ("no sort process
+/// left", as the tester saw, since the refusal read as an unreachable process).
+#[test]
+fn a_part_too_large_to_send_ends_the_run_saying_why() {
+    let o = run_within(
+        &["run", "--np", "1", "--length", "9000000", "--spawn"],
+        Duration::from_secs(120),
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!o.status.success(), "{text}");
+    assert!(
+        text.contains("part 0 cannot be sent") && text.contains("frame limit"),
+        "{text}"
+    );
+}

@@ -121,7 +121,7 @@ impl Sink {
             }
             let before = ob.buf.weight();
             if let Err(reason) = ob.push_event(self.route, &event) {
-                let error = SendError::Unreachable {
+                let error = SendError::Unsendable {
                     stage: self.to.clone(),
                     reason: *reason,
                 };

@@ -1034,3 +1034,39 @@ fn a_loss_seen_first_by_a_sender_that_ends_the_run_is_still_recorded() {
     assert_eq!(lost.len(), 1, "the loss was taken for the orderly end");
     assert!(lost[0].reason.contains("went silent"), "{lost:?}");
 }
+
+/// An event that cannot be encoded for the link (nested too deeply; too large for a
+/// frame likewise) fails with `Unsendable`, not `Unreachable`: the peer is fine, and a
+/// sender that takes `Unreachable` for a lost process (the distributed sort did) must
+/// not give up on it. The link goes on carrying the next event.
+#[test]
+fn an_event_that_cannot_be_encoded_is_unsendable_not_unreachable() {
+    let (rt, sender, receiver) = linked_pair(vec![route("a", "b")]);
+    let got = Arc::new(AtomicU64::new(0));
+    let g2 = got.clone();
+    let b = Stage::new("b", move |_: Event, _: &mut Ctx| {
+        g2.fetch_add(1, Relaxed);
+        Ok(())
+    });
+    let (srun, rrun) = start_runs(&sender, &receiver, &b);
+    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+    let mut deep = Value::Nil;
+    for _ in 0..(crate::frame::MAX_DEPTH + 2) {
+        deep = Value::Array(vec![deep]);
+    }
+    let r = sink
+        .send(Event::from(vec![deep]))
+        .expect_err("too deep to encode");
+    assert!(
+        matches!(&r.error, SendError::Unsendable { stage, .. } if stage == "b"),
+        "{:?}",
+        r.error
+    );
+    sink.send(Event::from(1i64)).unwrap();
+    sink.flush();
+    wait_until(std::time::Instant::now() + Duration::from_secs(10), || {
+        got.load(Relaxed) == 1
+    });
+    assert_eq!(got.load(Relaxed), 1);
+    shut_down(&rt, &sender, &receiver, srun, rrun);
+}
