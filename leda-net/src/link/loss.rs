@@ -208,9 +208,10 @@ pub struct ProcessLost {
     /// Events sent to it and not acknowledged: they failed with
     /// `SendError::Unreachable` and were reported to their sending stages.
     pub in_flight_lost: u64,
-    /// Events it had acknowledged, that is accepted into its queues, over the run:
-    /// any of them may have died with it before being handled (a queue is not
-    /// persistent); they are counted as delivered.
+    /// Events it had acknowledged, that is accepted into its queues, over the run (on
+    /// the links of the process that noticed the loss): they count as delivered, and
+    /// those still queued when it died were lost with it (a queue is not persistent;
+    /// how many is not known).
     pub delivered: u64,
     /// The process that noticed the loss.
     pub noticed_by: String,
@@ -229,8 +230,9 @@ impl fmt::Display for ProcessLost {
         write!(
             f,
             " was lost: {} (last heard from {:.1} s before); {} event(s) in flight to it \
-             failed and were reported to their senders; {} it had accepted may not have \
-             been handled; noticed by {}",
+             failed and were reported to their senders, and {} it had accepted over the \
+             run count as delivered (those still queued there were lost with it) — \
+             these figures are the links of {} alone, which noticed it",
             self.reason,
             self.silent_ms as f64 / 1000.0,
             self.in_flight_lost,
