@@ -967,8 +967,20 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
     // One at a time, until calls were timed (one in 64) and the reader runs them.
     for k in 0..300i64 {
         let before = handled.load(Relaxed);
-        sink.send(Event::from(k)).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // (The credit of a handled event comes back in a later reply: on a loaded
+        // host, after the next send; a full window then waits for it.)
+        let mut ev = Event::from(k);
+        while let Err(r) = sink.send(ev) {
+            assert!(
+                matches!(r.error, SendError::QueueFull { .. })
+                    && std::time::Instant::now() < deadline,
+                "{:?}",
+                r.error
+            );
+            ev = r.event;
+            std::thread::sleep(Duration::from_millis(1));
+        }
         wait_until(deadline, || handled.load(Relaxed) > before);
         std::thread::sleep(Duration::from_micros(300));
     }
