@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leda_core::prelude::*;
 use leda_core::runtime::ProcessHandle;
@@ -28,6 +28,9 @@ use leda_mutex::multi::stage::decode_holds;
 
 /// How long [`LocalClient::release`] waits for the node to confirm.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// How often a blocked call looks whether the run has ended.
+const END_POLL: Duration = Duration::from_millis(50);
 
 /// What went wrong with a lock call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +44,8 @@ pub enum LockError {
     /// The service refused the call (unknown resource, release without holding...).
     #[error("lock service refused: {0}")]
     Refused(String),
-    /// The node's process does not take events any more (stopped, queue full).
+    /// The node's process does not take events any more (stopped, queue full), or its run
+    /// ended while the call waited.
     #[error("lock service unavailable: {0}")]
     Unavailable(String),
     /// The lease ran out before the release: the service released the lock at `at_ns`
@@ -214,15 +218,16 @@ impl Pending<'_> {
     /// Waits up to `timeout`; on timeout the request is withdrawn and [`LockError::Timeout`]
     /// returned.
     pub fn wait(self, timeout: Duration) -> Result<Grant, LockError> {
-        match self.rx.recv_timeout(timeout) {
-            Ok(reply) => self.finish(reply),
-            Err(RecvTimeoutError::Timeout) => {
+        match self.client.recv(&self.rx, timeout) {
+            Ok(Some(reply)) => self.finish(reply),
+            Ok(None) => {
                 let resource = self.resource.clone();
                 self.cancel()?;
                 Err(LockError::Timeout(resource))
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(LockError::Unavailable("reply channel closed".into()))
+            Err(e) => {
+                self.client.forget(self.id);
+                Err(e)
             }
         }
     }
@@ -237,26 +242,29 @@ impl Pending<'_> {
         };
         self.client.inject(ev)?;
         loop {
-            match self.rx.recv_timeout(RELEASE_WAIT) {
+            match self.client.recv(&self.rx, RELEASE_WAIT) {
                 // Granted before the cancel: the front turns the cancel into a release; wait
                 // for it so the lock is free when we return.
-                Ok(Reply::Granted(_) | Reply::GrantedAll(_)) => {}
-                Ok(Reply::Cancelled | Reply::Released) => {
+                Ok(Some(Reply::Granted(_) | Reply::GrantedAll(_) | Reply::WouldBlock)) => {}
+                Ok(Some(Reply::Cancelled | Reply::Released)) => {
                     self.client.forget(self.id);
                     return Ok(());
                 }
-                Ok(Reply::WouldBlock) => {}
-                Ok(Reply::Error(e)) => {
+                Ok(Some(Reply::Error(e))) => {
                     self.client.forget(self.id);
                     return Err(LockError::Refused(e));
                 }
-                Ok(Reply::Invalid(e)) => {
+                Ok(Some(Reply::Invalid(e))) => {
                     self.client.forget(self.id);
                     return Err(LockError::Invalid(e));
                 }
-                Err(_) => {
+                Ok(None) => {
                     self.client.forget(self.id);
                     return Err(LockError::Unavailable("no answer to a cancel".into()));
+                }
+                Err(e) => {
+                    self.client.forget(self.id);
+                    return Err(e);
                 }
             }
         }
@@ -294,16 +302,17 @@ impl PendingAll<'_> {
     /// withdrawn (nothing is held) and [`LockError::Timeout`] returned.
     pub fn wait(self, timeout: Duration) -> Result<MultiGrant, LockError> {
         let p = self.0;
-        match p.rx.recv_timeout(timeout) {
-            Ok(Reply::GrantedAll(holds)) => Ok(MultiGrant { holds, id: p.id }),
-            Ok(other) => Err(p.failed(other)),
-            Err(RecvTimeoutError::Timeout) => {
+        match p.client.recv(&p.rx, timeout) {
+            Ok(Some(Reply::GrantedAll(holds))) => Ok(MultiGrant { holds, id: p.id }),
+            Ok(Some(other)) => Err(p.failed(other)),
+            Ok(None) => {
                 let what = p.resource.clone();
                 p.cancel()?;
                 Err(LockError::Timeout(what))
             }
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(LockError::Unavailable("reply channel closed".into()))
+            Err(e) => {
+                p.client.forget(p.id);
+                Err(e)
             }
         }
     }
@@ -360,6 +369,30 @@ impl LocalClient {
 
     fn forget(&self, id: i64) {
         self.shared.waiters.lock().remove(&id);
+    }
+
+    /// The reply on `rx`, or `None` after `timeout`; an error as soon as the run ends
+    /// (nothing answers then: a caller must not wait out its timeout).
+    fn recv(&self, rx: &Receiver<Reply>, timeout: Duration) -> Result<Option<Reply>, LockError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if self.handle.is_stopping() {
+                return Err(LockError::Unavailable(
+                    "the run ended before the node answered".into(),
+                ));
+            }
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            match rx.recv_timeout(left.min(END_POLL)) {
+                Ok(reply) => return Ok(Some(reply)),
+                Err(RecvTimeoutError::Timeout) if left <= END_POLL => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(LockError::Unavailable("reply channel closed".into()));
+                }
+            }
+        }
     }
 
     /// Starts an acquisition; wait for it or cancel it with the returned [`Pending`].
@@ -456,16 +489,20 @@ impl LocalClient {
             .map(|r| (r.as_ref().to_owned(), 1))
             .collect();
         let p = self.begin_items(items, true)?.0;
-        match p.rx.recv_timeout(RELEASE_WAIT) {
-            Ok(Reply::GrantedAll(holds)) => Ok(Some(MultiGrant { holds, id: p.id })),
-            Ok(Reply::WouldBlock) => {
+        match self.recv(&p.rx, RELEASE_WAIT) {
+            Ok(Some(Reply::GrantedAll(holds))) => Ok(Some(MultiGrant { holds, id: p.id })),
+            Ok(Some(Reply::WouldBlock)) => {
                 self.forget(p.id);
                 Ok(None)
             }
-            Ok(other) => Err(p.failed(other)),
-            Err(_) => {
+            Ok(Some(other)) => Err(p.failed(other)),
+            Ok(None) => {
                 self.forget(p.id);
                 Err(LockError::Unavailable("no answer to a try".into()))
+            }
+            Err(e) => {
+                self.forget(p.id);
+                Err(e)
             }
         }
     }
@@ -499,11 +536,11 @@ impl LocalClient {
         };
         let result = self
             .inject(("release_all", grant.id).into())
-            .and_then(|()| match rx.recv_timeout(RELEASE_WAIT) {
-                Ok(Reply::Released) => Ok(()),
-                Ok(Reply::Error(e)) => Err(LockError::Refused(e)),
-                Ok(other) => Err(LockError::Refused(format!("unexpected reply {other:?}"))),
-                Err(_) => Err(LockError::Unavailable("no answer to a release".into())),
+            .and_then(|()| match self.recv(&rx, RELEASE_WAIT)? {
+                Some(Reply::Released) => Ok(()),
+                Some(Reply::Error(e)) => Err(LockError::Refused(e)),
+                Some(other) => Err(LockError::Refused(format!("unexpected reply {other:?}"))),
+                None => Err(LockError::Unavailable("no answer to a release".into())),
             });
         self.forget(grant.id);
         result
@@ -529,15 +566,19 @@ impl LocalClient {
             rx,
             all: false,
         };
-        match pending.rx.recv_timeout(RELEASE_WAIT) {
-            Ok(Reply::WouldBlock) => {
+        match self.recv(&pending.rx, RELEASE_WAIT) {
+            Ok(Some(Reply::WouldBlock)) => {
                 self.forget(id);
                 Ok(None)
             }
-            Ok(reply) => pending.finish(reply).map(Some),
-            Err(_) => {
+            Ok(Some(reply)) => pending.finish(reply).map(Some),
+            Ok(None) => {
                 self.forget(id);
                 Err(LockError::Unavailable("no answer to a try".into()))
+            }
+            Err(e) => {
+                self.forget(id);
+                Err(e)
             }
         }
     }
@@ -551,11 +592,11 @@ impl LocalClient {
         };
         let result = self
             .inject(("release", grant.id, grant.resource.as_str()).into())
-            .and_then(|()| match rx.recv_timeout(RELEASE_WAIT) {
-                Ok(Reply::Released) => Ok(()),
-                Ok(Reply::Error(e)) => Err(LockError::Refused(e)),
-                Ok(other) => Err(LockError::Refused(format!("unexpected reply {other:?}"))),
-                Err(_) => Err(LockError::Unavailable("no answer to a release".into())),
+            .and_then(|()| match self.recv(&rx, RELEASE_WAIT)? {
+                Some(Reply::Released) => Ok(()),
+                Some(Reply::Error(e)) => Err(LockError::Refused(e)),
+                Some(other) => Err(LockError::Refused(format!("unexpected reply {other:?}"))),
+                None => Err(LockError::Unavailable("no answer to a release".into())),
             });
         self.forget(grant.id);
         result

@@ -141,3 +141,33 @@ fn concurrent_clients_never_overlap() {
     });
     g.stop().unwrap();
 }
+
+/// When the run ends, a caller blocked in `acquire` (or a release that waits for the node)
+/// gets an error at once, not after its own timeout (review finding F3, rv13: `lock-service
+/// run` noticed a lost node at 0.5 s but exited only when its API clients' 30 s acquire
+/// timeout ran out).
+#[test]
+fn a_blocked_acquire_returns_when_the_run_ends() {
+    let g = group(Algorithm::SuzukiKasami);
+    let held = g.client(0).unwrap().acquire("a", LONG).unwrap();
+    let waiter = g.client(1).unwrap().clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(waiter.acquire("a", Duration::from_secs(600)));
+    });
+    // The request is queued behind the holder before the run ends.
+    std::thread::sleep(Duration::from_millis(300));
+    let holder = g.client(0).unwrap().clone();
+    g.stop().unwrap();
+    let blocked = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the acquire still blocks 20 s after the run ended");
+    match blocked {
+        Err(LockError::Unavailable(why)) => assert!(why.contains("run ended"), "{why}"),
+        other => panic!("expected the run's end, got {other:?}"),
+    }
+    assert!(matches!(
+        holder.release(held),
+        Err(LockError::Unavailable(_))
+    ));
+}

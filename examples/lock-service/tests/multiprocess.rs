@@ -77,3 +77,53 @@ fn no_lost_update_across_processes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A node lost mid-run ends `lock-service run` at once, with the loss reported, not when
+/// the API clients' acquire timeout runs out (review finding F3, rv13: kill -9 of a daemon
+/// 0.5 s in was noticed at once, but the launcher exited only 30 s later, its API client
+/// threads blocked in `acquire`).
+#[test]
+fn a_lost_node_ends_the_run_without_waiting_for_the_acquire_timeout() {
+    let dir = std::env::temp_dir().join(format!("lock-service-loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (d1, a1) = daemon(&[]);
+    let (d2, a2) = daemon(&[]);
+    let mut launcher = Proc(
+        Command::new(BIN)
+            .args(["run", "--algorithm", "ricart-agrawala", "--daemons"])
+            .arg(format!("{a1},{a2}"))
+            .arg("--counter")
+            .arg(dir.join("counter"))
+            .args(["--clients", "2", "--iters", "1000000", "--api-clients", "2"])
+            .args(["--acquire-timeout", "600"])
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning the launcher"),
+    );
+    let mut out = std::io::BufReader::new(launcher.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("STARTED"), "{line}");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(d2); // kill -9
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = launcher.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the run went on 20 s after a node was lost"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("lost"), "{err}");
+    drop(d1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
