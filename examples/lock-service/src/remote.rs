@@ -125,6 +125,32 @@ impl Inner {
         lock(&self.waiters).remove(&req);
     }
 
+    /// The next answer on `rx` (`None` once the session ended), waiting only while the
+    /// lease is known valid: a node that stopped answering (SIGSTOP) keeps the connection
+    /// open, and lets the session's locks go itself when the lease expires. `what` names
+    /// the request in the error.
+    async fn recv_within_lease(
+        &self,
+        rx: &mut mpsc::UnboundedReceiver<Response>,
+        what: &str,
+    ) -> Result<Option<Response>, LockError> {
+        loop {
+            let deadline = tokio::time::Instant::from_std(*lock(&self.valid_until));
+            tokio::select! {
+                biased;
+                r = rx.recv() => return Ok(r),
+                _ = tokio::time::sleep_until(deadline) => {
+                    if Instant::now() >= *lock(&self.valid_until) {
+                        return Err(LockError::Unavailable(format!(
+                            "the node did not answer the {what} before the lease ran out \
+                             (it lets the lease's locks go when the lease expires)"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
     fn end(&self, why: String) {
         self.ended.send_if_modified(|e| {
             if e.is_none() {
@@ -265,7 +291,8 @@ impl AsyncLockClient {
         self.inner.ended.borrow().clone()
     }
 
-    /// Acquires `name`, waiting at most `timeout`; on timeout the request is withdrawn.
+    /// Acquires `name`, waiting at most `timeout`; on timeout the request is withdrawn (the
+    /// withdrawal waits for the node while the lease is known valid, see [`Hold::release`]).
     pub async fn acquire(&self, name: &str, timeout: Duration) -> Result<Hold, LockError> {
         let (req, mut rx) = self.inner.register();
         self.inner.send(Request::Acquire {
@@ -340,7 +367,11 @@ impl AsyncLockClient {
     ) -> Result<(), LockError> {
         self.inner.send(Request::Cancel { req })?;
         let result = loop {
-            match rx.recv().await {
+            let r = match self.inner.recv_within_lease(rx, "cancel").await {
+                Ok(r) => r,
+                Err(e) => break Err(e),
+            };
+            match r {
                 Some(Response::Granted { .. }) => {}
                 Some(Response::Cancelled { .. } | Response::Released { .. }) => break Ok(()),
                 Some(Response::Error { message, .. }) => break Err(LockError::Refused(message)),
@@ -436,7 +467,9 @@ impl Hold {
         }
     }
 
-    /// Releases the lock and waits until the node has let it go.
+    /// Releases the lock and waits until the node has let it go, or until the lease is no
+    /// longer known valid ([`LockError::Unavailable`]: the node did not confirm the
+    /// release, and lets the lock go when the lease expires).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
         if let Some(at_ns) = self.expired_at() {
@@ -445,7 +478,11 @@ impl Hold {
         }
         self.inner.send(Request::Release { req: self.req })?;
         let result = loop {
-            match self.rx.recv().await {
+            let r = match self.inner.recv_within_lease(&mut self.rx, "release").await {
+                Ok(r) => r,
+                Err(e) => break Err(e),
+            };
+            match r {
                 Some(Response::Released { .. }) => break Ok(()),
                 Some(Response::Expired { at_ns, .. }) => {
                     break Err(LockError::LeaseExpired { at_ns });
@@ -504,7 +541,8 @@ impl LockClient {
         self.rt.block_on(self.client.try_acquire(name))
     }
 
-    /// Releases a hold and waits until the node has let it go.
+    /// Releases a hold and waits until the node has let it go, or the lease runs out (see
+    /// [`Hold::release`]).
     pub fn release(&self, hold: Hold) -> Result<(), LockError> {
         self.rt.block_on(hold.release())
     }

@@ -875,6 +875,68 @@ fn a_lock_command_never_outlives_its_lease() {
     }
 }
 
+/// `lock-service lock` exits, saying the release could not be confirmed, once the lease
+/// of a node that stopped answering has run out, while the node is still stopped
+/// (review finding F3b, rv13: the command was stopped in time, but the wrapper waited in
+/// `release` for as long as the node stayed stopped: 11 minutes and counting).
+#[test]
+fn a_lock_wrapper_exits_while_its_node_stays_stopped() {
+    let s = Scratch::new("stopped-release");
+    let (nodes, addrs) = group(&s, 3, "quorum-grid");
+    let pid = s.dir.join("pid");
+    let mut p = lock_cmd(
+        &s,
+        &addrs[1],
+        "4",
+        &format!("echo $$ > {}; exec sleep 60", pid.display()),
+    );
+    wait_for(&pid);
+    signal(&nodes[1], libc::SIGSTOP);
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            break st;
+        }
+        if stopped.elapsed() > Duration::from_secs(20) {
+            signal(&nodes[1], libc::SIGCONT);
+            panic!("the wrapper still runs 20 s after its node stopped (lease TTL 4 s)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(&nodes[1], libc::SIGCONT);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    // The command stopped with a quarter of the lease left, then the release unconfirmed;
+    // or, on a host too busy to look within that quarter, the lease over with no release.
+    assert!(
+        err.contains("the release was not confirmed") || err.contains("lost the lock"),
+        "{err}"
+    );
+}
+
+/// An acquire that times out on a node that stopped answering returns once the lease has
+/// run out: the withdrawal of the request, like a release, waits for the node only while
+/// the lease is known valid (it waited for as long as the node stayed stopped; rv13 F3b).
+#[test]
+fn an_acquire_timing_out_on_a_stopped_node_returns() {
+    let s = Scratch::new("stopped-cancel");
+    let (nodes, addrs) = group(&s, 3, "quorum-grid");
+    let b = LockClient::connect(&addrs[1], s.opts("b", Duration::from_secs(2))).unwrap();
+    signal(&nodes[1], libc::SIGSTOP);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(b.acquire("lock", Duration::from_secs(1)));
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(20));
+    signal(&nodes[1], libc::SIGCONT);
+    match answer {
+        Ok(Err(LockError::Unavailable(why))) => assert!(why.contains("cancel"), "{why}"),
+        Ok(other) => panic!("expected an unanswered cancel, got {other:?}"),
+        Err(_) => panic!("the acquire still waits 20 s after its 1 s timeout (lease TTL 2 s)"),
+    }
+}
+
 /// A node that is not serving (waiting for its group's deployment, as a node restarted
 /// after a crash waits for ever) closes client connections at once, so that a client
 /// tries its next node instead of waiting out its 5 s connect timeout (review finding).

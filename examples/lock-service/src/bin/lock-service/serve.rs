@@ -217,7 +217,10 @@ fn refuse_clients_until_served(local: &Arc<GateLocal>) -> anyhow::Result<()> {
 /// command must stay in its foreground group, and only the command itself is signalled
 /// then) and ends with this process (`PR_SET_PDEATHSIG`); when the lease has less than
 /// a quarter of the granted TTL left (two keep-alives unanswered) the group gets
-/// SIGTERM, and SIGKILL when it runs out; then the status is 1. Nothing can stop it
+/// SIGTERM, and SIGKILL when it runs out; then the status is 1. The release after the
+/// command waits for the node only while the lease is known valid (review finding F3b,
+/// rv13: with the node stopped, the wrapper waited in it for as long as the node stayed
+/// stopped); an unconfirmed release is an error (status 1). Nothing can stop it
 /// while this process is itself stopped (SIGSTOP), and processes the command leaves
 /// behind when it exits are not waited for: fences are what protect a resource then.
 pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
@@ -268,14 +271,22 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
         if let Some(status) = child.try_wait()? {
             let fence = hold.fence();
             if termed {
-                let _ = client.release(hold);
+                let released = match client.release(hold) {
+                    Ok(()) => "released".to_owned(),
+                    Err(e) => format!("the release was not confirmed: {e}"),
+                };
                 bail!(
                     "the lease on {:?} (fence {fence}) was running out without a renewal: \
-                     the command was stopped ({status})",
+                     the command was stopped ({status}); {released}",
                     args.name
                 );
             }
-            client.release(hold)?;
+            client.release(hold).with_context(|| {
+                format!(
+                    "releasing {:?} (fence {fence}) after the command ended ({status})",
+                    args.name
+                )
+            })?;
             return Ok(ExitCode::from(
                 status.code().unwrap_or(1).clamp(0, 255) as u8
             ));
