@@ -419,8 +419,10 @@ pub fn run(opts: &RunOptions) -> Result<Outcome, PipelineError> {
                 .map(addrs)
                 .map_err(RunError::from)?;
             // The run ends when `report` has seen every image (it quits, which ends
-            // every process). Global idle detection is not used here: it can end a
-            // run while events are still in flight between processes.
+            // every process): every stage reports each image's failure to it, a
+            // failed send included (`stages::image_step`). Global idle detection is
+            // not used here: it can end a run while events are still in flight
+            // between processes.
             let launched = Launcher::new(LAUNCHER)
                 .daemon_threads(threads)
                 .start(&g, run)?;

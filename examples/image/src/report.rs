@@ -7,8 +7,12 @@
 //! * `("total", n)` from `source`;
 //! * `("written", name, variant, bytes)` from `write`: one per output file, so an
 //!   image is done when both its full-size image and its half copy are written;
-//! * `("failed", name, stage, message)`: before `scale` the image is lost; after it
-//!   (`encode`, `write ...`) one of its two outputs is.
+//! * `("failed", name, stage, message)`: a failure labelled `source` is the directory
+//!   (no image); `STAGE full` or `STAGE half`
+//!   (after `scale`: `scale half`, `encode full`, `write half`...) is one of an image's
+//!   two outputs lost; any other label (`decode`, `denoise`...) is the whole image lost.
+//!   The stages report every failure of an image this way, whatever failed (see
+//!   `stages::image_step`), so the count always completes.
 //!
 //! Each image accounted for sends `("next", 1)` on `credit` (when connected), which
 //! lets `source` send the next path (see [`crate::stages::source`]).
@@ -134,6 +138,12 @@ impl Tally {
         Ok(())
     }
 
+    /// Prints `error: LINE` and keeps it for the summary.
+    fn error_line(&mut self, line: String) {
+        self.bar.suspend(|| eprintln!("error: {line}"));
+        self.summary.errors.push(line);
+    }
+
     fn handle(&mut self, ev: Event, ctx: &mut Ctx) -> HandlerResult {
         let started = *self.started.get_or_insert_with(Instant::now);
         let tag: String = ev.get(0)?;
@@ -156,12 +166,10 @@ impl Tally {
             "failed" => {
                 let (name, stage, message): (String, String, String) =
                     (ev.get(1)?, ev.get(2)?, ev.get(3)?);
-                let line = format!("{name}: {stage}: {message}");
-                self.bar.suspend(|| eprintln!("error: {line}"));
-                self.summary.errors.push(line);
+                self.error_line(format!("{name}: {stage}: {message}"));
                 if stage == "source" {
                     // The directory itself: no image to count.
-                } else if stage == "encode" || stage.starts_with("write") {
+                } else if stage.ends_with(" full") || stage.ends_with(" half") {
                     let p = self.pending.entry(name.clone()).or_default();
                     p.outputs += 1;
                     p.failed = true;
