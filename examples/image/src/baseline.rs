@@ -40,13 +40,25 @@ pub fn run(
     params: &Params,
     how: Baseline,
 ) -> Result<Summary, ImageError> {
-    let files: Vec<PathBuf> = crate::stages::list_files(input)?;
+    let inputs = crate::stages::list_inputs(input)?;
     steps::prepare_output(output)?;
     let start = std::time::Instant::now();
     let mut summary = Summary {
-        total: Some(files.len() as u64),
+        total: Some(inputs.len() as u64),
         ..Summary::default()
     };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for input in inputs {
+        match input {
+            Ok(f) => files.push(f),
+            Err(r) => {
+                summary.failed += 1;
+                summary
+                    .errors
+                    .push(format!("{}: source: {}", r.file, r.why));
+            }
+        }
+    }
     match how {
         Baseline::Seq => {
             for f in &files {

@@ -73,10 +73,12 @@ impl FilterArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Directory of input JPEGs.
+    /// Directory of input JPEGs: its regular files, in name order. Outputs are named
+    /// after the stem: a file whose stem an earlier one has fails (as do a name that
+    /// is not UTF-8 and a link to no file).
     #[arg(long)]
     input: Option<PathBuf>,
-    /// Output directory (half-size copies go to OUTPUT/half).
+    /// Output directory (OUTPUT/STEM.jpg; half-size copies go to OUTPUT/half).
     #[arg(long)]
     output: Option<PathBuf>,
     /// 1: one process; 2: two processes; 3: three processes (daemons on 127.0.0.1).

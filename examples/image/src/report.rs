@@ -4,18 +4,20 @@
 //!
 //! Input events (the first argument says which):
 //!
-//! * `("total", n)` from `source`;
+//! * `("total", n)` from `source`, or `("total", 0, dir, why)` when it could not list
+//!   the directory (an error line, no image);
 //! * `("written", name, variant, bytes)` from `write`: one per output file, so an
 //!   image is done when both its full-size image and its half copy are written;
-//! * `("failed", name, stage, message)`: a failure labelled `source` is the directory
-//!   (no image); `STAGE full` or `STAGE half`
+//! * `("failed", name, stage, message)`: a failure labelled `source` is an input file
+//!   that was not sent on (`name` is the file's name); `STAGE full` or `STAGE half`
 //!   (after `scale`: `scale half`, `encode full`, `write half`...) is one of an image's
 //!   two outputs lost; any other label (`decode`, `denoise`...) is the whole image lost.
 //!   The stages report every failure of an image this way, whatever failed (see
 //!   `stages::image_step`), so the count always completes.
 //!
-//! Each image accounted for sends `("next", 1)` on `credit` (when connected), which
-//! lets `source` send the next path (see [`crate::stages::source`]).
+//! Each image sent on by `source` and accounted for sends `("next", 1)` on `credit`
+//! (when connected), which lets `source` send the next path (see
+//! [`crate::stages::source`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,7 +35,8 @@ pub struct Summary {
     pub total: Option<u64>,
     /// Images with both outputs written.
     pub done: u64,
-    /// Images with at least one failure.
+    /// Inputs that failed: images with at least one failure, and files `source`
+    /// refused.
     pub failed: u64,
     /// Bytes of JPEG written.
     pub bytes_written: u64,
@@ -150,6 +153,10 @@ impl Tally {
         match tag.as_str() {
             "total" => {
                 let n: u64 = ev.get(1)?;
+                if ev.len() == 4 {
+                    let (dir, why): (String, String) = (ev.get(2)?, ev.get(3)?);
+                    self.error_line(format!("{dir}: source: {why}"));
+                }
                 self.summary.total = Some(n);
                 self.bar.set_length(n);
             }
@@ -168,7 +175,9 @@ impl Tally {
                     (ev.get(1)?, ev.get(2)?, ev.get(3)?);
                 self.error_line(format!("{name}: {stage}: {message}"));
                 if stage == "source" {
-                    // The directory itself: no image to count.
+                    // A file never sent on: no credit to give back.
+                    self.summary.failed += 1;
+                    self.bar.inc(1);
                 } else if stage.ends_with(" full") || stage.ends_with(" half") {
                     let p = self.pending.entry(name.clone()).or_default();
                     p.outputs += 1;

@@ -15,7 +15,8 @@
 //! `failed` carries `("failed", name, stage, message)`: every failure of an image goes
 //! there — an error, a panic, a send that fails (its process lost, an image too large
 //! to cross to another process) — and the run goes on; `stage` names the output lost
-//! after `scale` (`encode half`, `write full`...). When `failed` is not connected
+//! after `scale` (`encode half`, `write full`...); `source` reports there, by file
+//! name, the files it refuses (see [`list_inputs`]). When `failed` is not connected
 //! the error fails the handler call instead (counted and logged by the runtime).
 //!
 //! | `report` | total, written, failed | `credit ("next", 1)` per image accounted for |
@@ -278,8 +279,10 @@ impl Feeder {
     }
 }
 
-/// `source` (serial): lists the regular files of a directory it receives (sorted),
-/// sends their count on `total`, then their paths on `file`.
+/// `source` (serial): lists the input files of a directory it receives (sorted, see
+/// [`list_inputs`]), sends their count on `total`, reports those it refuses on `failed`
+/// (stage `source`), then sends the others' paths on `file`. A directory it cannot
+/// list is reported on `total` as `("total", 0, dir, why)`.
 ///
 /// With attribute `window = N` (N > 0) at most N images are in flight: a path is sent
 /// for each `("next", k)` credit event received (which `report` sends on its
@@ -303,42 +306,91 @@ pub fn source() -> Stage {
                 return f.feed(ctx);
             }
             let dir: String = ev.get(0)?;
-            match list_files(Path::new(&dir)) {
-                Ok(files) => {
-                    if ctx.has_output("total") {
-                        ctx.send_or_wait("total", ("total", files.len()))?;
-                    }
-                    f.files
-                        .extend(files.into_iter().map(|p| p.to_string_lossy().into_owned()));
-                    f.feed(ctx)
+            let inputs = match list_inputs(Path::new(&dir)) {
+                Ok(inputs) => inputs,
+                Err(e) if ctx.has_output("total") => {
+                    let why = e.to_string();
+                    ctx.send_or_wait("total", ("total", 0, dir, why))?;
+                    return Ok(());
                 }
-                Err(e) => {
-                    failed(ctx, &dir, "source", e)?;
-                    if ctx.has_output("total") {
-                        ctx.send_or_wait("total", ("total", 0))?;
-                    }
-                    Ok(())
+                Err(e) => return Err(Box::new(e)),
+            };
+            if ctx.has_output("total") {
+                ctx.send_or_wait("total", ("total", inputs.len()))?;
+            }
+            for input in inputs {
+                match input {
+                    // (UTF-8: `list_inputs` refuses other names.)
+                    Ok(path) => f.files.push_back(path.to_string_lossy().into_owned()),
+                    Err(r) => failed(ctx, &r.file, "source", &r.why)?,
                 }
             }
+            f.feed(ctx)
         },
     )
     .serial()
     .kind(kinds::SOURCE)
 }
 
-/// The regular files of `dir`, sorted by name.
-pub fn list_files(dir: &Path) -> Result<Vec<PathBuf>, ImageError> {
+/// An input file that is not processed, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Its file name (one that is not UTF-8 with replacement characters).
+    pub file: String,
+    /// Why it is not processed.
+    pub why: String,
+}
+
+/// The inputs of `dir`, sorted by name: its regular files (other entries, such as
+/// subdirectories, are not inputs), each to be processed or refused: a name that is
+/// not UTF-8, a stem that an earlier file already has (both would write the same
+/// `NAME.jpg`: the first keeps it), a symbolic link that leads to no file.
+pub fn list_inputs(dir: &Path) -> Result<Vec<Result<PathBuf, Refused>>, ImageError> {
+    use std::collections::hash_map::{Entry, HashMap};
     let rd = std::fs::read_dir(dir).map_err(|e| ImageError::io("listing", dir, e))?;
-    let mut files = Vec::new();
+    let mut paths = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| ImageError::io("listing", dir, e))?;
-        let path = entry.path();
-        if path.is_file() {
-            files.push(path);
-        }
+        paths.push(entry.path());
     }
-    files.sort();
-    Ok(files)
+    paths.sort();
+    let mut names = HashMap::new();
+    let mut inputs = Vec::new();
+    for path in paths {
+        let file = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into_owned(),
+        );
+        let refuse = |why: String| {
+            Err(Refused {
+                file: file.clone(),
+                why,
+            })
+        };
+        let input = match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => continue,
+            Err(e) if path.is_symlink() => {
+                refuse(format!("a symbolic link that leads to no file ({e})"))
+            }
+            Err(e) => refuse(ImageError::io("reading", &path, e).to_string()),
+            Ok(_) if path.to_str().is_none() => {
+                refuse("the file name is not valid UTF-8: rename the file".into())
+            }
+            Ok(_) => match names.entry(steps::image_name(&path)) {
+                Entry::Occupied(first) => refuse(format!(
+                    "its output name '{}' is already that of {}: rename one of them",
+                    first.key(),
+                    first.get()
+                )),
+                Entry::Vacant(v) => {
+                    v.insert(file.clone());
+                    Ok(path)
+                }
+            },
+        };
+        inputs.push(input);
+    }
+    Ok(inputs)
 }
 
 /// `decode`: reads a JPEG file and sends its pixels (attribute `max_pixels`: larger
@@ -586,6 +638,48 @@ mod tests {
             let why = ": denoise: port 'image' of stage 'denoise' is not connected";
             assert!(e.starts_with("img_0000") && e.ends_with(why), "{k}: {e}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Inputs that would write the same outputs, or cannot be read as named, are refused
+    /// by name, with the reason; the others are listed in order.
+    #[test]
+    fn inputs_that_cannot_be_processed_are_refused_with_the_reason() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = scratch("list");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        for f in ["a.jpg", "dup.jpeg", "dup.jpg", "dup"] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::fs::write(dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9.jpg")), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere.jpg"), dir.join("dangling.jpg")).unwrap();
+        let got: Vec<_> = list_inputs(&dir)
+            .unwrap()
+            .into_iter()
+            .map(|i| match i {
+                Ok(p) => p.file_name().unwrap().to_string_lossy().into_owned(),
+                Err(r) => format!("{}: {}", r.file, r.why),
+            })
+            .collect();
+        assert_eq!(got.len(), 6, "{got:?}");
+        assert_eq!(got[0], "a.jpg");
+        assert!(
+            got[1].starts_with("caf\u{fffd}.jpg: the file name is not valid UTF-8"),
+            "{got:?}"
+        );
+        assert!(
+            got[2].starts_with("dangling.jpg: a symbolic link that leads to no file"),
+            "{got:?}"
+        );
+        assert_eq!(got[3], "dup");
+        assert_eq!(
+            got[4],
+            "dup.jpeg: its output name 'dup' is already that of dup: rename one of them"
+        );
+        assert_eq!(
+            got[5],
+            "dup.jpg: its output name 'dup' is already that of dup: rename one of them"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

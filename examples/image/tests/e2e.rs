@@ -193,6 +193,56 @@ fn bad_files_are_reported_and_the_run_goes_on() {
     }
 }
 
+/// Inputs that cannot be processed as named fail each with an error line, and are
+/// counted: two files with the same stem (a review, 2026-11-27: both were counted
+/// processed while one's outputs overwrote the other's), a name that is not UTF-8
+/// (it failed with a false "No such file or directory"), a symbolic link to nothing
+/// (skipped silently).
+#[test]
+fn inputs_that_cannot_be_processed_as_named_are_reported() {
+    use std::os::unix::ffi::OsStrExt;
+    for k in ["1", "2"] {
+        let dir = scratch(&format!("named{k}"));
+        let (input, output) = (dir.join("in"), dir.join("out"));
+        inputs(&input);
+        std::fs::copy(input.join("img_00001.jpg"), input.join("dup.jpeg")).unwrap();
+        std::fs::copy(input.join("img_00002.jpg"), input.join("dup.jpg")).unwrap();
+        let latin1 = input.join(std::ffi::OsStr::from_bytes(b"caf\xe9.jpg"));
+        std::fs::copy(input.join("img_00003.jpg"), latin1).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere.jpg"), input.join("dangling.jpg")).unwrap();
+        let out = run(&[
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--layout",
+            k,
+            "--threads",
+            "2",
+            "--no-progress",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "some inputs failed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for line in [
+            "error: dup.jpg: source: its output name 'dup' is already that of dup.jpeg",
+            "error: caf\u{fffd}.jpg: source: the file name is not valid UTF-8",
+            "error: dangling.jpg: source: a symbolic link that leads to no file",
+        ] {
+            assert!(stderr.contains(line), "{line}: {stderr}");
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let summary = format!("{} of {} image(s) processed, 3 failed", N + 1, N + 4);
+        assert!(stdout.contains(&summary), "{stdout}");
+        check_outputs(&output);
+        assert_eq!(
+            std::fs::read(output.join("dup.jpg")).unwrap(),
+            std::fs::read(output.join("img_00001.jpg")).unwrap(),
+            "dup.jpeg's output, not overwritten"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// An image too large to cross to another process (its pixels over the 64 MiB frame
 /// limit, well under `--max-pixels`) fails alone with an error line in layout 2, and
 /// the run ends (a review, 2026-11-27: `denoise`'s call failed, `report` never heard of
