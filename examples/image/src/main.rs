@@ -87,9 +87,9 @@ struct RunArgs {
     /// Worker threads per process (default: one per CPU).
     #[arg(long, value_parser = leda_core::cli::thread_count)]
     threads: Option<usize>,
-    /// Images in flight at most (default: threads in layout 1, else
+    /// Images in flight at most, 1 or more (default: threads in layout 1, else
     /// threads x processes + 2).
-    #[arg(long)]
+    #[arg(long, value_parser = window)]
     window: Option<usize>,
     /// Hide the progress bar.
     #[arg(long)]
@@ -105,6 +105,15 @@ struct RunArgs {
     chart: Option<PathBuf>,
     #[command(flatten)]
     filters: FilterArgs,
+}
+
+/// `--window`: 1 or more.
+fn window(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would put every image in flight at once: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]

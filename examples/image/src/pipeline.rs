@@ -349,7 +349,8 @@ pub struct RunOptions {
     pub threads: usize,
     /// Filter and encoder settings.
     pub params: Params,
-    /// Images in flight at most (default: [`Layout::default_window`]).
+    /// Images in flight at most (default: [`Layout::default_window`]; 0: no bound,
+    /// which the command line refuses).
     pub window: Option<usize>,
     /// Show the progress bar.
     pub progress: bool,

@@ -285,6 +285,32 @@ fn an_image_too_large_to_cross_fails_alone() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--window 0` is refused: the help says "images in flight at most" (a review,
+/// 2026-11-27: 0 was taken as no bound, every image in flight at once).
+#[test]
+fn a_window_of_zero_is_refused() {
+    let dir = scratch("window0");
+    let input = dir.join("in");
+    inputs(&input);
+    let output = dir.join("out");
+    let out = run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--window",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--window") && stderr.contains('0'),
+        "{stderr}"
+    );
+    assert!(!output.exists(), "nothing processed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn missing_input_directory_is_a_clear_error() {
     let dir = scratch("missing");
