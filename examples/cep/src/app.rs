@@ -247,10 +247,12 @@ pub(crate) struct DaemonChild {
 
 impl DaemonChild {
     /// Starts `leda-cep <command> --listen 127.0.0.1:0 --threads <threads>` and reads
-    /// its `listening ADDR` line.
+    /// its `listening ADDR` line. The daemon ends with the thread that starts it,
+    /// however that ends ([`leda_net::daemon::end_with_parent`]): a launcher killed
+    /// before it deploys leaves none waiting for a deployment for ever.
     pub(crate) fn spawn(command: &str, threads: usize) -> anyhow::Result<DaemonChild> {
         let exe = std::env::current_exe().context("locating this program")?;
-        let mut child = Command::new(exe)
+        let mut child = leda_net::daemon::end_with_parent(&mut Command::new(exe))
             .args([command, "--listen", "127.0.0.1:0", "--threads"])
             .arg(threads.to_string())
             // A Rust daemon serves one deployment, then exits (the Lua one always does).

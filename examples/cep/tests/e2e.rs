@@ -569,3 +569,72 @@ fn a_reused_out_directory_holds_only_the_last_run() {
     let _ = std::fs::remove_dir_all(logs);
     let _ = std::fs::remove_dir_all(out);
 }
+
+/// The children of process `pid` (every thread's).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// `true` while process `pid` runs (neither gone nor a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().and_then(|r| r.trim().chars().next()))
+        .is_some_and(|state| state != 'Z')
+}
+
+/// A launcher killed (-9) once it has started a daemon, before it deploys: the daemon
+/// ends with it, in the Rust and Lua variants (a review, 2026-11-27: such daemons,
+/// which wait for a deployment that never comes, outlived their launcher for good).
+#[test]
+fn daemons_end_with_a_launcher_killed_before_deploying() {
+    let logs = tmp("orphan-logs");
+    cep(&["gen", "--out", logs.to_str().unwrap(), "--lines", "300"]);
+    for mode in ["run", "lua"] {
+        let out = tmp("orphan-out");
+        let mut launcher = Command::new(BIN)
+            .args([mode, "--scenario", "2", "--logs"])
+            .arg(&logs)
+            .arg("--out")
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leda-cep");
+        let daemon = loop {
+            if let Some(&d) = children(launcher.id()).first() {
+                break d;
+            }
+            assert!(
+                launcher.try_wait().unwrap().is_none(),
+                "{mode}: the launcher ended before starting a daemon"
+            );
+            std::thread::yield_now();
+        };
+        launcher.kill().unwrap();
+        launcher.wait().unwrap();
+        // (Not a bound on how soon it ends: only a guard against waiting for ever.)
+        let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while alive(daemon) {
+            if std::time::Instant::now() > guard {
+                let _ = Command::new("kill")
+                    .args(["-9", &daemon.to_string()])
+                    .status();
+                panic!("{mode}: daemon {daemon} outlived its launcher (killed it now)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let _ = std::fs::remove_dir_all(logs);
+}
