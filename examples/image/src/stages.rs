@@ -322,7 +322,9 @@ pub fn source() -> Stage {
                 match input {
                     // (UTF-8: `list_inputs` refuses other names.)
                     Ok(path) => f.files.push_back(path.to_string_lossy().into_owned()),
-                    Err(r) => failed(ctx, &r.file, "source", &r.why)?,
+                    Err(r) if ctx.has_output("failed") => failed(ctx, &r.file, "source", &r.why)?,
+                    // (Failing the call would lose the files after it.)
+                    Err(r) => tracing::warn!("{}: not processed: {}", r.file, r.why),
                 }
             }
             f.feed(ctx)
@@ -638,6 +640,37 @@ mod tests {
             let why = ": denoise: port 'image' of stage 'denoise' is not connected";
             assert!(e.starts_with("img_0000") && e.ends_with(why), "{k}: {e}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Without a `failed` connection, a refused input is logged and the files after it
+    /// are still sent (failing the call lost them).
+    #[test]
+    fn a_refused_input_loses_no_other_file_without_failed() {
+        let dir = scratch("nofailed");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["a.jpg", "dup.jpeg", "dup.jpg", "z.jpg"] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let seen = got.clone();
+        let sink = Stage::new("sink", move |ev: Event, _: &mut Ctx| {
+            seen.lock().unwrap().push(ev.get::<String>(0)?);
+            Ok(())
+        });
+        let source = source();
+        let mut g = Graph::new("nofailed");
+        g.connect(&source, "file", &sink);
+        source.push(dir.to_string_lossy().into_owned());
+        g.run(Run::default().threads(1).until_idle()).unwrap();
+        let mut got: Vec<_> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap().to_owned())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["a.jpg", "dup.jpeg", "z.jpg"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
