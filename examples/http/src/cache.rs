@@ -24,6 +24,7 @@ use std::fs::{File, Metadata};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -35,6 +36,91 @@ pub const OPEN_INACTIVE: Duration = Duration::from_secs(60);
 /// (they are sent with `sendfile` meanwhile). A read that fails never inserts anything,
 /// so the claim just expires.
 pub const LOAD_CLAIM: Duration = Duration::from_secs(5);
+
+/// Most files read into memory at once (each read takes a thread of the blocking pool).
+pub const MAX_LOAD_READS: usize = 8;
+
+/// The memory of file contents that misses read: the bytes of every buffer so read and
+/// still alive (in the cache, or held by responses still being sent, also after the
+/// cache let it go), and the reads in progress. Shared by the instances of
+/// `send_file`; a load that would pass a bound is not made (the file is sent with
+/// `sendfile` instead), so nothing ever waits for it.
+#[derive(Debug, Default)]
+pub struct Loads {
+    bytes: AtomicUsize,
+    reads: AtomicUsize,
+}
+
+impl Loads {
+    /// Starts a read of `len` bytes if that keeps the loaded bytes within `max_bytes`
+    /// and the reads in progress within [`MAX_LOAD_READS`]; `None` otherwise.
+    pub fn try_start(self: &Arc<Self>, len: usize, max_bytes: usize) -> Option<Load> {
+        let take = |a: &AtomicUsize, n: usize, max: usize| {
+            a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                v.checked_add(n).filter(|&t| t <= max)
+            })
+            .is_ok()
+        };
+        if !take(&self.reads, 1, MAX_LOAD_READS) {
+            return None;
+        }
+        if !take(&self.bytes, len, max_bytes) {
+            self.reads.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Load {
+            loads: self.clone(),
+            len,
+            reading: true,
+        })
+    }
+
+    /// Bytes of loaded buffers alive (and of reads in progress).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+}
+
+/// A load admitted by [`Loads::try_start`]: its bytes count until it is dropped, or,
+/// made into a buffer with [`Load::into_bytes`], until the buffer's last clone is.
+#[derive(Debug)]
+pub struct Load {
+    loads: Arc<Loads>,
+    len: usize,
+    reading: bool,
+}
+
+impl Load {
+    /// Ends the read: `data` (at most the length admitted) as a buffer that keeps its
+    /// bytes counted for as long as any clone of it lives.
+    pub fn into_bytes(mut self, data: Vec<u8>) -> Bytes {
+        debug_assert!(data.len() <= self.len);
+        self.loads.reads.fetch_sub(1, Ordering::AcqRel);
+        self.reading = false;
+        Bytes::from_owner(Loaded { data, _load: self })
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        if self.reading {
+            self.loads.reads.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.loads.bytes.fetch_sub(self.len, Ordering::AcqRel);
+    }
+}
+
+/// The owner of a loaded buffer.
+struct Loaded {
+    data: Vec<u8>,
+    _load: Load,
+}
+
+impl AsRef<[u8]> for Loaded {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
 
 /// What identifies one version of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +170,13 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Most bytes of file contents that misses may have read and that are still alive
+    /// ([`Loads`]): twice `memory_bytes`, the cache's own and as much again for
+    /// responses still being sent from buffers the cache let go (or not yet took).
+    pub fn load_bytes(&self) -> usize {
+        self.memory_bytes.saturating_mul(2)
+    }
+
     /// Where a file of `len` bytes goes.
     pub fn placement(&self, len: u64) -> Placement {
         if usize::try_from(len).is_ok_and(|n| n <= self.memory_max_file.min(self.memory_bytes)) {
@@ -454,6 +547,30 @@ mod tests {
         // A load that never lands expires.
         assert!(!c.claim_load(Path::new("b"), now));
         assert!(c.claim_load(Path::new("b"), now + LOAD_CLAIM));
+    }
+
+    #[test]
+    fn loads_bounded_by_bytes_alive_and_reads_at_once() {
+        let loads = Arc::new(Loads::default());
+        let a = loads.try_start(60, 100).unwrap();
+        assert!(loads.try_start(50, 100).is_none(), "110 bytes of 100");
+        let body = a.into_bytes(vec![7; 60]);
+        let slice = body.slice(1..2);
+        drop(body);
+        assert!(
+            loads.try_start(50, 100).is_none(),
+            "a slice still holds the buffer"
+        );
+        drop(slice);
+        assert_eq!(loads.bytes(), 0);
+        // Reads at once, whatever their size; a load dropped unread gives both back.
+        let reads: Vec<_> = (0..MAX_LOAD_READS)
+            .map(|_| loads.try_start(1, 100).unwrap())
+            .collect();
+        assert!(loads.try_start(1, 100).is_none());
+        drop(reads);
+        assert_eq!(loads.bytes(), 0);
+        assert!(loads.try_start(100, 100).is_some());
     }
 
     #[test]

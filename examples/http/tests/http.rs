@@ -286,6 +286,31 @@ fn files_large_and_cached_and_changed() {
     assert_eq!(c.get("/style.css", "").text(), "body{}");
 }
 
+/// A file read into memory by a miss enters the cache as soon as it is read, not once
+/// its client has taken it all (review finding rv12 F1: a popular file whose first
+/// client read slowly was read again every 5 s and never cached). To tell a cache hit
+/// from a read of the disk, the file is then rewritten in place with the same length
+/// and modification time, a change the cache cannot see.
+#[test]
+fn a_file_is_cached_before_its_slow_client_has_it() {
+    let s = server(|c| c.send_timeout = Duration::from_secs(60));
+    let path = s.root.join("popular.bin");
+    std::fs::write(&path, vec![b'a'; 4 << 20]).unwrap();
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let slow = common::slow_reader(s.addr, "/popular.bin");
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&path, vec![b'b'; 4 << 20]).unwrap();
+    let file = std::fs::File::options().write(true).open(&path).unwrap();
+    file.set_modified(mtime).unwrap();
+    let r = get(s.addr, "/popular.bin");
+    assert_eq!((r.status, r.body.len()), (200, 4 << 20));
+    assert!(
+        r.body.iter().all(|&b| b == b'a'),
+        "not served from the cache"
+    );
+    drop(slow);
+}
+
 #[test]
 fn cgi_pages_run_and_fail_with_500() {
     let s = server(|c| c.cgi_timeout = Duration::from_millis(300));

@@ -7,10 +7,14 @@
 //! * A **miss**: the file is opened here, beneath the root and through no symlink
 //!   ([`Root::open`]: the canonical path has none, so a directory or file swapped for
 //!   one since `handle_request` resolved it is refused, never followed) and `fstat`ed.
-//!   A file the cache keeps in memory is read from that descriptor, written with one
-//!   `writev`, and sent back to the cache (port `insert`, `put`) — by one miss
-//!   per file at a time, the others are sent with `sendfile` meanwhile; a larger file
-//!   is sent with `sendfile` and its descriptor given to the cache (`insert`, `open`).
+//!   A file the cache keeps in memory is read from that descriptor (on the blocking
+//!   pool), sent to the cache (port `insert`, `put`) as soon as it is read, and then
+//!   written with `writev`s — by one miss per file at a time, and only while the
+//!   buffers misses read and that are still alive stay within
+//!   [`Limits::load_bytes`](crate::cache::Limits::load_bytes) (twice `cache_bytes`),
+//!   at most [`MAX_LOAD_READS`](crate::cache::MAX_LOAD_READS) reads at once; any other
+//!   miss is sent with `sendfile`, which holds no buffer. A larger file is sent with
+//!   `sendfile` and its descriptor given to the cache (`insert`, `open`).
 //!
 //! Either way the connection then goes back to `handle_request` (`next`) or to `close`.
 //! Waiting for a slow client holds no worker thread: each wait for writability is an
@@ -25,7 +29,7 @@ use bytes::Bytes;
 use leda_core::prelude::*;
 
 use super::{ASYNC_MAXPAR, forward, take_conn, to_nanos};
-use crate::cache::{Placement, Version};
+use crate::cache::{Loads, Placement, Version};
 use crate::config::Config;
 use crate::conn::Conn;
 use crate::error::HttpError;
@@ -48,19 +52,22 @@ pub struct FileHit {
 /// conn (`load`, default true: this miss may read the file into memory for the cache);
 /// a descriptor hit, `(path, keep_alive, head_only, len)` + [`FileHit`].
 pub fn stage() -> Stage {
+    // One per stage, so one per server: what every instance's misses read.
+    let loads = Arc::new(Loads::default());
     Stage::stateful(
         "send_file",
-        |attrs: &Attrs| -> Result<(Arc<Config>, Arc<Root>), BoxError> {
+        move |attrs: &Attrs| -> Result<Instance, BoxError> {
             let cfg = Config::from_attrs(attrs)?;
             let root = Root::of(&cfg.root)?;
-            Ok((Arc::new(cfg), root))
+            Ok((Arc::new(cfg), root, loads.clone()))
         },
-        |(cfg, root): &mut (Arc<Config>, Arc<Root>), mut ev: Event, ctx: &mut Ctx| {
+        |(cfg, root, loads): &mut Instance, mut ev: Event, ctx: &mut Ctx| {
             let hit = ev.take_attachment::<FileHit>();
             let path: String = ev.get(0)?;
             let keep_alive: bool = ev.get(1)?;
             let head_only: bool = ev.get(2)?;
             let (cfg, root, mut out) = (cfg.clone(), root.clone(), ctx.clone());
+            let loads = loads.clone();
             match hit {
                 Some(FileHit { conn, file, head }) => {
                     let len: u64 = ev.get(3)?;
@@ -79,7 +86,7 @@ pub fn stage() -> Stage {
                             head_only,
                             load,
                         };
-                        miss(&cfg, &root, conn, m, &mut out).await
+                        miss(&cfg, &root, &loads, conn, m, &mut out).await
                     });
                 }
             }
@@ -88,6 +95,9 @@ pub fn stage() -> Stage {
     )
     .maxpar(ASYNC_MAXPAR)
 }
+
+/// An instance's state: the settings, the root, and the loads of the whole stage.
+type Instance = (Arc<Config>, Arc<Root>, Arc<Loads>);
 
 /// Sends `head`, then `body` (a file and its length) with `sendfile`, then passes the
 /// connection on. The file is let go as soon as it is sent (an evicted descriptor
@@ -150,7 +160,14 @@ struct Miss {
     load: bool,
 }
 
-async fn miss(cfg: &Config, root: &Root, mut conn: Conn, m: Miss, out: &mut Ctx) -> HandlerResult {
+async fn miss(
+    cfg: &Config,
+    root: &Root,
+    loads: &Arc<Loads>,
+    mut conn: Conn,
+    m: Miss,
+    out: &mut Ctx,
+) -> HandlerResult {
     let Miss {
         path,
         keep_alive,
@@ -180,19 +197,29 @@ async fn miss(cfg: &Config, root: &Root, mut conn: Conn, m: Miss, out: &mut Ctx)
         &[],
     );
     let insert = out.has_output("insert");
-    match cfg.cache_limits().placement(version.len) {
-        Placement::Memory if insert && load && !head_only => {
+    let limits = cfg.cache_limits();
+    let placement = limits.placement(version.len);
+    // Memory placement means the length fits a usize.
+    let cap = usize::try_from(version.len).unwrap_or(usize::MAX);
+    let admitted = (placement == Placement::Memory && insert && load && !head_only)
+        .then(|| loads.try_start(cap, limits.load_bytes()))
+        .flatten();
+    match admitted {
+        Some(admitted) => {
             // One trip to the blocking pool, reading the descriptor that was stat'ed.
-            let cap = usize::try_from(version.len).unwrap_or(0);
             let read = tokio::task::spawn_blocking(move || {
                 let mut data = Vec::with_capacity(cap);
-                (&file).read_to_end(&mut data).map(|_| data)
+                // One byte more tells a file that grew since the `fstat`.
+                (&file)
+                    .take(version.len + 1)
+                    .read_to_end(&mut data)
+                    .map(|_| data)
             })
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|r| r);
             let body = match read {
-                Ok(data) if data.len() as u64 == version.len => Bytes::from(data),
+                Ok(data) if data.len() == cap => admitted.into_bytes(data),
                 // Changed under us: close rather than send a wrong length.
                 Ok(_) => return Ok(()),
                 Err(e) => {
@@ -200,12 +227,13 @@ async fn miss(cfg: &Config, root: &Root, mut conn: Conn, m: Miss, out: &mut Ctx)
                     return Ok(());
                 }
             };
-            let written = conn
-                .write_all_fair(&head, &body, cfg.send_timeout, out)
-                .await;
-            let ev = insert_event("put", &path, &version).with(Value::Bytes(body));
+            // To the cache before the client, who may take long.
+            let ev = insert_event("put", &path, &version).with(Value::Bytes(body.clone()));
             forward(out, "insert", ev).await?;
-            match written {
+            match conn
+                .write_all_fair(&head, &body, cfg.send_timeout, out)
+                .await
+            {
                 Ok(()) => next(out, conn, keep_alive).await,
                 Err(e) => {
                     tracing::debug!(%path, error = %e, "send_file: client write failed");
@@ -213,7 +241,7 @@ async fn miss(cfg: &Config, root: &Root, mut conn: Conn, m: Miss, out: &mut Ctx)
                 }
             }
         }
-        placement => {
+        None => {
             let file = Arc::new(file);
             if insert && placement == Placement::Open {
                 let ev = insert_event("open", &path, &version).attach(file.clone());

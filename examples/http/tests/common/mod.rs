@@ -205,6 +205,25 @@ impl Client {
     }
 }
 
+/// A connection with a 4 KiB receive buffer (set before connecting, so that the
+/// window stays small) that has asked for `path` and reads nothing.
+pub fn slow_reader(addr: SocketAddr, path: &str) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(addr).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    (&stream)
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+        .unwrap();
+    stream
+}
+
 /// One request on a fresh connection.
 pub fn get(addr: SocketAddr, path: &str) -> Response {
     Client::connect(addr).get(path, "Connection: close\r\n")
