@@ -30,7 +30,9 @@ pub struct Config {
     pub max_connections: usize,
     /// Most requests served on one connection before it is closed.
     pub max_requests_per_connection: u64,
-    /// Total bytes of file data the cache may hold.
+    /// Total bytes of file data the cache may hold. What cache misses read and is still
+    /// alive (cached, or held by responses being sent) is at most twice this; past it a
+    /// miss is sent with `sendfile`.
     pub cache_bytes: usize,
     /// Largest file the cache keeps in memory (sent with one `writev` of head and body);
     /// larger files are kept open instead and sent with `sendfile(2)`, zero-copy.

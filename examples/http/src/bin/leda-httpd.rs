@@ -23,7 +23,8 @@ struct Args {
     /// Worker threads, at least 1 (default: one per CPU).
     #[arg(long, value_parser = leda_core::cli::thread_count)]
     threads: Option<usize>,
-    /// Total bytes of file data the cache may hold.
+    /// Total bytes of file data the cache may hold (file data read for it and still
+    /// being sent: at most twice this).
     #[arg(long, default_value_t = Config::default().cache_bytes)]
     cache_bytes: usize,
     /// Largest file the cache keeps in memory; larger files are kept open and sent
