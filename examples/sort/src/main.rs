@@ -41,19 +41,8 @@ struct Cli {
 enum Cmd {
     /// Serve deployments as a daemon; prints `LISTENING <addr>` once bound.
     Daemon {
-        /// Serve one deployment, then exit (default: one after another).
-        #[arg(long)]
-        once: bool,
-        /// Address to listen on (a non-loopback one needs a shared secret).
-        #[arg(long, default_value = "127.0.0.1:9999")]
-        listen: String,
-        /// Worker threads (default: one per CPU).
-        #[arg(long, value_parser = leda_core::cli::thread_count)]
-        threads: Option<usize>,
         #[command(flatten)]
-        secret: SecretArg,
-        #[command(flatten)]
-        tls: leda_net::cli::TlsArgs,
+        daemon: leda_net::cli::DaemonArgs,
     },
     /// Run the distributed sort.
     Run {
@@ -211,13 +200,7 @@ fn main() -> std::process::ExitCode {
 fn run_cli() -> anyhow::Result<()> {
     leda_core::cli::init_logging("warn");
     match Cli::parse().cmd {
-        Cmd::Daemon {
-            once,
-            listen,
-            threads,
-            secret,
-            tls,
-        } => daemon(listen, threads, secret.get()?, tls.config(), once),
+        Cmd::Daemon { daemon: args } => daemon(args.config()),
         Cmd::Run {
             np,
             length,
@@ -235,21 +218,7 @@ fn run_cli() -> anyhow::Result<()> {
     }
 }
 
-fn daemon(
-    listen: String,
-    threads: Option<usize>,
-    secret: Option<Secret>,
-    tls: Option<leda_net::TlsConfig>,
-    once: bool,
-) -> anyhow::Result<()> {
-    let config = DaemonConfig {
-        listen,
-        threads,
-        secret,
-        once,
-        tls,
-        ..DaemonConfig::default()
-    };
+fn daemon(config: DaemonConfig) -> anyhow::Result<()> {
     let daemon = Daemon::bind(config, stages::registry())?;
     leda_core::cli::announce_listening(daemon.local_addr())?;
     daemon.serve(|report| {
