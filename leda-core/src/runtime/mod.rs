@@ -698,6 +698,11 @@ impl ProcessHandle {
         self.process.report_failed_send(index, error, event);
     }
 
+    /// Events queued at local stage `index` (or taken by an instance and not started).
+    pub fn queue_load(&self, index: usize) -> usize {
+        self.process.stages.get(index).map_or(0, |s| s.load())
+    }
+
     /// `true` if local stage `index` has room for one more event.
     pub fn has_room(&self, index: usize) -> bool {
         self.process.stages.get(index).is_some_and(|s| s.has_room())

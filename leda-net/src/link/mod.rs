@@ -130,6 +130,14 @@ const SPLICE_MIN: usize = 512;
 /// are spliced, not copied); one event larger than this is taken when the backlog is
 /// smaller.
 const MAX_BACKLOG: usize = 16 * 1024 * 1024;
+
+/// The most bytes of events from other processes that one stage of this process has
+/// queued, as estimated from the frames they came in: past it, what arrives waits
+/// unacknowledged (the sender's credit and byte window then stop it), as when the
+/// queue is full. A queue's bound is in events (`capacity`, 65,536 by default): with
+/// events of a megabyte, a sender filled a daemon with 6 GB in 14 s (a review,
+/// 2026-11-27).
+pub const MAX_QUEUED_BYTES: usize = 256 * 1024 * 1024;
 /// Encoded bytes a link lets be unacknowledged (besides the per-route credits): a
 /// receiver that falls behind on large events holds this much, not a whole window of
 /// them (32768 events of 64 KiB would be 2 GiB); one event larger than this is taken
@@ -385,6 +393,9 @@ pub struct Transport {
     indexes: Mutex<Option<Arc<RouteIndexes>>>,
     stats: Arc<TransportStats>,
     pending_inbound: AtomicU64,
+    /// The most bytes of events from other processes a stage of this one may have
+    /// queued ([`MAX_QUEUED_BYTES`]; tests lower it).
+    pub(super) max_queued_bytes: AtomicUsize,
     closing: AtomicBool,
     /// Closing a deployment that never started ([`Transport::abandon`]).
     abandoned: AtomicBool,
@@ -481,6 +492,7 @@ impl Transport {
             handle_tx: watch::channel(None).0,
             indexes: Mutex::new(None),
             pending_inbound: AtomicU64::new(0),
+            max_queued_bytes: AtomicUsize::new(MAX_QUEUED_BYTES),
             closing: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             running: AtomicBool::new(false),

@@ -39,6 +39,10 @@ pub(super) fn push_replies(
 
 pub(super) struct Inbound {
     pub(super) pending: HashMap<u32, VecDeque<Event>>,
+    /// Bytes per event of each route's last frame (frame and referenced bytes over its
+    /// events): what a queued event of the route is taken to weigh
+    /// ([`Transport::max_queued_bytes`]).
+    pub(super) event_bytes: HashMap<u32, usize>,
     /// Events in `pending`, all routes.
     pub(super) pending_total: usize,
     pub(super) replies: Vec<Reply>,
@@ -165,9 +169,21 @@ impl Inbound {
         }
     }
 
+    /// How many more events of `route` stage `dest` may queue within the transport's
+    /// byte bound, each taken to weigh what the route's last frame's did.
+    fn byte_room(&self, t: &Transport, h: &ProcessHandle, dest: usize, route: u32) -> usize {
+        match self.event_bytes.get(&route) {
+            Some(&per) if per > 0 => {
+                let most = (t.max_queued_bytes.load(Relaxed) / per).max(1);
+                most.saturating_sub(h.queue_load(dest))
+            }
+            _ => usize::MAX,
+        }
+    }
+
     /// Injects the events of one group of `route` (in order behind any pending ones),
-    /// as a batch: one queue lock and at most one wake-up for all that fit. `evs` is
-    /// left empty.
+    /// as a batch: one queue lock and at most one wake-up for all that fit (in the
+    /// queue's capacity and the transport's byte bound). `evs` is left empty.
     pub(super) fn deliver_group(
         &mut self,
         t: &Transport,
@@ -183,10 +199,13 @@ impl Inbound {
             return;
         }
         let total = evs.len();
+        let room = self.byte_room(t, h, dest, route);
+        let over = (room < evs.len()).then(|| evs.split_off(room));
         match h.inject_batch_here(dest, evs, &mut self.claimed) {
             Ok(n) => {
                 self.accepted += n as u64;
                 push_replies(&mut self.replies, route, None, n);
+                evs.extend(over.into_iter().flatten());
                 if !evs.is_empty() {
                     // The rest waits for room, in order.
                     let k = evs.len();
@@ -230,6 +249,12 @@ impl Inbound {
             }
             return;
         }
+        if self.byte_room(t, h, dest, route) == 0 {
+            self.pending.entry(route).or_default().push_back(ev);
+            self.pending_total += 1;
+            t.pending_inbound.fetch_add(1, Relaxed);
+            return;
+        }
         match h.inject(dest, ev) {
             Ok(()) => {
                 self.accepted += 1;
@@ -257,11 +282,19 @@ impl Inbound {
 
     /// Retries pending events, in order per route.
     pub(super) fn retry(&mut self, t: &Transport, h: &ProcessHandle, idx: &RouteIndexes) {
-        for (&route, q) in self.pending.iter_mut() {
+        let routes: Vec<u32> = self.pending.keys().copied().collect();
+        for route in routes {
             let Some(dest) = idx.to.get(route as usize).copied().flatten() else {
                 continue;
             };
-            while let Some(ev) = q.pop_front() {
+            let mut room = self.byte_room(t, h, dest, route);
+            let Some(q) = self.pending.get_mut(&route) else {
+                continue;
+            };
+            while room > 0
+                && let Some(ev) = q.pop_front()
+            {
+                room -= 1;
                 match h.inject(dest, ev) {
                     Ok(()) => {
                         self.pending_total -= 1;
@@ -308,6 +341,7 @@ pub(super) async fn read_loop(
 ) {
     let mut inb = Inbound {
         pending: HashMap::new(),
+        event_bytes: HashMap::new(),
         pending_total: 0,
         replies: Vec::new(),
         accepted: 0,
@@ -420,7 +454,7 @@ pub(super) async fn read_loop(
                 // runs, while this task is still delivering.
                 drop(body);
                 let ok = match decoded {
-                    Ok(_referenced) => {
+                    Ok(referenced) => {
                         // (What was read from the peer's memory does not hasten the
                         // acknowledgements, though it counts in the sender's byte window:
                         // acknowledged at once, a 12 MB request's acknowledgement left
@@ -428,7 +462,9 @@ pub(super) async fn read_loop(
                         // 1.5 ms, `leda-sort send`, medians of five alternating runs;
                         // image layouts 2 and 3 the same either way. A sender whose
                         // window is full of references waits for `ACK_DELAY` at worst.)
-                        deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events).await
+                        let bytes = total + referenced;
+                        deliver_events(&t, &link, &mut inb, &mut ready, &groups, &mut events, bytes)
+                            .await
                     }
                     Err(reason) if reason.starts_with(crate::wire::SENDER_GONE) => {
                         // (Killed after sending: not a protocol violation.)
@@ -717,7 +753,8 @@ fn closed(link: &Link, buf: &BytesMut) {
 }
 
 /// Delivers the events of one `events` frame (`(route, count)` per group, events of
-/// all groups in order) to their destination stages, in order per route; `false`
+/// all groups in order; `bytes`: what the frame and the peer memory it referenced
+/// held, 0 if not known) to their destination stages, in order per route; `false`
 /// closes the link.
 pub(super) async fn deliver_events(
     t: &Arc<Transport>,
@@ -726,6 +763,7 @@ pub(super) async fn deliver_events(
     ready: &mut Option<(ProcessHandle, Arc<RouteIndexes>)>,
     groups: &[(u32, usize)],
     events: &mut Vec<Event>,
+    bytes: usize,
 ) -> bool {
     if ready.is_none() {
         *ready = t.handle().await;
@@ -733,6 +771,12 @@ pub(super) async fn deliver_events(
     let Some((h, idx)) = ready.as_ref() else {
         return false;
     };
+    if bytes > 0 && !events.is_empty() {
+        let per = bytes / events.len();
+        for &(route, _) in groups {
+            inb.event_bytes.insert(route, per);
+        }
+    }
     if let [(route, n)] = *groups
         && let Some(dest) = idx.to.get(route as usize).copied().flatten()
     {
@@ -795,7 +839,7 @@ pub(super) async fn handle_frame(
                 counts.push((route, evs.len()));
                 events.extend(evs);
             }
-            return deliver_events(t, link, inb, ready, &counts, &mut events).await;
+            return deliver_events(t, link, inb, ready, &counts, &mut events, 0).await;
         }
         Frame::Replies(replies) => {
             for r in replies {

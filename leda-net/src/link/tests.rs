@@ -1082,3 +1082,72 @@ fn an_event_that_cannot_be_encoded_is_unsendable_not_unreachable() {
     assert_eq!(got.load(Relaxed), 1);
     shut_down(&rt, &sender, &receiver, srun, rrun);
 }
+
+/// Events of a megabyte or so fill a receiver by bytes long before its queue is full
+/// by count: past the transport's byte bound what arrives waits unacknowledged (and
+/// the sender's credit stops it), so the receiving stage holds at most the bound; all
+/// arrive once it drains. Before, the queue took every event the sender's windows let
+/// through (a review filled a daemon with 6 GB of 1 MiB events in 14 s).
+#[test]
+fn a_receiver_queues_events_within_its_byte_bound() {
+    const N: usize = 200;
+    const SIZE: usize = 64 * 1024;
+    let mut r = route("a", "b");
+    r.window = 1000;
+    let (rt, sender, receiver) = linked_pair(vec![r]);
+    receiver.max_queued_bytes.store(1 << 20, Relaxed);
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let got = Arc::new(AtomicU64::new(0));
+    let (o2, g2) = (open.clone(), got.clone());
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let body: bytes::Bytes = ev.get(0)?;
+        assert_eq!(body.len(), SIZE);
+        while !o2.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        g2.fetch_add(1, Relaxed);
+        Ok(())
+    })
+    .serial();
+    let (srun, rrun) = start_runs(&sender, &receiver, &b);
+    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+    let payload = bytes::Bytes::from(vec![5u8; SIZE]);
+    let sending = {
+        let (sink, payload) = (sink.clone(), payload.clone());
+        std::thread::spawn(move || {
+            for _ in 0..N {
+                let mut ev = Event::from(payload.clone());
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while let Err(r) = sink.send(ev) {
+                    assert!(
+                        matches!(r.error, SendError::QueueFull { .. }),
+                        "{:?}",
+                        r.error
+                    );
+                    assert!(std::time::Instant::now() < deadline, "no room for 30 s");
+                    ev = r.event;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                sink.flush();
+            }
+        })
+    };
+    // While the stage is held, what it queues stays within the bound (16 events of
+    // 64 KiB, give or take the frame's overhead in the estimate).
+    let h = rrun.handle();
+    let mut most = 0;
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(10));
+        most = most.max(h.queue_load(0));
+    }
+    assert!(
+        most <= 17,
+        "the receiving stage queued {most} events of 64 KiB"
+    );
+    open.store(true, Relaxed);
+    sending.join().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    wait_until(deadline, || got.load(Relaxed) == N as u64);
+    assert_eq!(got.load(Relaxed), N as u64, "every event arrives");
+    shut_down(&rt, &sender, &receiver, srun, rrun);
+}
