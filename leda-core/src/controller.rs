@@ -20,12 +20,18 @@
 //!
 //! Worker time is measured only for the calls that end, one in 64: a few calls that
 //! block or run for seconds go unmeasured (200 calls of 2 s kept a pool of 2 at 2, a
-//! review found, and its other stages starved). So when every worker is busy and tasks
-//! wait for one, at a tick and the tick before, and fewer calls ended in the tick than
-//! there are workers (calls outlast the tick), the pool grows by half (at least one
-//! thread) whatever the measured demand says. (Busy workers and waiting tasks alone are
-//! no sign: a pool sized right for short calls shows both most of the time.)
+//! review found, and its other stages starved). So when every worker is busy and as much
+//! work waits as there are workers (tasks for a worker, events in queues) at a tick and
+//! the tick before, and
+//! the busy workers were mostly off the CPU meanwhile (the process used less than half
+//! of the CPU time they, or the host's CPUs if fewer, could have: they sleep or wait on
+//! I/O), the pool grows by half (at least one thread) whatever the measured demand
+//! says. (Busy workers and waiting work alone are no sign: computing workers show both,
+//! and more threads than CPUs would not help them.) Conversely, while the busy workers
+//! compute (at least half that CPU time used), the pool does not grow past the host's
+//! CPUs, whatever the backlog: a backlog of 5 ms computations grew a 2-CPU pool to 64.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::runtime::apply_auto_maxpar;
@@ -45,12 +51,12 @@ pub enum ControlError {
 
 /// What a controller may change.
 pub struct Knobs<'a> {
-    process: &'a Process,
+    process: &'a Arc<Process>,
     run_maxpar: bool,
 }
 
 impl<'a> Knobs<'a> {
-    pub(crate) fn new(process: &'a Process, run_maxpar: bool) -> Self {
+    pub(crate) fn new(process: &'a Arc<Process>, run_maxpar: bool) -> Self {
         Knobs {
             process,
             run_maxpar,
@@ -66,8 +72,25 @@ impl<'a> Knobs<'a> {
     /// `maxpar` follow the thread count.
     pub fn set_threads(&mut self, n: usize) {
         let n = n.max(1);
+        let before = self.process.exec.threads();
         self.process.exec.set_threads(n);
         apply_auto_maxpar(self.process, n, self.run_maxpar);
+        if !self.run_maxpar {
+            for (i, st) in self.process.stages.iter().enumerate() {
+                if st.maxpar_auto {
+                    self.start_instances(i, before, n);
+                }
+            }
+        }
+    }
+
+    /// A stage's `maxpar` went from `before` to `now`: the instances it allows now are
+    /// started for events already queued (otherwise only a new event, or a call that
+    /// ends, would start one: a pool grown for blocking calls stayed unused).
+    fn start_instances(&self, stage: usize, before: usize, now: usize) {
+        for _ in before..now {
+            self.process.activate(stage);
+        }
     }
 
     /// Sets the instance limit of a parallel stage.
@@ -76,8 +99,11 @@ impl<'a> Knobs<'a> {
         if st.serial {
             return Err(ControlError::Serial(stage.to_owned()));
         }
-        st.maxpar
-            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        let before = st
+            .maxpar
+            .swap(n.max(1), std::sync::atomic::Ordering::Relaxed);
+        let i = self.process.stage_index(stage).expect("found above");
+        self.start_instances(i, before, n);
         Ok(())
     }
 
@@ -204,9 +230,25 @@ impl Auto {
     }
 }
 
-/// Every worker was busy and tasks waited for one.
+/// Every worker was busy and at least as much work waited — tasks for a worker, events
+/// in queues — as there are workers (a pool sized right for short calls sees a little
+/// waiting work most of the time).
 fn saturated(s: &Snapshot) -> bool {
-    s.process.busy_threads >= s.process.threads && s.process.ready_queue > 0
+    let waiting = s.process.ready_queue + s.stages.iter().map(|st| st.queue_len).sum::<usize>();
+    s.process.busy_threads >= s.process.threads && waiting >= s.process.threads
+}
+
+/// Whether the busy workers spent most of the time from `prev` to `snap` off the CPU:
+/// the process used less than half of the CPU time they (or the host's CPUs, if fewer)
+/// could have. `None` where CPU time is not known, or no worker was busy.
+fn off_cpu(snap: &Snapshot, prev: &Snapshot) -> Option<bool> {
+    let dt = snap.time - prev.time;
+    let busy = snap.process.busy_threads.min(num_cpus::get());
+    if dt <= 0.0 || snap.process.cpu_s <= 0.0 || busy == 0 {
+        return None;
+    }
+    let used = snap.process.cpu_s - prev.process.cpu_s;
+    Some(used < 0.5 * busy as f64 * dt)
 }
 
 impl Controller for Auto {
@@ -221,14 +263,15 @@ impl Controller for Auto {
         };
         let threads = knobs.threads();
         let mut target = self.target(snap, &prev);
-        let ended: u64 = snap
-            .stages
-            .iter()
-            .zip(&prev.stages)
-            .map(|(s, p)| s.handled.saturating_sub(p.handled))
-            .sum();
-        if saturated(snap) && saturated(&prev) && ended < threads as u64 {
+        let waiting = off_cpu(snap, &prev);
+        if saturated(snap) && saturated(&prev) && waiting == Some(true) {
             target = target.max((threads + (threads / 2).max(1)).min(self.max));
+        }
+        // More threads than CPUs help only workers that wait: computing ones are not
+        // given more (a backlog of 5 ms computations grew a 2-CPU pool to 64).
+        let cpus = num_cpus::get();
+        if waiting == Some(false) && target > threads.max(cpus) {
+            target = threads.max(cpus).max(self.min);
         }
         if target > threads {
             knobs.set_threads(target);

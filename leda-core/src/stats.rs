@@ -219,6 +219,10 @@ pub struct ProcessSnapshot {
     pub ready_queue: usize,
     /// Resident memory, bytes (0 where unknown).
     pub rss_bytes: u64,
+    /// CPU time the process has used so far (user and system), seconds (0 where
+    /// unknown).
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 /// The outcomes of the events one stage of this process sent to a stage of another
@@ -321,6 +325,22 @@ impl Snapshot {
             c.throughput = (c.events.saturating_sub(p.events)) as f64 / dt;
         }
     }
+}
+
+/// CPU time this process has used (user and system), seconds, from `/proc/self/stat`
+/// (0 elsewhere).
+pub fn cpu_time() -> f64 {
+    // Fields 14 and 15 of /proc/self/stat, in USER_HZ (100 a second on Linux), counted
+    // after the command name, which may hold spaces and parentheses.
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (tick(11) + tick(12)) as f64 / 100.0
 }
 
 /// Resident set size of this process in bytes, from `/proc/self/status` (0 elsewhere).

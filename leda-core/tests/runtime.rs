@@ -719,15 +719,14 @@ fn auto_controller_grows_the_pool_for_blocking_handlers() {
 
 /// A few calls that block for long are too few for the sampled worker time to see
 /// (one call in 64 is timed, once it ends): the pool still grows while every worker is
-/// busy and tasks wait, and a stage beside them is served. Before, the pool stayed at
-/// its minimum of 2 for the whole run.
+/// busy, off the CPU, and events wait — with the stage's default `maxpar`, which follows
+/// the pool. Before, the pool stayed at its minimum of 2 for the whole run.
 #[test]
 fn auto_controller_grows_the_pool_for_a_few_long_blocking_calls() {
     let block = Stage::new("block", |_, _| {
         std::thread::sleep(Duration::from_millis(400));
         Ok(())
-    })
-    .maxpar(16);
+    });
     for i in 0..24 {
         block.push(i);
     }
@@ -749,8 +748,8 @@ fn auto_controller_grows_the_pool_for_a_few_long_blocking_calls() {
     h.quit(());
     running.wait().unwrap();
     assert!(
-        most > 2,
-        "the pool stayed at {most} with every worker blocked"
+        most >= 4,
+        "the pool reached {most} with every worker blocked (maxpar follows the pool; queued events start the instances it allows)"
     );
 }
 

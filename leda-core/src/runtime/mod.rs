@@ -932,6 +932,7 @@ pub(crate) fn snapshot(process: &Process) -> Snapshot {
             busy_threads: process.exec.busy_threads(),
             ready_queue: process.exec.ready_len(),
             rss_bytes: crate::stats::resident_memory(),
+            cpu_s: crate::stats::cpu_time(),
         },
         stages,
         connectors,
