@@ -915,6 +915,54 @@ fn a_lock_wrapper_exits_while_its_node_stays_stopped() {
     );
 }
 
+/// The wrapper's acquire that times out on a node that stopped answering exits within
+/// a second of its timeout, not when the lease ends: the process ends its session, so
+/// the withdrawal need not be confirmed (rv15: `--timeout 2` with `--ttl 30` took 30 s).
+#[test]
+fn a_lock_wrapper_gives_up_at_its_timeout_on_a_stopped_node() {
+    let s = Scratch::new("stopped-timeout");
+    let (nodes, addrs) = group(&s, 3, "quorum-grid");
+    // The lock is held through node 0; the wrapper waits for it through node 1, which
+    // then stops answering.
+    let pid = s.dir.join("pid");
+    let _holder = lock_cmd(
+        &s,
+        &addrs[0],
+        "30",
+        &format!("echo $$ > {}; exec sleep 60", pid.display()),
+    );
+    wait_for(&pid);
+    let t = Instant::now();
+    let mut p = Proc(
+        Command::new(BIN)
+            .args(["lock", "lock", "--connect", &addrs[1], "--ttl", "30"])
+            .args(["--timeout", "3", "--", "true"])
+            .env("LEDA_SECRET_FILE", &s.secret)
+            .env_remove("LEDA_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&nodes[1], libc::SIGSTOP);
+    let status = loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            signal(&nodes[1], libc::SIGCONT);
+            panic!("the wrapper still waits 20 s after its 3 s timeout (lease TTL 30 s)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(&nodes[1], libc::SIGCONT);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert_ne!(status.code(), Some(0), "{err}");
+}
+
 /// An acquire that times out on a node that stopped answering returns once the lease has
 /// run out: the withdrawal of the request, like a release, waits for the node only while
 /// the lease is known valid (it waited for as long as the node stayed stopped; rv13 F3b).

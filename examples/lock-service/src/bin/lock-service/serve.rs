@@ -246,7 +246,9 @@ pub fn lock(args: LockArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("no node answered: {}", failures.join("; ")))?;
     // What the node granted (it clamps what was asked).
     let ttl = client.as_async().ttl();
-    let mut hold = client.acquire(&args.name, secs(args.timeout, "timeout")?)?;
+    // (This process ends its session if it fails: the withdrawal of a timed-out request
+    // is not waited for beyond a second.)
+    let mut hold = client.acquire_or_leave(&args.name, secs(args.timeout, "timeout")?)?;
     let mut cmd = std::process::Command::new(&args.command[0]);
     leda_net::daemon::end_with_parent(&mut cmd)
         .args(&args.command[1..])
