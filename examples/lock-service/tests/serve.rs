@@ -72,6 +72,18 @@ fn group(s: &Scratch, n: usize, algorithm: &str) -> (Vec<Proc>, Vec<String>) {
             .spawn()
     })
     .unwrap();
+    // Node 0 says SERVING once the group runs; the others open their client ports a
+    // moment later (a client that comes before is turned away at once): wait for each.
+    for addr in &clients {
+        let t = Instant::now();
+        while let Err(e) = LockClient::connect(addr, s.opts("probe", Duration::from_secs(5))) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{addr} never served: {e}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     (children.into_iter().map(Proc).collect(), clients)
 }
 
