@@ -39,6 +39,20 @@ fn slow_sink(name: &str, got: Arc<AtomicUsize>) -> Stage {
     .capacity(2)
 }
 
+/// Runs `handler` as the serial, autostarted stage `src`, its port 1 connected to a
+/// [`slow_sink`], until idle; returns how many events the sink handled and the report.
+fn into_slow_sink(
+    handler: impl Fn(Event, &mut Ctx) -> HandlerResult + Send + Sync + 'static,
+) -> (usize, RunReport) {
+    let (got, g2) = counter();
+    let src = Stage::new("src", handler).serial().autostart(());
+    let dst = slow_sink("dst", g2);
+    let mut g = Graph::new("g");
+    g.connect(&src, 1, &dst);
+    let r = run_idle(&g);
+    (got.load(SeqCst), r)
+}
+
 /// Ten `send_or_wait`s accepted (eight held behind the full queue), then the call
 /// fails — by an error or a panic: the ten are delivered and the failure reported
 /// once. Before, the eight held were dropped with the call's wait.
@@ -320,10 +334,9 @@ fn a_batch_taken_when_the_run_ends_is_counted_once() {
 /// after it vanished.
 #[test]
 fn an_unconnected_port_behind_held_sends_is_refused_at_once() {
-    let (got, g2) = counter();
     let seen = Arc::new(Mutex::new(None));
     let s2 = seen.clone();
-    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+    let (got, r) = into_slow_sink(move |_: Event, ctx: &mut Ctx| {
         for i in 0..5i64 {
             ctx.send_or_wait(1, i)?;
         }
@@ -332,13 +345,7 @@ fn an_unconnected_port_behind_held_sends_is_refused_at_once() {
             ctx.send_or_wait(1, i)?;
         }
         Ok(())
-    })
-    .serial()
-    .autostart(());
-    let dst = slow_sink("dst", g2);
-    let mut g = Graph::new("g");
-    g.connect(&src, 1, &dst);
-    let r = run_idle(&g);
+    });
     assert!(
         matches!(
             *seen.lock().unwrap(),
@@ -347,7 +354,7 @@ fn an_unconnected_port_behind_held_sends_is_refused_at_once() {
         "{:?}",
         seen.lock().unwrap()
     );
-    assert_eq!(got.load(SeqCst), 7);
+    assert_eq!(got, 7);
     assert_eq!(r.stats.stages[0].errors, 0);
 }
 
@@ -455,25 +462,14 @@ fn sends_still_held_when_the_run_ends_are_counted() {
 /// Before, the five were dropped with the failed wait.
 #[test]
 fn sends_held_behind_a_failed_wait_are_delivered() {
-    let (got, g2) = counter();
-    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+    let (got, r) = into_slow_sink(|_: Event, ctx: &mut Ctx| {
         ctx.wait(async { Err("the wait fails".into()) });
         for i in 0..5i64 {
             ctx.send_or_wait(1, i)?;
         }
         Ok(())
-    })
-    .serial()
-    .autostart(());
-    let dst = slow_sink("dst", g2);
-    let mut g = Graph::new("g");
-    g.connect(&src, 1, &dst);
-    let r = run_idle(&g);
-    assert_eq!(
-        got.load(SeqCst),
-        5,
-        "held sends dropped with the failed wait"
-    );
+    });
+    assert_eq!(got, 5, "held sends dropped with the failed wait");
     assert_eq!(r.stats.stages[0].errors, 1);
     assert_eq!(r.stats.stages[0].failed_sends, 0);
 }
@@ -483,8 +479,7 @@ fn sends_held_behind_a_failed_wait_are_delivered() {
 /// and was dropped with the failed call.
 #[test]
 fn sends_held_before_a_wait_of_a_failed_call_are_delivered() {
-    let (got, g2) = counter();
-    let src = Stage::new("src", move |_: Event, ctx: &mut Ctx| {
+    let (got, r) = into_slow_sink(|_: Event, ctx: &mut Ctx| {
         for i in 0..5i64 {
             ctx.send_or_wait(1, i)?;
         }
@@ -493,18 +488,8 @@ fn sends_held_before_a_wait_of_a_failed_call_are_delivered() {
             ctx.send_or_wait(1, i)?;
         }
         Err("the call fails after its sends were accepted".into())
-    })
-    .serial()
-    .autostart(());
-    let dst = slow_sink("dst", g2);
-    let mut g = Graph::new("g");
-    g.connect(&src, 1, &dst);
-    let r = run_idle(&g);
-    assert_eq!(
-        got.load(SeqCst),
-        8,
-        "held sends dropped with the failed call"
-    );
+    });
+    assert_eq!(got, 8, "held sends dropped with the failed call");
     assert_eq!(r.stats.stages[0].errors, 1);
     assert_eq!(r.stats.stages[0].failed_sends, 0);
 }
