@@ -103,20 +103,18 @@ fn node_cmd(s: &Scratch, i: usize, nodes: &[String], algorithm: &str) -> Command
 }
 
 fn lock_cmd(s: &Scratch, addr: &str, ttl: &str, script: &str) -> Proc {
+    lock_args(
+        s,
+        &["--connect", addr, "--ttl", ttl, "--", "sh", "-c", script],
+    )
+}
+
+/// `lock-service lock lock ARGS` with the scratch's secret; stderr piped.
+fn lock_args(s: &Scratch, args: &[&str]) -> Proc {
     Proc(
         Command::new(BIN)
-            .args([
-                "lock",
-                "lock",
-                "--connect",
-                addr,
-                "--ttl",
-                ttl,
-                "--",
-                "sh",
-                "-c",
-            ])
-            .arg(script)
+            .args(["lock", "lock"])
+            .args(args)
             .env("LEDA_SECRET_FILE", &s.secret)
             .env_remove("LEDA_SECRET")
             .stdin(Stdio::null())
@@ -125,6 +123,31 @@ fn lock_cmd(s: &Scratch, addr: &str, ttl: &str, script: &str) -> Proc {
             .spawn()
             .unwrap(),
     )
+}
+
+/// The exit status and stderr of wrapper `p`, which must exit within 20 s of `since`
+/// while `node` is stopped (resumed either way; the panic says what it did not do,
+/// `after`).
+fn exit_of(
+    p: &mut Proc,
+    node: &Proc,
+    since: Instant,
+    after: &str,
+) -> (std::process::ExitStatus, String) {
+    let status = loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            break st;
+        }
+        if since.elapsed() > Duration::from_secs(20) {
+            signal(node, libc::SIGCONT);
+            panic!("the wrapper still runs 20 s {after}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(node, libc::SIGCONT);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
 }
 
 fn wait_for(path: &Path) -> String {
@@ -904,20 +927,12 @@ fn a_lock_wrapper_exits_while_its_node_stays_stopped() {
     );
     wait_for(&pid);
     signal(&nodes[1], libc::SIGSTOP);
-    let stopped = Instant::now();
-    let status = loop {
-        if let Some(st) = p.0.try_wait().unwrap() {
-            break st;
-        }
-        if stopped.elapsed() > Duration::from_secs(20) {
-            signal(&nodes[1], libc::SIGCONT);
-            panic!("the wrapper still runs 20 s after its node stopped (lease TTL 4 s)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    signal(&nodes[1], libc::SIGCONT);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    let (status, err) = exit_of(
+        &mut p,
+        &nodes[1],
+        Instant::now(),
+        "after its node stopped (lease TTL 4 s)",
+    );
     assert_eq!(status.code(), Some(1), "{err}");
     // The command stopped with a quarter of the lease left, then the release unconfirmed;
     // or, on a host too busy to look within that quarter, the lease over with no release.
@@ -945,33 +960,27 @@ fn a_lock_wrapper_gives_up_at_its_timeout_on_a_stopped_node() {
     );
     wait_for(&pid);
     let t = Instant::now();
-    let mut p = Proc(
-        Command::new(BIN)
-            .args(["lock", "lock", "--connect", &addrs[1], "--ttl", "30"])
-            .args(["--timeout", "3", "--", "true"])
-            .env("LEDA_SECRET_FILE", &s.secret)
-            .env_remove("LEDA_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let mut p = lock_args(
+        &s,
+        &[
+            "--connect",
+            &addrs[1],
+            "--ttl",
+            "30",
+            "--timeout",
+            "3",
+            "--",
+            "true",
+        ],
     );
     std::thread::sleep(Duration::from_secs(1));
     signal(&nodes[1], libc::SIGSTOP);
-    let status = loop {
-        if let Some(st) = p.0.try_wait().unwrap() {
-            break st;
-        }
-        if t.elapsed() > Duration::from_secs(20) {
-            signal(&nodes[1], libc::SIGCONT);
-            panic!("the wrapper still waits 20 s after its 3 s timeout (lease TTL 30 s)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    signal(&nodes[1], libc::SIGCONT);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut p.0.stderr.take().unwrap(), &mut err).unwrap();
+    let (status, err) = exit_of(
+        &mut p,
+        &nodes[1],
+        t,
+        "after its 3 s timeout (lease TTL 30 s)",
+    );
     assert_ne!(status.code(), Some(0), "{err}");
 }
 
