@@ -77,21 +77,7 @@ fn grep_across_two_processes() {
 fn pipeline_across_three_processes() {
     let (a, b) = (Node::spawn(&[]), Node::spawn(&[]));
     const N: i64 = 5000;
-    let gen_ = stages::generator("gen");
-    let inc = stages::inc("inc").attr("add", 10);
-    let collect = stages::collect("collect").attr("expect", N);
-    let mut g = Graph::new("pipeline");
-    g.connect(&gen_, 1, &inc);
-    g.connect(&inc, 1, &collect);
-    g.part([
-        Cluster::of([&gen_]),
-        Cluster::of([&inc]),
-        Cluster::of([&collect]),
-    ])
-    .unwrap()
-    .map([ME, a.addr.as_str(), b.addr.as_str()])
-    .unwrap();
-    gen_.push((N, 0, false));
+    let g = pipeline("pipeline", N, 10, 0, &a.addr, &b.addr);
 
     let report = Launcher::new(ME)
         .run(&g, Run::default().threads(2))
@@ -590,23 +576,7 @@ fn a_peer_deployed_slowly_is_not_taken_for_lost() {
     let (a, b) = (Node::spawn(&[]), Node::spawn(&[]));
     let slow = SlowFirst::start(&b.addr, &a.addr);
     const N: i64 = 100;
-    let gen_ = stages::generator("gen");
-    let inc = stages::inc("inc").attr("add", 10);
-    let collect = stages::collect("collect")
-        .attr("expect", N)
-        .attr("pad", "x".repeat(400_000));
-    let mut g = Graph::new("slow-deployment");
-    g.connect(&gen_, 1, &inc);
-    g.connect(&inc, 1, &collect);
-    g.part([
-        Cluster::of([&gen_]),
-        Cluster::of([&inc]),
-        Cluster::of([&collect]),
-    ])
-    .unwrap()
-    .map([ME, a.addr.as_str(), slow.addr.as_str()])
-    .unwrap();
-    gen_.push((N, 0, false));
+    let g = pipeline("slow-deployment", N, 10, 400_000, &a.addr, &slow.addr);
     let report = Launcher::new(ME)
         .liveness(leda_net::Liveness::with_silence(Duration::from_millis(500)))
         .run(&g, Run::default().threads(2))
@@ -718,23 +688,7 @@ fn a_failed_deployment_closes_its_links_without_waiting_for_the_peers() {
     let a = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
     let b = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
     let slow = SlowFirst::start(&b.addr, &a.addr);
-    let gen_ = stages::generator("gen");
-    let inc = stages::inc("inc").attr("add", 1);
-    let collect = stages::collect("collect")
-        .attr("expect", 10)
-        .attr("pad", "x".repeat(800_000));
-    let mut g = Graph::new("half-deployed");
-    g.connect(&gen_, 1, &inc);
-    g.connect(&inc, 1, &collect);
-    g.part([
-        Cluster::of([&gen_]),
-        Cluster::of([&inc]),
-        Cluster::of([&collect]),
-    ])
-    .unwrap()
-    .map([ME, a.addr.as_str(), slow.addr.as_str()])
-    .unwrap();
-    gen_.push((10, 0, false));
+    let g = pipeline("half-deployed", 10, 1, 800_000, &a.addr, &slow.addr);
     // `a` is deployed at once, dials the relay (b parks that connection) and answers
     // Ready; the 800 KB to b take 5 s: the launcher gives up after 1 s.
     let e = Launcher::new(ME)
@@ -744,6 +698,31 @@ fn a_failed_deployment_closes_its_links_without_waiting_for_the_peers() {
     assert!(e.to_string().contains(&slow.addr), "{e}");
     next_launch_within(&a, Duration::from_millis(2500));
     drop(b);
+}
+
+/// `gen` here (sending `n` events, not quitting), `inc` (adding `add`) at `mid`, and
+/// `collect` (quitting with the count once it has `n`; an attribute of `pad` bytes, if
+/// any, makes its deployment that large) at `last`.
+fn pipeline(name: &str, n: i64, add: i64, pad: usize, mid: &str, last: &str) -> Graph {
+    let gen_ = stages::generator("gen");
+    let inc = stages::inc("inc").attr("add", add);
+    let mut collect = stages::collect("collect").attr("expect", n);
+    if pad > 0 {
+        collect = collect.attr("pad", "x".repeat(pad));
+    }
+    let mut g = Graph::new(name);
+    g.connect(&gen_, 1, &inc);
+    g.connect(&inc, 1, &collect);
+    g.part([
+        Cluster::of([&gen_]),
+        Cluster::of([&inc]),
+        Cluster::of([&collect]),
+    ])
+    .unwrap()
+    .map([ME, mid, last])
+    .unwrap();
+    gen_.push((n, 0, false));
+    g
 }
 
 /// `gen` here, `collect` (10 events, an attribute of `pad` bytes to make the
