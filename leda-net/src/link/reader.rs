@@ -40,9 +40,9 @@ pub(super) fn push_replies(
 pub(super) struct Inbound {
     pub(super) pending: HashMap<u32, VecDeque<Event>>,
     /// Bytes per event of each route's last frame (frame and referenced bytes over its
-    /// events): what a queued event of the route is taken to weigh
-    /// ([`Transport::max_queued_bytes`]).
-    pub(super) event_bytes: HashMap<u32, usize>,
+    /// events; 0 before one came): what a queued event of the route is taken to weigh
+    /// ([`Transport::max_queued_bytes`]). Indexed by route.
+    pub(super) event_bytes: Vec<usize>,
     /// Events in `pending`, all routes.
     pub(super) pending_total: usize,
     pub(super) replies: Vec<Reply>,
@@ -169,18 +169,6 @@ impl Inbound {
         }
     }
 
-    /// How many more events of `route` stage `dest` may queue within the transport's
-    /// byte bound, each taken to weigh what the route's last frame's did.
-    fn byte_room(&self, t: &Transport, h: &ProcessHandle, dest: usize, route: u32) -> usize {
-        match self.event_bytes.get(&route) {
-            Some(&per) if per > 0 => {
-                let most = (t.max_queued_bytes.load(Relaxed) / per).max(1);
-                most.saturating_sub(h.queue_load(dest))
-            }
-            _ => usize::MAX,
-        }
-    }
-
     /// Injects the events of one group of `route` (in order behind any pending ones),
     /// as a batch: one queue lock and at most one wake-up for all that fit (in the
     /// queue's capacity and the transport's byte bound). `evs` is left empty.
@@ -199,7 +187,7 @@ impl Inbound {
             return;
         }
         let total = evs.len();
-        let room = self.byte_room(t, h, dest, route);
+        let room = byte_room(&self.event_bytes, t, h, dest, route);
         let over = (room < evs.len()).then(|| evs.split_off(room));
         match h.inject_batch_here(dest, evs, &mut self.claimed) {
             Ok(n) => {
@@ -249,7 +237,7 @@ impl Inbound {
             }
             return;
         }
-        if self.byte_room(t, h, dest, route) == 0 {
+        if byte_room(&self.event_bytes, t, h, dest, route) == 0 {
             self.pending.entry(route).or_default().push_back(ev);
             self.pending_total += 1;
             t.pending_inbound.fetch_add(1, Relaxed);
@@ -282,15 +270,11 @@ impl Inbound {
 
     /// Retries pending events, in order per route.
     pub(super) fn retry(&mut self, t: &Transport, h: &ProcessHandle, idx: &RouteIndexes) {
-        let routes: Vec<u32> = self.pending.keys().copied().collect();
-        for route in routes {
+        for (&route, q) in self.pending.iter_mut() {
             let Some(dest) = idx.to.get(route as usize).copied().flatten() else {
                 continue;
             };
-            let mut room = self.byte_room(t, h, dest, route);
-            let Some(q) = self.pending.get_mut(&route) else {
-                continue;
-            };
+            let mut room = byte_room(&self.event_bytes, t, h, dest, route);
             while room > 0
                 && let Some(ev) = q.pop_front()
             {
@@ -341,7 +325,7 @@ pub(super) async fn read_loop(
 ) {
     let mut inb = Inbound {
         pending: HashMap::new(),
-        event_bytes: HashMap::new(),
+        event_bytes: vec![0; t.routes.len()],
         pending_total: 0,
         replies: Vec::new(),
         accepted: 0,
@@ -752,6 +736,24 @@ fn closed(link: &Link, buf: &BytesMut) {
     }
 }
 
+/// How many more events of `route` stage `dest` may queue within the transport's byte
+/// bound, each taken to weigh what the route's last frame's did (`event_bytes`).
+fn byte_room(
+    event_bytes: &[usize],
+    t: &Transport,
+    h: &ProcessHandle,
+    dest: usize,
+    route: u32,
+) -> usize {
+    match event_bytes.get(route as usize) {
+        Some(&per) if per > 0 => {
+            let most = (t.max_queued_bytes.load(Relaxed) / per).max(1);
+            most.saturating_sub(h.queue_load(dest))
+        }
+        _ => usize::MAX,
+    }
+}
+
 /// Delivers the events of one `events` frame (`(route, count)` per group, events of
 /// all groups in order; `bytes`: what the frame and the peer memory it referenced
 /// held, 0 if not known) to their destination stages, in order per route; `false`
@@ -774,7 +776,9 @@ pub(super) async fn deliver_events(
     if bytes > 0 && !events.is_empty() {
         let per = bytes / events.len();
         for &(route, _) in groups {
-            inb.event_bytes.insert(route, per);
+            if let Some(b) = inb.event_bytes.get_mut(route as usize) {
+                *b = per;
+            }
         }
     }
     if let [(route, n)] = *groups
