@@ -22,11 +22,10 @@
 //! block or run for seconds go unmeasured (200 calls of 2 s kept a pool of 2 at 2, a
 //! review found, and its other stages starved). So when every worker is busy and as much
 //! work waits as there are workers (tasks for a worker, events in queues) at a tick and
-//! the tick before, and
-//! the busy workers were mostly off the CPU meanwhile (the process used less than half
-//! of the CPU time they, or the host's CPUs if fewer, could have: they sleep or wait on
-//! I/O), the pool grows by half (at least one thread) whatever the measured demand
-//! says. (Busy workers and waiting work alone are no sign: computing workers show both,
+//! the tick before, and the busy workers were mostly off the CPU meanwhile (the process
+//! used less than half of the CPU time they, or the host's CPUs if fewer, could have:
+//! they sleep or wait on I/O), the pool grows by half (at least one thread) whatever the
+//! measured demand says. (Busy workers and waiting work alone are no sign: computing workers show both,
 //! and more threads than CPUs would not help them.) Conversely, while the busy workers
 //! compute (at least half that CPU time used), the pool does not grow past the host's
 //! CPUs, whatever the backlog: a backlog of 5 ms computations grew a 2-CPU pool to 64.
@@ -95,30 +94,29 @@ impl<'a> Knobs<'a> {
 
     /// Sets the instance limit of a parallel stage.
     pub fn set_maxpar(&mut self, stage: &str, n: usize) -> Result<(), ControlError> {
-        let st = self.stage(stage)?;
+        let i = self.index(stage)?;
+        let st = &self.process.stages[i];
         if st.serial {
             return Err(ControlError::Serial(stage.to_owned()));
         }
         let before = st
             .maxpar
             .swap(n.max(1), std::sync::atomic::Ordering::Relaxed);
-        let i = self.process.stage_index(stage).expect("found above");
         self.start_instances(i, before, n);
         Ok(())
     }
 
     /// Sets the event-queue capacity of a stage (events already queued stay).
     pub fn set_capacity(&mut self, stage: &str, n: usize) -> Result<(), ControlError> {
-        self.stage(stage)?
+        self.process.stages[self.index(stage)?]
             .capacity
             .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    fn stage(&self, name: &str) -> Result<&crate::runtime::process::StageRt, ControlError> {
+    fn index(&self, name: &str) -> Result<usize, ControlError> {
         self.process
             .stage_index(name)
-            .map(|i| &self.process.stages[i])
             .ok_or_else(|| ControlError::UnknownStage(name.to_owned()))
     }
 }
