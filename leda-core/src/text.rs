@@ -1,6 +1,7 @@
 //! Text from outside (events, peers' strings, error messages quoting them) made safe
 //! for a log line: bounded, and with control characters escaped, so that a line of
-//! hostile input can neither flood the log nor forge lines or drive a terminal.
+//! hostile input can neither flood the log nor forge lines or drive a terminal; and
+//! what a caught panic says, as a failure's message ([`panic_message`]).
 
 use std::borrow::Cow;
 
@@ -36,4 +37,23 @@ pub fn printable(s: &str, max: usize) -> Cow<'_, str> {
         out.push_str(&format!("… ({} bytes in all)", s.len()));
     }
     Cow::Owned(out)
+}
+
+/// What a caught panic says, as a failure's message: `panic: TEXT` (with a hint where
+/// the text is tokio's "no reactor running", met by a handler using tokio's timers in a
+/// simulation), or `panic` when its payload is not text.
+pub fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    let text = if let Some(s) = p.downcast_ref::<&str>() {
+        *s
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        return "panic".to_owned();
+    };
+    if text.contains("no reactor running") {
+        // tokio's timers and sockets outside the real runtime: a simulation.
+        format!("panic: {text} (in a simulation, wait with `ctx.sleep`, not tokio's timers)")
+    } else {
+        format!("panic: {text}")
+    }
 }

@@ -136,12 +136,7 @@ fn image_step<S>(
             Ok(Ok(out)) => out,
             Ok(Err(e)) => return failed(ctx, &owner.name, &owner.label(stage), e),
             Err(panic) => {
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                let why = format!("panicked: {why}");
+                let why = leda_core::text::panic_message(&panic);
                 return failed(ctx, &owner.name, &owner.label(stage), why);
             }
         };

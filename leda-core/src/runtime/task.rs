@@ -679,21 +679,7 @@ impl Drop for Activation {
     }
 }
 
-pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    let text = if let Some(s) = p.downcast_ref::<&str>() {
-        *s
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.as_str()
-    } else {
-        return "panic".to_owned();
-    };
-    if text.contains("no reactor running") {
-        // tokio's timers and sockets outside the real runtime: a simulation.
-        format!("panic: {text} (in a simulation, wait with `ctx.sleep`, not tokio's timers)")
-    } else {
-        format!("panic: {text}")
-    }
-}
+pub(crate) use crate::text::panic_message;
 
 /// What a parked task's waker points to.
 pub(crate) struct WakeCell {
