@@ -339,6 +339,53 @@ fn cgi_pages_run_and_fail_with_500() {
     assert!(!get(s.addr, "/bad.lua").text().contains("nil + x"));
 }
 
+/// Slow pages do not hold static files up (Lua 5.4: a page is paused after each
+/// slice, behind the other ready work). Four pages that compute for three seconds
+/// each, on the server's two workers: static files are still answered within a
+/// second, the pages all end with their own output, and after the static file.
+/// Before, `/index.html` waited until a worker was free (review finding, 2026-11-27:
+/// 9 s, then 19 s behind runaway pages). LuaJIT pages cannot be paused.
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn slow_pages_do_not_hold_static_files_up() {
+    let s = server(|c| c.cgi_timeout = Duration::from_secs(30));
+    std::fs::write(
+        s.root.join("slow.lua"),
+        "local t0, n = os.time(), 0
+         while os.time() - t0 < 3 do n = n + 1 end
+         return 'slow ' .. tostring(n > 0)",
+    )
+    .unwrap();
+    let addr = s.addr;
+    let pages: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let r = get(addr, "/slow.lua");
+                (r.status, r.text(), Instant::now())
+            })
+        })
+        .collect();
+    // Every page has begun: the workers would otherwise all be computing pages.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let r = get(addr, "/index.html");
+    let waited = t.elapsed();
+    let answered = Instant::now();
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>home</h1>"));
+    assert!(
+        waited < Duration::from_secs(1),
+        "/index.html waited {waited:?}"
+    );
+    for p in pages {
+        let (status, text, at) = p.join().unwrap();
+        assert_eq!((status, text.as_str()), (200, "slow true"));
+        assert!(
+            at > answered,
+            "a page ended before the static file was answered"
+        );
+    }
+}
+
 #[test]
 fn cgi_error_names_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -400,6 +447,70 @@ impl Pages {
             .run(&path, &Default::default())
             .map(|p| String::from_utf8_lossy(&p.body).into_owned())
     }
+}
+
+/// A page paused at the end of its slices (Lua 5.4) goes on where it was: inside a
+/// `pcall`, a coroutine of its own and a `table.sort` comparator (where it cannot be
+/// paused), with the output it would have had in one go; and its slices together are
+/// held to `cgi_timeout`.
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn a_paused_page_goes_on_where_it_was() {
+    use leda_http::stage::cgi::Step;
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_secs(60));
+    let src = "local function work(n) local s = 0 for i = 1, n do s = s + i % 7 end return s end
+        local ok, a = pcall(work, 3000000)
+        local co = coroutine.wrap(function() coroutine.yield(work(3000000)) end)
+        local b = co()
+        local t = {}
+        for i = 1, 300 do t[i] = (i * 7919) % 300 end
+        table.sort(t, function(x, y) work(2000) return x < y end)
+        return tostring(ok) .. ' ' .. a .. ' ' .. b .. ' ' .. t[1] .. ' ' .. t[300]";
+    std::fs::write(pages.root.join("long.lua"), src).unwrap();
+    let path = std::fs::canonicalize(pages.root.join("long.lua")).unwrap();
+    let mut step = pages.cgi.start(&path, &Default::default());
+    let mut pauses = 0;
+    let out = loop {
+        match step {
+            Step::Done(page) => break page,
+            Step::Paused(p) => {
+                pauses += 1;
+                step = pages.cgi.go_on(p);
+            }
+        }
+    };
+    let body = String::from_utf8(out.unwrap().body.to_vec()).unwrap();
+    assert_eq!(body, "true 8999997 8999997 0 299");
+    assert!(pauses >= 2, "{pauses} pauses");
+    // The slices of a runaway page add up to its cgi_timeout.
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_millis(300));
+    std::fs::write(pages.root.join("spin.lua"), "while true do end").unwrap();
+    let path = std::fs::canonicalize(pages.root.join("spin.lua")).unwrap();
+    let (mut step, mut pauses, mut ran) = (
+        pages.cgi.start(&path, &Default::default()),
+        0,
+        Duration::ZERO,
+    );
+    let err = loop {
+        match step {
+            Step::Done(page) => break page.unwrap_err(),
+            Step::Paused(p) => {
+                pauses += 1;
+                // Time between slices is not the page's.
+                std::thread::sleep(Duration::from_millis(20));
+                let t = Instant::now();
+                step = pages.cgi.go_on(p);
+                ran += t.elapsed();
+            }
+        }
+    };
+    assert!(err.contains("cgi_timeout"), "{err}");
+    assert!(pauses >= 10, "{pauses} pauses");
+    // Not stopped sooner for the time it spent paused (about 20 ms per pause).
+    assert!(
+        ran >= Duration::from_millis(250) && ran < Duration::from_secs(2),
+        "{ran:?}"
+    );
 }
 
 /// Pages are isolated from each other and held to the sandbox: nothing one request

@@ -17,6 +17,13 @@
 //! gives `500`, logged with its file and line; the state then serves the next page (a
 //! state holding more than half its `cgi_memory` after a page is collected at once).
 //!
+//! Pages share the worker threads with static files. On Lua 5.4 a page runs in slices
+//! of [`SLICE`]: past one, the count hook pauses it (at the next point where it can
+//! yield: not inside a `table.sort` comparator, a metamethod or another C callback, nor
+//! in a coroutine of the page's own) and the instance goes on with it after the other
+//! ready work, so slow pages do not hold static files up; `cgi_timeout` bounds the
+//! slices together. LuaJIT pages cannot be paused and run to their end.
+//!
 //! # Lua 5.4 or LuaJIT
 //!
 //! The crate's `lua54` (default) and `luajit` features pick the Lua that runs pages
@@ -32,9 +39,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use leda_core::prelude::*;
@@ -376,24 +383,74 @@ impl Cgi {
         })
     }
 
-    /// Runs the page at `script` (a canonical path under the root).
+    /// Runs the page at `script` (a canonical path under the root) to its end, through
+    /// every slice (see [`Cgi::start`]).
     pub fn run(&mut self, script: &Path, req: &PageRequest) -> Result<Page, String> {
+        let mut step = self.start(script, req);
+        loop {
+            match step {
+                Step::Done(page) => return page,
+                Step::Paused(p) => step = self.go_on(p),
+            }
+        }
+    }
+
+    /// Starts the page at `script` (a canonical path under the root): it runs to its
+    /// end, or (Lua 5.4) for a slice of [`SLICE`] of its `cgi_timeout`, after which
+    /// [`Cgi::go_on`] runs it further. The instance runs no other page meanwhile.
+    pub fn start(&mut self, script: &Path, req: &PageRequest) -> Step {
         let shown = script
             .strip_prefix(self.root.path())
             .unwrap_or(script)
             .display()
             .to_string();
-        let func = self
-            .compiled(script, &shown)
-            .map_err(|e| first_line(&e, &shown))?;
-        let deadline = Instant::now() + self.cfg.cgi_timeout;
-        self.timeout.arm(deadline);
-        self.patterns.arm(deadline);
-        let result = self.call(&func, &shown, req);
+        let func = match self.compiled(script, &shown) {
+            Ok(func) => func,
+            Err(e) => return Step::Done(Err(first_line(&e, &shown))),
+        };
+        if let Err(e) = self.prepare(&func, req) {
+            return Step::Done(Err(first_line(&e.to_string(), &shown)));
+        }
+        self.first_slice(func, shown)
+    }
+
+    /// Runs a paused page for its next slice.
+    pub fn go_on(&mut self, p: Paused) -> Step {
+        let start = Instant::now();
+        let at = start + p.left;
+        self.timeout.arm(at, Some(start + SLICE));
+        self.patterns.arm(at);
+        let out = p.th.resume::<MultiValue>(());
+        let sliced = self.timeout.sliced();
+        let expired = self.timeout.expired();
         self.timeout.disarm();
         self.patterns.disarm();
+        let resumable = p.th.status() == mlua::ThreadStatus::Resumable;
+        if out.is_ok() && resumable && sliced && !expired {
+            let left = p.left.saturating_sub(start.elapsed());
+            return Step::Paused(Paused { left, ..p });
+        }
+        let page = out.and_then(|out| {
+            if resumable || expired {
+                // Past the deadline also when it ended anyway: the hook may have
+                // yielded a coroutine of the page's own, which the page then got
+                // back from.
+                return Err(mlua::Error::runtime(if expired {
+                    format!("{}: script ran past cgi_timeout", p.shown)
+                } else {
+                    format!("{}: a page may not yield", p.shown)
+                }));
+            }
+            page_of(out, &p.shown)
+        });
+        Step::Done(self.end(page, &p.shown))
+    }
+
+    /// After a page: the state is collected if it holds too much (see `reclaim`), and
+    /// an error is cut to its first line.
+    fn end(&self, page: mlua::Result<Page>, shown: &str) -> Result<Page, String> {
         self.reclaim();
-        result.map_err(|e| first_line(&e.to_string(), &shown))
+        page.map_err(|e| first_line(&e.to_string(), shown))
     }
 
     /// `body`, counted among this instance's unsent bodies until dropped; `None` when
@@ -462,7 +519,8 @@ impl Cgi {
         Ok(func)
     }
 
-    fn call(&self, func: &Function, shown: &str, req: &PageRequest) -> mlua::Result<Page> {
+    /// Gives `func` a fresh environment for the request `req`.
+    fn prepare(&self, func: &Function, req: &PageRequest) -> mlua::Result<()> {
         let lua = &self.lua;
         let env = lua.create_table()?;
         env.set_metatable(Some(self.env_meta.clone()))?;
@@ -490,63 +548,94 @@ impl Cgi {
         env.set("loadstring", load.clone())?;
         env.set("load", load)?;
         func.set_environment(env)?;
-        let mut it = self.resume(func, shown)?.into_iter();
-        let body = match it.next() {
-            Some(mlua::Value::String(s)) => Bytes::copy_from_slice(&s.as_bytes()),
-            _ => {
-                return Err(mlua::Error::runtime(format!(
-                    "{shown}: the page must return its body as a string"
-                )));
-            }
-        };
-        let content_type = match it.next() {
-            Some(mlua::Value::String(s)) => s.to_str()?.to_owned(),
-            _ => "text/html; charset=utf-8".to_owned(),
-        };
-        // It becomes a header line: a CR or LF in it (from request data a page echoes)
-        // would let a client write headers, or a whole second response, of its own.
-        if content_type
-            .bytes()
-            .any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
-        {
-            return Err(mlua::Error::runtime(format!(
-                "{shown}: the content type holds a control character"
-            )));
-        }
-        Ok(Page { body, content_type })
+        Ok(())
     }
 }
 
-impl Cgi {
-    /// Runs the page in a coroutine of its own: past `cgi_timeout` the count hook
-    /// yields it, which no `pcall` in the page can catch; it is then dropped.
-    #[cfg(not(feature = "luajit"))]
-    fn resume(&self, func: &Function, shown: &str) -> mlua::Result<MultiValue> {
-        let th = self.lua.create_thread(func.clone())?;
-        self.timeout.on_thread(&th)?;
-        let out = th.resume::<MultiValue>(())?;
-        let expired = self.timeout.expired();
-        if th.status() == mlua::ThreadStatus::Resumable || expired {
-            // Past the deadline also when it ended anyway: the hook may have yielded
-            // a coroutine of the page's own, which the page then got back from.
-            return Err(mlua::Error::runtime(if expired {
-                format!("{shown}: script ran past cgi_timeout")
-            } else {
-                format!("{shown}: a page may not yield")
-            }));
+/// The page a page's return values make: its body, and its content type or the default.
+fn page_of(out: MultiValue, shown: &str) -> mlua::Result<Page> {
+    let mut it = out.into_iter();
+    let body = match it.next() {
+        Some(mlua::Value::String(s)) => Bytes::copy_from_slice(&s.as_bytes()),
+        _ => {
+            return Err(mlua::Error::runtime(format!(
+                "{shown}: the page must return its body as a string"
+            )));
         }
-        Ok(out)
+    };
+    let content_type = match it.next() {
+        Some(mlua::Value::String(s)) => s.to_str()?.to_owned(),
+        _ => "text/html; charset=utf-8".to_owned(),
+    };
+    // It becomes a header line: a CR or LF in it (from request data a page echoes)
+    // would let a client write headers, or a whole second response, of its own.
+    if content_type
+        .bytes()
+        .any(|b| (b < 0x20 && b != b'\t') || b == 0x7f)
+    {
+        return Err(mlua::Error::runtime(format!(
+            "{shown}: the content type holds a control character"
+        )));
+    }
+    Ok(Page { body, content_type })
+}
+
+impl Cgi {
+    /// Runs the page in a coroutine of its own for its first slice: past
+    /// `cgi_timeout` the count hook yields it, which no `pcall` in the page can catch,
+    /// and it is dropped; past the slice the hook yields it too, and it is paused.
+    #[cfg(not(feature = "luajit"))]
+    fn first_slice(&mut self, func: Function, shown: String) -> Step {
+        let th = match self.lua.create_thread(func) {
+            Ok(th) => th,
+            Err(e) => return Step::Done(self.end(Err(e), &shown)),
+        };
+        if let Err(e) = self.timeout.on_thread(&th) {
+            return Step::Done(self.end(Err(e), &shown));
+        }
+        let left = self.cfg.cgi_timeout;
+        self.go_on(Paused { th, shown, left })
     }
 
-    /// Calls the page: the watchdog's hook raises an error that stays set until
-    /// disarmed, so no coroutine is needed, and one costs: the B.1 page took 17–20 %
-    /// more CPU in a fresh coroutine per request (`benches/page.rs`). A page that
-    /// yields gets LuaJIT's "attempt to yield across C-call boundary" (which it may
-    /// catch with `pcall`, and go on).
+    /// Calls the page to its end: the watchdog's hook raises an error that stays set
+    /// until disarmed, so no coroutine is needed, and one costs: the B.1 page took
+    /// 17–20 % more CPU in a fresh coroutine per request (`benches/page.rs`). A page
+    /// that yields gets LuaJIT's "attempt to yield across C-call boundary" (which it
+    /// may catch with `pcall`, and go on). No hook may yield a LuaJIT page, so it is
+    /// never paused.
     #[cfg(feature = "luajit")]
-    fn resume(&self, func: &Function, _shown: &str) -> mlua::Result<MultiValue> {
-        func.call::<MultiValue>(())
+    fn first_slice(&mut self, func: Function, shown: String) -> Step {
+        let at = Instant::now() + self.cfg.cgi_timeout;
+        self.timeout.arm(at, None);
+        self.patterns.arm(at);
+        let out = func.call::<MultiValue>(());
+        self.timeout.disarm();
+        self.patterns.disarm();
+        Step::Done(self.end(out.and_then(|out| page_of(out, &shown)), &shown))
     }
+}
+
+/// How long a page runs (Lua 5.4) before it lets the other work on its worker go
+/// first: static files are served by the same workers, and while as many slow pages
+/// ran as there are workers they waited, up to `cgi_timeout` (review finding,
+/// 2026-11-27). A page's time slices together are what `cgi_timeout` bounds.
+pub const SLICE: Duration = Duration::from_millis(10);
+
+/// What running a page for a slice gave.
+pub enum Step {
+    /// The page ended: its output, or its error (first line).
+    Done(Result<Page, String>),
+    /// The page ran its slice and is paused: [`Cgi::go_on`] runs it further.
+    Paused(Paused),
+}
+
+/// A page paused at the end of a slice (Lua 5.4; LuaJIT pages run to their end). Its
+/// instance runs no other page before it ends.
+pub struct Paused {
+    th: mlua::Thread,
+    shown: String,
+    /// What is left of its `cgi_timeout`.
+    left: Duration,
 }
 
 /// The most of a page's `print` line that reaches the log, in bytes.
@@ -707,13 +796,60 @@ fn bound_c_loops(lua: &Lua) -> mlua::Result<()> {
     .exec()
 }
 
+/// The response to a page's outcome: its head and body.
+fn respond(
+    cgi: &Cgi,
+    page: Result<Page, String>,
+    script: &str,
+    keep_alive: bool,
+) -> (Bytes, Bytes) {
+    match page {
+        Ok(page) => match cgi.admit(page.body) {
+            Some(body) => {
+                let head = response::head(
+                    Status::OK,
+                    Some(&page.content_type),
+                    body.len() as u64,
+                    None,
+                    keep_alive,
+                    &[("Cache-Control", "no-store")],
+                );
+                (head, body)
+            }
+            None => {
+                tracing::warn!(
+                    target: "leda_http::cgi",
+                    "{script}: 503, earlier pages not yet sent hold cgi_memory"
+                );
+                response::error(&HttpError::Unavailable, keep_alive)
+            }
+        },
+        Err(msg) => {
+            tracing::error!(target: "leda_http::cgi", "script error: {msg}");
+            response::error(&HttpError::Internal, keep_alive)
+        }
+    }
+}
+
+/// The instance's [`Cgi`], shared with the wait that runs a paused page's later
+/// slices (the instance handles no other event meanwhile, so it is never contended).
+type Shared = Arc<Mutex<Cgi>>;
+
+fn lock(cgi: &Shared) -> MutexGuard<'_, Cgi> {
+    cgi.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,
 /// headers)` + conn. Output: `reply` (a `send_buffer` event).
+///
+/// A page that ends within its first slice is answered from the handler call; one
+/// that is paused ([`Step::Paused`]) goes on in the instance's wait, one slice per
+/// turn, behind the other ready work (`nice`).
 pub fn stage() -> Stage {
     Stage::stateful(
         "cgi",
-        |attrs: &Attrs| Cgi::new(Config::from_attrs(attrs)?),
-        |cgi: &mut Cgi, mut ev: Event, ctx: &mut Ctx| {
+        |attrs: &Attrs| Ok(Arc::new(Mutex::new(Cgi::new(Config::from_attrs(attrs)?)?))),
+        |cgi: &mut Shared, mut ev: Event, ctx: &mut Ctx| {
             let conn = take_conn(&mut ev, "cgi")?;
             let script: String = ev.get(0)?;
             let keep_alive: bool = ev.get(1)?;
@@ -728,40 +864,25 @@ pub fn stage() -> Stage {
                     .into_iter()
                     .collect(),
             };
-            let (head, body, keep_alive) = match cgi.run(Path::new(&script), &req) {
-                Ok(page) => match cgi.admit(page.body) {
-                    Some(body) => {
-                        let head = response::head(
-                            Status::OK,
-                            Some(&page.content_type),
-                            body.len() as u64,
-                            None,
-                            keep_alive,
-                            &[("Cache-Control", "no-store")],
-                        );
-                        (head, body, keep_alive)
-                    }
-                    None => {
-                        tracing::warn!(
-                            target: "leda_http::cgi",
-                            "{script}: 503, earlier pages not yet sent hold cgi_memory"
-                        );
-                        let (head, body) = response::error(&HttpError::Unavailable, keep_alive);
-                        (head, body, keep_alive)
-                    }
-                },
-                Err(msg) => {
-                    tracing::error!(target: "leda_http::cgi", "script error: {msg}");
-                    let (head, body) = response::error(&HttpError::Internal, keep_alive);
-                    (head, body, keep_alive)
-                }
-            };
-            let ev = reply_event(conn, head, body, keep_alive, head_only);
+            let step = lock(cgi).start(Path::new(&script), &req);
             let mut out = ctx.clone();
+            let cgi = cgi.clone();
             // Let send_buffer write this page before the next one is computed: with
             // every worker busy on pages, responses would otherwise wait for the whole
             // backlog (`nice` re-queues this instance behind the other ready work).
             ctx.wait(async move {
+                let mut step = step;
+                let page = loop {
+                    match step {
+                        Step::Done(page) => break page,
+                        Step::Paused(p) => {
+                            out.nice().await;
+                            step = lock(&cgi).go_on(p);
+                        }
+                    }
+                };
+                let (head, body) = respond(&lock(&cgi), page, &script, keep_alive);
+                let ev = reply_event(conn, head, body, keep_alive, head_only);
                 out.send_wait("reply", ev).await?;
                 out.nice().await;
                 Ok(())

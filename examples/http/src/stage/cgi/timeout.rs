@@ -5,7 +5,9 @@
 //!   page can catch a yield; where the page cannot be yielded, an error after a
 //!   second deadline's worth, and from then on at every instruction of that thread, so
 //!   that a `pcall` that catches it returns into code that raises it again). A page's
-//!   own coroutines get the hook when created.
+//!   own coroutines get the hook when created. Past its time slice the page's own
+//!   thread is yielded the same way, and marked as paused ([`Timeout::sliced`]): the
+//!   stage lets other work on its worker go first and then resumes it.
 //! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
 //!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
 //!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
@@ -35,9 +37,19 @@ mod count_hook {
 
     use super::*;
 
-    /// The running page's deadline, and the later one past which it gets an error
-    /// where it cannot be yielded.
-    type Deadlines = Option<(Instant, Instant)>;
+    /// The running page's deadlines: past `at` it is stopped; past `last` it gets an
+    /// error where it cannot be yielded; past `slice` its own thread (not a coroutine
+    /// of the page's) is yielded so that other work on its worker goes first, and
+    /// `sliced` records that.
+    #[derive(Clone, Copy)]
+    struct Deadlines {
+        at: Instant,
+        last: Instant,
+        slice: Option<Instant>,
+        sliced: bool,
+    }
+
+    type Shared = Arc<Mutex<Option<Deadlines>>>;
 
     const TRIGGERS: HookTriggers = HookTriggers::new().every_nth_instruction(10_000);
 
@@ -51,17 +63,22 @@ mod count_hook {
     /// instruction: a `pcall`, `load` or `coroutine.resume` that catches the error
     /// returns into code that raises it again, so the page unwinds to its end (with
     /// the error every 10,000 instructions, a `pcall` in a loop inside a `table.sort`
-    /// comparator caught each one and the page ran on for ever).
-    fn hook(d: Arc<Mutex<Deadlines>>) -> Hook {
+    /// comparator caught each one and the page ran on for ever). On the page's own
+    /// thread (`page`), past the slice, a yield too: the page is paused, not stopped.
+    fn hook(d: Shared, page: bool) -> Hook {
         Box::new(move |lua, debug| {
             let now = Instant::now();
-            let (past, late) = d
-                .lock()
-                .map(|g| g.map_or((false, false), |(at, last)| (now > at, now > last)))
-                .unwrap_or((false, false));
+            let (past, late) = match d.lock().as_deref_mut() {
+                Ok(Some(dl)) => {
+                    let sliced = page && dl.slice.is_some_and(|s| now > s);
+                    dl.sliced |= sliced;
+                    (now > dl.at || sliced, now > dl.last)
+                }
+                _ => (false, false),
+            };
             if late {
                 let every = HookTriggers::new().every_nth_instruction(1);
-                let _ = lua.current_thread().set_hook(every, hook(d.clone()));
+                let _ = lua.current_thread().set_hook(every, hook(d.clone(), page));
                 let file = debug.source().short_src.unwrap_or_default().into_owned();
                 let line = debug.current_line().unwrap_or_default();
                 return Err(mlua::Error::runtime(format!(
@@ -79,20 +96,21 @@ mod count_hook {
 
     /// The deadline of the running page, checked by a count hook.
     pub(in crate::stage::cgi) struct Timeout {
-        deadline: Arc<Mutex<Deadlines>>,
+        deadline: Shared,
     }
 
     impl Timeout {
         /// Installs the hook in `lua`.
         pub(in crate::stage::cgi) fn install(lua: &Lua) -> mlua::Result<Timeout> {
-            let deadline: Arc<Mutex<Deadlines>> = Arc::default();
-            lua.set_hook(TRIGGERS, hook(deadline.clone()))?;
+            let deadline: Shared = Arc::default();
+            lua.set_hook(TRIGGERS, hook(deadline.clone(), false))?;
             Ok(Timeout { deadline })
         }
 
-        /// Sets the hook on `th` too (Lua 5.4 keeps hooks per thread).
+        /// Sets the hook on `th`, a page's own thread (Lua 5.4 keeps hooks per
+        /// thread): the one the slice pauses.
         pub(in crate::stage::cgi) fn on_thread(&self, th: &mlua::Thread) -> mlua::Result<()> {
-            th.set_hook(TRIGGERS, hook(self.deadline.clone()))
+            th.set_hook(TRIGGERS, hook(self.deadline.clone(), true))
         }
 
         /// Replaces `coroutine.create` and `coroutine.wrap` in `co` by versions whose
@@ -106,7 +124,7 @@ mod count_hook {
             let d = self.deadline.clone();
             let create = lua.create_function(move |lua, f: mlua::Function| {
                 let th = lua.create_thread(f)?;
-                th.set_hook(TRIGGERS, hook(d.clone()))?;
+                th.set_hook(TRIGGERS, hook(d.clone(), false))?;
                 Ok(th)
             })?;
             co.set("create", create)?;
@@ -128,11 +146,16 @@ mod count_hook {
             .call::<()>(co.clone())
         }
 
-        /// Pages run from now on are stopped past `at`.
-        pub(in crate::stage::cgi) fn arm(&self, at: Instant) {
+        /// Pages run from now on are stopped past `at`, and paused past `slice`.
+        pub(in crate::stage::cgi) fn arm(&self, at: Instant, slice: Option<Instant>) {
             if let Ok(mut d) = self.deadline.lock() {
                 let now = Instant::now();
-                *d = Some((at, at + at.saturating_duration_since(now)));
+                *d = Some(Deadlines {
+                    at,
+                    last: at + at.saturating_duration_since(now),
+                    slice,
+                    sliced: false,
+                });
             }
         }
 
@@ -143,11 +166,20 @@ mod count_hook {
             }
         }
 
+        /// `true` if the hook yielded the page at the end of its slice since
+        /// [`Timeout::arm`].
+        pub(in crate::stage::cgi) fn sliced(&self) -> bool {
+            self.deadline
+                .lock()
+                .map(|d| d.is_some_and(|dl| dl.sliced))
+                .unwrap_or(false)
+        }
+
         /// `true` if the armed deadline has passed.
         pub(in crate::stage::cgi) fn expired(&self) -> bool {
             self.deadline
                 .lock()
-                .map(|d| d.is_some_and(|(at, _)| Instant::now() > at))
+                .map(|d| d.is_some_and(|dl| Instant::now() > dl.at))
                 .unwrap_or(false)
         }
     }
@@ -255,8 +287,22 @@ mod watchdog {
             })
         }
 
-        /// Pages run from now on are stopped past `at`.
-        pub(in crate::stage::cgi) fn arm(&self, at: Instant) {
+        /// Never: LuaJIT pages run to their end.
+        pub(in crate::stage::cgi) fn sliced(&self) -> bool {
+            false
+        }
+
+        /// `true` if the armed deadline has passed.
+        pub(in crate::stage::cgi) fn expired(&self) -> bool {
+            self.shared
+                .lock()
+                .deadline
+                .is_some_and(|at| Instant::now() > at)
+        }
+
+        /// Pages run from now on are stopped past `at`. LuaJIT pages are not paused
+        /// (no hook may yield there): `_slice` is not used.
+        pub(in crate::stage::cgi) fn arm(&self, at: Instant, _slice: Option<Instant>) {
             let mut slot = self.shared.lock();
             slot.deadline = Some(at);
             slot.fired = false;
@@ -354,7 +400,7 @@ mod tests {
 
     fn run(lua: &Lua, t: &Timeout, src: &str) -> (mlua::Result<i64>, Duration) {
         let start = Instant::now();
-        t.arm(start + Duration::from_millis(200));
+        t.arm(start + Duration::from_millis(200), None);
         let r = lua.load(src).set_name("@page.lua").eval::<i64>();
         t.disarm();
         (r, start.elapsed())
