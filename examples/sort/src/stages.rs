@@ -254,6 +254,8 @@ impl Sender {
 /// Communication test, sending side (serial): sends one vector of `bytes` bytes to
 /// the sink and waits for its acknowledgement, `warmup + rounds` times in a row; quits
 /// with the `rounds` measured times (seconds, from the send to the acknowledgement).
+/// Declared `nonblocking` (it only sends), as is the sink: an acknowledgement from the
+/// other process is handled by the thread that read it, with no pool worker woken.
 pub fn sender() -> Stage {
     Stage::stateful(
         SEND,
@@ -289,6 +291,7 @@ pub fn sender() -> Stage {
         },
     )
     .serial()
+    .nonblocking()
     .kind(SEND)
 }
 
@@ -299,6 +302,7 @@ pub fn sink() -> Stage {
         ctx.send_or_wait(1, ("ack", n as u64))?;
         Ok(())
     })
+    .nonblocking()
     .kind(SINK)
 }
 
