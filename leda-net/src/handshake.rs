@@ -327,13 +327,17 @@ pub async fn connect(
         match client(&mut s, addr, role, from, deployment, secret).await {
             Ok(()) => Ok(s),
             // A process configured for TLS closes a plain connection at its first bytes
-            // (said as "early eof", which did not tell a user what was wrong).
+            // (said as "early eof", which did not tell a user what was wrong). So does
+            // one that turns connections away unanswered (not serving yet, say): from
+            // here the two look the same, and both are named (review finding: a lock
+            // service node still starting, without TLS, was said to be one with TLS).
             Err(NetError::Frame { source, .. }) if tls.is_none() && closed_early(&source) => {
                 Err(NetError::Protocol {
                     peer: addr.into(),
-                    reason: "closed the connection at the start of the handshake; a \
-                             process started with --tls-cert/--tls-key/--tls-ca does so to a \
-                             plain connection (give this one the same TLS flags)"
+                    reason: "closed the connection at the start of the handshake: either it \
+                             turns connections away unanswered (not serving yet, say), or it \
+                             was started with --tls-cert/--tls-key/--tls-ca, and then closes \
+                             a plain connection so (give this one the same TLS flags)"
                         .into(),
                 })
             }

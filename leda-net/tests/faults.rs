@@ -313,3 +313,33 @@ fn a_handshake_dropped_for_a_newer_one_does_not_go_on() {
     });
     assert_eq!(outcome.load(SeqCst), 2, "the dropped handshake went on");
 }
+
+/// A process that closes a plain connection unanswered may be one started with TLS, or
+/// one that turns connections away (not serving yet): the client names both, asserting
+/// neither (review finding: a lock-service node still starting, without TLS at all, was
+/// said to be one started with --tls-cert).
+#[test]
+fn a_connection_closed_unanswered_names_both_causes() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let closer = std::thread::spawn(move || drop(listener.accept().unwrap()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt.block_on(leda_net::handshake::connect(
+        &addr,
+        Role::Probe,
+        "me:1",
+        0,
+        &Secret::new("a secret of enough length").unwrap(),
+        None,
+        Duration::from_secs(5),
+    ));
+    closer.join().unwrap();
+    let e = r.expect_err("a closed connection").to_string();
+    assert!(
+        e.contains("not serving yet") && e.contains("--tls-cert") && e.contains("either"),
+        "{e}"
+    );
+}
