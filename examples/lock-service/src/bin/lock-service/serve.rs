@@ -12,8 +12,12 @@ use leda_core::prelude::*;
 use leda_lock_service::epoch::attach_epochs;
 use leda_lock_service::gate::GateLocal;
 use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with, serve_registry};
+use leda_lock_service::proto::{self, Request, Response};
 use leda_lock_service::remote::{ConnectOptions, LockClient};
+use leda_net::conn::Conn;
+use leda_net::handshake::{self, HANDSHAKE_TIMEOUT};
 use leda_net::{Daemon, DaemonConfig, Launcher, Secret};
+use tokio::io::AsyncWriteExt;
 
 /// `lock-service serve` options.
 #[derive(Debug, Args)]
@@ -74,7 +78,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     println!("CLIENTS {clients}");
     if args.id > 0 {
-        refuse_clients_until_served(&local)?;
+        refuse_clients_until_served(&local, args.id)?;
         let config = DaemonConfig {
             listen: args.nodes[args.id].clone(),
             secret: Some(secret),
@@ -170,41 +174,97 @@ fn secs(s: f64, what: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).with_context(|| format!("--{what} {s}: not a duration"))
 }
 
-/// Until its gate takes the client listener (the group deployed here), a node closes
-/// each client connection at once, so that a client tries its next node instead of
-/// waiting out its connect timeout: a node restarted after a crash binds its port but is
-/// never deployed to again while the group runs (crash-stop), and held every client
-/// that tried it first for 5 s (review finding). A client that connects in the very
-/// instant the gate starts may be closed too; it tries its next node.
-fn refuse_clients_until_served(local: &Arc<GateLocal>) -> anyhow::Result<()> {
+/// Until its gate takes the client listener (the group deployed here), a node turns
+/// each client away at once, so that a client tries its next node instead of waiting
+/// out its connect timeout: a node restarted after a crash binds its port but is never
+/// deployed to again while the group runs (crash-stop), and held every client that
+/// tried it first for 5 s (review finding). A client is told why only once it proved
+/// the secret: after the handshake, it reads `node N is not serving yet` in answer to
+/// its `Open`, as the gate answers a refused session (the connection used to be closed
+/// unanswered, and the client guessed at a TLS mismatch). One without the secret gets
+/// the handshake's refusal, as from a serving node: no more than that. The refusals
+/// are bounded as the gate's handshakes are (`handshake::Slots`, timeouts). A client
+/// that connects in the very instant the gate starts may be turned away too; it tries
+/// its next node.
+fn refuse_clients_until_served(local: &Arc<GateLocal>, node: usize) -> anyhow::Result<()> {
     let listener = match &*local.listener.lock().unwrap_or_else(|e| e.into_inner()) {
         Some(l) => l.try_clone()?,
         None => return Ok(()),
     };
     // (The gate sets it non-blocking too, for tokio.)
     listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let local = local.clone();
+    // (The gate took the listener: it serves now.)
+    let serving = move |local: &GateLocal| {
+        local
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    };
     std::thread::Builder::new()
         .name("refuse-clients".into())
         .spawn(move || {
-            loop {
-                if local
-                    .listener
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .is_none()
-                {
-                    return; // the gate serves now
-                }
-                match listener.accept() {
-                    Ok((conn, peer)) => {
-                        tracing::info!(%peer, "a client before this node serves: closed");
-                        drop(conn);
+            rt.block_on(async move {
+                let slots = handshake::Slots::new(MAX_REFUSING);
+                while !serving(&local) {
+                    match listener.accept() {
+                        Ok((tcp, peer)) => {
+                            let secret = local.secret.clone();
+                            slots.spawn(peer, move |slot| async move {
+                                let _slot = slot;
+                                match refuse(tcp, &peer.to_string(), &secret, node).await {
+                                    Ok(()) => tracing::info!(
+                                        %peer,
+                                        "a client before this node serves: turned away"
+                                    ),
+                                    Err(e) => tracing::info!(
+                                        %peer,
+                                        error = %e,
+                                        "a client before this node serves: closed"
+                                    ),
+                                }
+                            });
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
-            }
+                // The refusals under way end within their timeouts.
+                tokio::time::sleep(2 * HANDSHAKE_TIMEOUT).await;
+            })
         })?;
+    Ok(())
+}
+
+/// Refusals in progress on a node that does not serve yet, at most.
+const MAX_REFUSING: usize = 16;
+
+/// Runs the handshake with a client of a node that does not serve yet and, once the
+/// client proved the secret, answers its `Open` with `node N is not serving yet`.
+async fn refuse(
+    tcp: std::net::TcpStream,
+    peer: &str,
+    secret: &Secret,
+    node: usize,
+) -> anyhow::Result<()> {
+    tcp.set_nonblocking(true)?;
+    let mut conn = Conn::plain(tokio::net::TcpStream::from_std(tcp)?);
+    handshake::server(&mut conn, peer, secret, HANDSHAKE_TIMEOUT).await?;
+    // The Open is read first: closed with it unread, the connection would be reset,
+    // and the client would read the reset rather than the answer.
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, proto::read::<_, Request>(&mut conn)).await {
+        Ok(Ok(Some(_))) => {}
+        _ => bail!("no Open within the handshake timeout"),
+    }
+    let message = format!(
+        "node {node} is not serving yet (its group has not started it: it is starting \
+         up, or restarted while its group runs on without it)"
+    );
+    proto::write(&mut conn, &Response::Error { req: None, message }).await?;
+    conn.shutdown().await?;
     Ok(())
 }
 
