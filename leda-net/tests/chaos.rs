@@ -156,7 +156,8 @@ fn kill_9_of_a_daemon_ends_the_run_everywhere_naming_it() {
 }
 
 /// A frozen daemon (SIGSTOP) is noticed within the silence bound (the default, 3 s)
-/// plus 2 s; once thawed it finds its run over and serves the next deployment.
+/// plus 2 s; once thawed it finds its run over, says that it stood still, and serves
+/// the next deployment.
 #[test]
 fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
     let a = long_lived();
@@ -190,6 +191,10 @@ fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
     let (ended, _, lost) = daemon_report(&mut b);
     assert!(ended.starts_with("ENDED"), "{ended}");
     assert!(!lost.is_empty(), "the thawed daemon saw its peers gone");
+    // It names them, but says that it stood still (docs/running-across-processes.md).
+    for line in &lost {
+        assert!(line.contains("this process stood still"), "{line}");
+    }
     assert_eq!(good_run(&b), 10);
 }
 

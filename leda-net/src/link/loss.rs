@@ -133,9 +133,12 @@ pub(super) fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
             return;
         }
         let now = t.now_ms();
-        t.watched_ms.store(now, Relaxed);
         let late = last.elapsed().saturating_sub(tick);
         last = std::time::Instant::now();
+        #[cfg(test)]
+        if let Some(f) = &*lock(&t.mid_round) {
+            f(late);
+        }
         if late > tick / 2 {
             let late_ms = late.as_millis() as u64;
             tracing::debug!(late_ms, "liveness watch ran late");
@@ -144,6 +147,13 @@ pub(super) fn watch(t: std::sync::Weak<Transport>, l: Liveness) {
                 *lock(&t.stood_still) = (now, late_ms);
             }
         }
+        // The round is noted once its stall is: a link that goes down meanwhile (its
+        // reader read the close as this process woke) finds the round not yet noted,
+        // and so a stall the watch has not seen (`link_down`). Noted first, as it was,
+        // the link found neither when the watch was held up between the two, and a
+        // daemon thawed after SIGSTOP said "it closed the connection (last heard from
+        // 0.0 s before)", not that it had stood still (review finding).
+        t.watched_ms.store(now, Release);
         for link in t.links() {
             if link.is_dead() {
                 continue;
@@ -294,10 +304,11 @@ impl Transport {
         let silent_ms = self.now_ms().saturating_sub(link.heard_ms.load(Relaxed));
         let silence_ms = self.liveness.silence.as_millis() as u64;
         let now = self.now_ms();
-        let (stall_end, stall_ms) = *lock(&self.stood_still);
         // Not watched for a while: this process is waking from a stall that the watch
-        // has not seen yet (its readers may see the close first).
-        let unwatched = now.saturating_sub(self.watched_ms.load(Relaxed));
+        // has not seen yet (its readers may see the close first). Read before the
+        // stall: the watch records a stall before it notes its round (`watch`).
+        let unwatched = now.saturating_sub(self.watched_ms.load(Acquire));
+        let (stall_end, stall_ms) = *lock(&self.stood_still);
         let stood_still = if stall_ms > 0 && now.saturating_sub(stall_end) < silence_ms {
             stall_ms
         } else if unwatched >= silence_ms / 2 {

@@ -409,14 +409,23 @@ pub struct Transport {
     /// when it ended and how long it was (transport milliseconds).
     stood_still: Mutex<(u64, u64)>,
     /// When the liveness watch last ran (transport milliseconds): long ago, this process
-    /// is only now waking from a stall that the watch has not seen yet.
+    /// is only now waking from a stall that the watch has not seen yet. Stored after
+    /// `stood_still` (release; read before it, acquire).
     watched_ms: AtomicU64,
+    /// Run by the liveness watch in each round, with how late the round is, before it
+    /// records anything of it (tests: a link that goes down at that moment).
+    #[cfg(test)]
+    mid_round: Mutex<Option<MidRound>>,
     /// The run has started here ([`Transport::set_handle`]): silence counts from then.
     /// Before, a peer may not be listening yet (a daemon parks a peer's connection until
     /// its own deployment arrives, which a slow path from the launcher can delay past
     /// the bound: a live peer was taken for lost, and the run went on without it).
     running: AtomicBool,
 }
+
+/// What the liveness watch runs in each round before it records anything of it (tests).
+#[cfg(test)]
+type MidRound = Box<dyn Fn(Duration) + Send>;
 
 struct RouteIndexes {
     from: Vec<Option<usize>>,
@@ -504,6 +513,8 @@ impl Transport {
             epoch: std::time::Instant::now(),
             stood_still: Mutex::new((0, 0)),
             watched_ms: AtomicU64::new(0),
+            #[cfg(test)]
+            mid_round: Mutex::new(None),
         });
         let weak = Arc::downgrade(&t);
         if let Err(e) = std::thread::Builder::new()

@@ -1151,3 +1151,49 @@ fn a_receiver_queues_events_within_its_byte_bound() {
     assert_eq!(got.load(Relaxed), N as u64, "every event arrives");
     shut_down(&rt, &sender, &receiver, srun, rrun);
 }
+
+/// A process that wakes from a stall (SIGSTOP) to find its peer gone says that it stood
+/// still, also when its link goes down while the liveness watch is midway through its
+/// first round after the stall (review finding: a daemon thawed after SIGSTOP said "it
+/// closed the connection (last heard from 0.0 s before)": the watch had noted its round
+/// but not yet the stall, and the link found neither).
+#[test]
+fn a_link_lost_as_the_watch_wakes_from_a_stall_says_this_process_stood_still() {
+    let (rt, receiver, client) =
+        raw_pair_with(100, Liveness::with_silence(Duration::from_millis(300)));
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let run = receive_with(&receiver, &b);
+    // The watch's round after the stall stops midway until the link is down.
+    let (mid_tx, mid_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    *lock(&receiver.mid_round) = Some(Box::new(move |late| {
+        if late >= Duration::from_millis(200) {
+            let _ = mid_tx.send(());
+            let _ = lock(&go_rx).recv();
+        }
+    }));
+    // The stall: the watch held up for 400 ms (in its look at the links).
+    {
+        let _links = lock(&receiver.links);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    mid_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the watch's round after the stall");
+    // The peer took this process for lost and closed.
+    client.shutdown(std::net::Shutdown::Both).unwrap();
+    let t0 = std::time::Instant::now();
+    wait_until(t0 + Duration::from_secs(5), || !receiver.lost().is_empty());
+    let lost = receiver.lost();
+    go_tx.send(()).unwrap();
+    end_receiving(&rt, &receiver, run, Some(client));
+    assert_eq!(lost.len(), 1, "the close was not taken for a loss");
+    assert!(
+        lost[0]
+            .reason
+            .starts_with("it closed the connection, after this process stood still"),
+        "{}",
+        lost[0]
+    );
+}
