@@ -400,6 +400,7 @@ pub fn node_stage(spec: NodeSpec) -> Result<Stage, MutexError> {
         |state: &mut NodeState, ev: Event, ctx: &mut Ctx| state.handle(ev, ctx),
     )
     .fail_stop()
+    .nonblocking()
     .autostart("start")
     .kind(NODE_KIND)
     .attr("algorithm", spec.algorithm.name())
