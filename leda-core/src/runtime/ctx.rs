@@ -594,7 +594,20 @@ impl Ctx {
     /// handler's. The next event is handled only after that (serial order holds).
     /// Waits asked for earlier in the same call (or sends held by
     /// [`Ctx::send_or_wait`]) complete first.
+    ///
+    /// Only the `Ctx` a handler call is given parks: on a clone (an async handler's, or
+    /// one kept by another thread) nothing would ever poll `fut`, so it is dropped with
+    /// an error in the log (`leda::handler`); await it there instead.
     pub fn wait(&mut self, fut: impl Future<Output = HandlerResult> + Send + 'static) {
+        if !self.in_call {
+            tracing::error!(
+                target: "leda::handler",
+                stage = self.stage_name(),
+                "Ctx::wait on a clone of a handler's Ctx: nothing waits there, the future \
+                 is dropped (await it instead)"
+            );
+            return;
+        }
         self.backlog = None;
         // Sends held by `send_or_wait` earlier in this call go first.
         self.wait = Some(match self.wait.take() {

@@ -1,0 +1,72 @@
+//! `Ctx::wait` on a clone of a handler's `Ctx` (an async handler's) parks nothing: the
+//! future is never polled. It used to vanish silently; it is dropped with an error in
+//! the log. Its own test binary: the log subscriber is global.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leda_core::prelude::*;
+
+/// What the subscriber wrote.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
+    type Writer = Log;
+    fn make_writer(&'a self) -> Log {
+        self.clone()
+    }
+}
+
+#[test]
+fn a_wait_on_a_clone_of_the_ctx_is_reported_not_lost_silently() {
+    let log = Log::default();
+    tracing_subscriber::fmt()
+        .with_env_filter("error")
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .init();
+    let polled = Arc::new(AtomicBool::new(false));
+    let p2 = polled.clone();
+    let stage = Stage::asynchronous("async", move |_: Event, mut ctx: Ctx| {
+        let p3 = p2.clone();
+        async move {
+            ctx.wait(async move {
+                p3.store(true, Ordering::SeqCst);
+                Ok(())
+            });
+            Ok(())
+        }
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.add(&stage);
+    g.run(
+        Run::default()
+            .threads(2)
+            .until_idle()
+            .timeout(Duration::from_secs(30)),
+    )
+    .unwrap();
+    assert!(
+        !polled.load(Ordering::SeqCst),
+        "nothing polls a clone's wait"
+    );
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("Ctx::wait on a clone") && text.contains("async"),
+        "{text}"
+    );
+}
