@@ -358,6 +358,11 @@ impl Stage {
         self.spec().serial
     }
 
+    /// `true` for a stage declared [`Stage::nonblocking`].
+    pub fn is_nonblocking(&self) -> bool {
+        self.spec().nonblocking
+    }
+
     /// The instance limit set with [`Stage::maxpar`], if any.
     pub fn maxpar_setting(&self) -> Option<usize> {
         self.spec().maxpar

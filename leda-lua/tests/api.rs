@@ -392,6 +392,23 @@ fn process_loss_options_are_checked() {
     .unwrap();
 }
 
+/// `nonblocking = true` declares the stage nonblocking (`Stage::nonblocking`), readable
+/// back; the stage runs as any other (across processes, the deployment carries the
+/// declaration: `leda-net`'s `deploy` tests).
+#[test]
+fn a_stage_may_be_declared_nonblocking() {
+    let out = run(r#"
+        local quiet = leda.stage "quiet" { handler = function(x) leda.quit(x * 2) end,
+                                           nonblocking = true }
+        local plain = leda.stage "plain" { handler = function() end }
+        assert(quiet.nonblocking == true and plain.nonblocking == false)
+        quiet:push(21)
+        return leda.graph{ quiet }:run()
+    "#)
+    .unwrap();
+    assert_eq!(out[0], Value::Int(42));
+}
+
 /// `fail_stop = true`: after its handler's first error the stage is stopped, not rebuilt
 /// (`init` runs once; later events reach the `error` port, naming the first failure).
 #[test]

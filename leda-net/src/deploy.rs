@@ -39,6 +39,11 @@ pub struct StageDesc {
     /// Fail-stop stage (`Stage::fail_stop`); absent from older launchers' deployments.
     #[serde(default)]
     pub fail_stop: bool,
+    /// Declared `Stage::nonblocking` where the graph was built (a Lua stage's
+    /// `nonblocking = true`); absent from older launchers' deployments. A stage whose
+    /// kind's constructor declares it is nonblocking either way.
+    #[serde(default)]
+    pub nonblocking: bool,
 }
 
 /// One connector as deployed.
@@ -143,6 +148,7 @@ impl Deployment {
                 capacity: s.capacity_setting(),
                 pushed: Vec::new(),
                 fail_stop: s.is_fail_stop(),
+                nonblocking: s.is_nonblocking(),
             });
         }
         Ok(Deployment {
@@ -249,6 +255,9 @@ impl Deployment {
                 if d.fail_stop {
                     s = s.fail_stop();
                 }
+                if d.nonblocking {
+                    s = s.nonblocking();
+                }
                 if let Some(n) = d.maxpar {
                     s = s.maxpar(n);
                 }
@@ -297,5 +306,45 @@ impl Deployment {
         g.map(self.mapping.iter().map(|p| Processes(p.clone())))
             .map_err(|e| e.to_string())?;
         Ok(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leda_core::prelude::{BoxError, Ctx};
+
+    use super::*;
+
+    /// What is declared where the graph is built reaches the process that runs the
+    /// stage: `nonblocking` set after the kind's constructor (a Lua stage's
+    /// `nonblocking = true`) was not shipped, so the remote stage paid a pool worker's
+    /// wake-up per event from another process. Also through the wire form.
+    #[test]
+    fn a_stage_declared_nonblocking_where_built_is_nonblocking_where_it_runs() {
+        let kind = |name: &'static str| {
+            move |_: &Attrs| -> Result<Stage, BoxError> {
+                Ok(Stage::new(name, |_: Event, _: &mut Ctx| Ok(())).kind(name))
+            }
+        };
+        let registry = Registry::new().with("a", kind("a")).with("b", kind("b"));
+        let a = Stage::new("a", |_: Event, _: &mut Ctx| Ok(())).kind("a");
+        let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(()))
+            .kind("b")
+            .nonblocking()
+            .fail_stop();
+        let mut g = Graph::new("g");
+        g.connect(&a, 1, &b);
+        g.part([Cluster::of([&a]), Cluster::of([&b])])
+            .unwrap()
+            .map(["127.0.0.1:1", "127.0.0.1:2"])
+            .unwrap();
+        let mut d = Deployment::from_graph(&g, "127.0.0.1:1", 1, None).unwrap();
+        let wire = rmp_serde::to_vec(&d).unwrap();
+        d = rmp_serde::from_slice(&wire).unwrap();
+        d.target = "127.0.0.1:2".into();
+        let built = d.build_graph(&registry).unwrap();
+        let b = built.stage("b").unwrap();
+        assert!(b.is_nonblocking() && b.is_fail_stop());
+        assert!(!built.stage("a").unwrap().is_nonblocking());
     }
 }

@@ -91,6 +91,11 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
     } else {
         stage
     };
+    let stage = if field::<Option<bool>>(def, "nonblocking")?.unwrap_or(false) {
+        stage.nonblocking()
+    } else {
+        stage
+    };
     let stage = match field::<Option<usize>>(def, "maxpar")? {
         Some(n) => stage.maxpar(n),
         None => stage,
@@ -110,6 +115,7 @@ pub(super) fn make_stage(lua: &Lua, def: &Table, name: Option<String>) -> mlua::
                 | "bind"
                 | "serial"
                 | "fail_stop"
+                | "nonblocking"
                 | "stateful"
                 | "autostart"
                 | "name"

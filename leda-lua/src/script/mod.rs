@@ -1,7 +1,8 @@
 //! The configuring side: a script runs in a "configuring" Lua state (all standard
 //! libraries) where `require 'leda'` gives the thesis' graph API:
 //!
-//! * `leda.stage{handler=, init=, bind=, serial=, fail_stop=, autostart=, name=, <attributes>}`,
+//! * `leda.stage{handler=, init=, bind=, serial=, fail_stop=, nonblocking=, autostart=, name=,
+//!   <attributes>}`,
 //!   `leda.stage "name" {...}`, `leda.stage "name" (stage)` (clone), `leda.stage(f)`;
 //! * `stage:connect([port,] dest [, type])`, `leda.connect(src, [port,] dest [, type])`,
 //!   `s1 .. s2`; `stage:push(...)` (`stage:send`), `stage:run{...}`;

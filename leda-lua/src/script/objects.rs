@@ -169,6 +169,7 @@ impl UserData for LuaStage {
             Ok(match key.as_str() {
                 "name" => mlua::Value::String(lua.create_string(this.0.name())?),
                 "serial" => mlua::Value::Boolean(this.0.is_serial()),
+                "nonblocking" => mlua::Value::Boolean(this.0.is_nonblocking()),
                 _ => match this.0.attrs().get(&key) {
                     Some(v) => to_lua(lua, v).map_err(|e| rt(e.to_string()))?,
                     None => mlua::Value::Nil,
