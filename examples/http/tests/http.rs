@@ -513,6 +513,58 @@ fn a_paused_page_goes_on_where_it_was() {
     );
 }
 
+/// A page that yields itself is refused (500) even when the hook had just passed its
+/// slice where it could not pause it (inside a `table.sort` comparator: the page was
+/// then taken for paused and resumed, review finding); and an instance starts no page
+/// while one of its pages is paused (compiled pages are shared: the paused page read
+/// the other request's table).
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn a_page_cannot_yield_itself_nor_start_beside_a_paused_one() {
+    use leda_http::stage::cgi::Step;
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_secs(60));
+    let err = pages
+        .run(
+            "sorted.lua",
+            "local t = {} for i = 1, 60 do t[i] = (i * 37) % 60 end
+             table.sort(t, function(a, b)
+               local s = 0 for i = 1, 40000 do s = s + i end
+               return a < b
+             end)
+             coroutine.yield()
+             return 'resumed'",
+        )
+        .unwrap_err();
+    assert!(err.contains("a page may not yield"), "{err}");
+    let long = "local s = 0 for i = 1, 3000000 do s = s + i % 7 end
+        return request.query .. ' ' .. s";
+    for name in ["a.lua", "b.lua"] {
+        std::fs::write(pages.root.join(name), long).unwrap();
+    }
+    let path = |n: &str| std::fs::canonicalize(pages.root.join(n)).unwrap();
+    let (a, b) = (path("a.lua"), path("b.lua"));
+    let req = |q: &str| leda_http::stage::cgi::PageRequest {
+        query: q.into(),
+        ..Default::default()
+    };
+    let Step::Paused(mut p) = pages.cgi.start(&a, &req("A")) else {
+        panic!("a long page is paused after its first slice");
+    };
+    let Step::Done(Err(e)) = pages.cgi.start(&b, &req("B")) else {
+        panic!("a page started beside a paused one");
+    };
+    assert!(e.contains("paused"), "{e}");
+    let body = loop {
+        match pages.cgi.go_on(p) {
+            Step::Done(page) => break page.unwrap().body,
+            Step::Paused(q) => p = q,
+        }
+    };
+    assert_eq!(&body[..], b"A 8999997");
+    // Ended: the instance serves the next page.
+    assert_eq!(pages.run("c.lua", "return 'next'").unwrap(), "next");
+}
+
 /// Pages are isolated from each other and held to the sandbox: nothing one request
 /// writes to a library table (even with `rawset`) or to `_G` is seen by the next; no
 /// bytecode in (`load`, page files) or out (`string.dump`); and `cgi_timeout` stops a

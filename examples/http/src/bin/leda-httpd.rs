@@ -44,6 +44,14 @@ struct Args {
     /// Seconds a client has to send a whole request head.
     #[arg(long, default_value_t = Config::default().header_timeout.as_secs_f64())]
     header_timeout: f64,
+    /// Seconds a `.lua` page may run (its time slices together on Lua 5.4) before it is
+    /// stopped with 500.
+    #[arg(long, default_value_t = Config::default().cgi_timeout.as_secs_f64())]
+    cgi_timeout: f64,
+    /// Most memory one page state (one per CGI instance) may use, in bytes; a page past
+    /// it gives 500 (0: no bound).
+    #[arg(long, default_value_t = Config::default().cgi_memory)]
+    cgi_memory: usize,
 }
 
 fn secs(name: &str, s: f64) -> anyhow::Result<Duration> {
@@ -88,6 +96,8 @@ fn serve(args: Args) -> anyhow::Result<()> {
         max_connections: args.max_connections,
         idle_timeout: secs("idle-timeout", args.idle_timeout)?,
         header_timeout: secs("header-timeout", args.header_timeout)?,
+        cgi_timeout: secs("cgi-timeout", args.cgi_timeout)?,
+        cgi_memory: args.cgi_memory,
         ..Config::default()
     };
     let listener =

@@ -19,9 +19,9 @@
 //!
 //! Pages share the worker threads with static files. On Lua 5.4 a page runs in slices
 //! of [`SLICE`]: past one, the count hook pauses it (at the next point where it can
-//! yield: not inside a `table.sort` comparator, a metamethod or another C callback, nor
-//! in a coroutine of the page's own) and the instance goes on with it after the other
-//! ready work, so slow pages do not hold static files up; `cgi_timeout` bounds the
+//! yield: not inside a `table.sort` comparator or another C function's callback, nor in
+//! a coroutine of the page's own) and the instance goes on with it after a yield of its
+//! worker, so slow pages do not hold static files up for long; `cgi_timeout` bounds the
 //! slices together. LuaJIT pages cannot be paused and run to their end.
 //!
 //! # Lua 5.4 or LuaJIT
@@ -39,7 +39,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -113,6 +113,8 @@ pub struct Cgi {
     make_require: Function,
     /// Bytes of this instance's page bodies not yet sent ([`Cgi::admit`]).
     unsent: Arc<AtomicUsize>,
+    /// A page of this instance is paused ([`PauseGuard`]).
+    paused: Arc<AtomicBool>,
 }
 
 /// A page body counted in its instance's `unsent` bytes until dropped (sent, or
@@ -380,6 +382,7 @@ impl Cgi {
             make_load,
             make_require,
             unsent: Arc::default(),
+            paused: Arc::default(),
         })
     }
 
@@ -404,6 +407,13 @@ impl Cgi {
             .unwrap_or(script)
             .display()
             .to_string();
+        if self.paused.load(Ordering::Relaxed) {
+            // Compiled pages are shared: this one's environment would be the paused
+            // one's (review finding: the paused page read this request's table).
+            return Step::Done(Err(format!(
+                "{shown}: a page of this instance is paused (go on with it, or drop it, first)"
+            )));
+        }
         let func = match self.compiled(script, &shown) {
             Ok(func) => func,
             Err(e) => return Step::Done(Err(first_line(&e, &shown))),
@@ -594,7 +604,14 @@ impl Cgi {
             return Step::Done(self.end(Err(e), &shown));
         }
         let left = self.cfg.cgi_timeout;
-        self.go_on(Paused { th, shown, left })
+        self.paused.store(true, Ordering::Relaxed);
+        let _guard = PauseGuard(self.paused.clone());
+        self.go_on(Paused {
+            th,
+            shown,
+            left,
+            _guard,
+        })
     }
 
     /// Calls the page to its end: the watchdog's hook raises an error that stays set
@@ -636,6 +653,17 @@ pub struct Paused {
     shown: String,
     /// What is left of its `cgi_timeout`.
     left: Duration,
+    _guard: PauseGuard,
+}
+
+/// Held while a page of the instance is started and not ended (moved from one
+/// [`Paused`] to the next): the instance starts no other page meanwhile.
+struct PauseGuard(Arc<AtomicBool>);
+
+impl Drop for PauseGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// The most of a page's `print` line that reaches the log, in bytes.
@@ -844,7 +872,7 @@ fn lock(cgi: &Shared) -> MutexGuard<'_, Cgi> {
 ///
 /// A page that ends within its first slice is answered from the handler call; one
 /// that is paused ([`Step::Paused`]) goes on in the instance's wait, one slice per
-/// turn, behind the other ready work (`nice`).
+/// turn, after a yield of its worker (`nice`).
 pub fn stage() -> Stage {
     Stage::stateful(
         "cgi",

@@ -115,7 +115,10 @@ mod count_hook {
 
         /// Replaces `coroutine.create` and `coroutine.wrap` in `co` by versions whose
         /// threads get the hook (mlua looks a hook up per thread: a thread the page
-        /// creates would otherwise run past any deadline).
+        /// creates would otherwise run past any deadline), and `coroutine.yield` by one
+        /// that raises "a page may not yield" outside those threads: a page that yielded
+        /// itself just after the hook had passed its slice where it could not yield (a
+        /// `table.sort` comparator) was taken for paused and resumed (review finding).
         pub(in crate::stage::cgi) fn hook_coroutines(
             &self,
             lua: &Lua,
@@ -127,23 +130,33 @@ mod count_hook {
                 th.set_hook(TRIGGERS, hook(d.clone(), false))?;
                 Ok(th)
             })?;
-            co.set("create", create)?;
             lua.load(
                 r#"
-                local co = ...
-                local create, resume, error = co.create, co.resume, error
+                local co, hooked = ...
+                local resume, yield, running, error = co.resume, co.yield, co.running, error
+                local own = setmetatable({}, {__mode = 'k'})
+                local function create(f)
+                  local th = hooked(f)
+                  own[th] = true
+                  return th
+                end
                 local function unwrap(ok, ...)
                   if not ok then error((...), 0) end
                   return ...
                 end
+                co.create = create
                 co.wrap = function(f)
                   local th = create(f)
                   return function(...) return unwrap(resume(th, ...)) end
                 end
+                co.yield = function(...)
+                  if not own[running()] then error('a page may not yield', 2) end
+                  return yield(...)
+                end
                 "#,
             )
             .set_name("=leda-http sandbox")
-            .call::<()>(co.clone())
+            .call::<()>((co.clone(), create))
         }
 
         /// Pages run from now on are stopped past `at`, and paused past `slice`.
