@@ -4,7 +4,8 @@
 //! * [`send_more`] and [`sendfile`]: non-blocking on a non-blocking socket, they return
 //!   [`io::ErrorKind::WouldBlock`] when the socket buffer is full, and the caller waits
 //!   for writability (see [`crate::conn::Conn::send_file`]);
-//! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed.
+//! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
+//! * [`peer_gone`]: whether the client closed its connection, without reading from it.
 
 use std::ffi::CStr;
 use std::io;
@@ -28,6 +29,32 @@ pub fn send_more(sock: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// `true` when the client has closed its side of `sock` (end of stream) or the
+/// connection failed, seen without taking anything from it (`MSG_PEEK`, non-blocking):
+/// bytes it sent and nobody read yet (a pipelined request) say it is still there. As
+/// nginx takes an early end of stream for a client that gave up.
+pub fn peer_gone(sock: BorrowedFd<'_>) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: `byte` is a valid writable byte, and `sock` is a descriptor kept open by
+    // the borrow for the whole call.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
     }
 }
 

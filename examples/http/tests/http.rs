@@ -386,6 +386,36 @@ fn slow_pages_do_not_hold_static_files_up() {
     }
 }
 
+/// A page whose client left is dropped at its next pause (Lua 5.4), as nginx drops a
+/// request whose client closed: two clients that ask for a page computing 3–4 s and
+/// leave at once no longer hold both CGI instances, and a cheap page is served at once
+/// (review finding: four such clients cost 6.8 s of CPU, and pages behind them waited).
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn a_page_whose_client_left_is_dropped() {
+    let s = server(|c| c.cgi_timeout = Duration::from_secs(30));
+    std::fs::write(
+        s.root.join("slow.lua"),
+        "local t0 = os.time() while os.time() - t0 < 4 do end return 'slow'",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let mut c = Client::connect(s.addr);
+        c.send_raw(b"GET /slow.lua HTTP/1.1\r\nHost: t\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(150));
+        drop(c);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let r = get(s.addr, "/hello.lua");
+    assert_eq!(r.status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "hello.lua waited {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn cgi_error_names_file_and_line() {
     let dir = tempfile::tempdir().unwrap();

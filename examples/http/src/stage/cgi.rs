@@ -38,6 +38,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -905,6 +906,16 @@ pub fn stage() -> Stage {
                         Step::Done(page) => break page,
                         Step::Paused(p) => {
                             out.nice().await;
+                            // A client that left gets no page: its slices stop here
+                            // (review finding: four clients that left after 0.3 s cost
+                            // 6.8 s of CPU). The connection closes with `conn`.
+                            if crate::sys::peer_gone(conn.stream.as_fd()) {
+                                tracing::info!(
+                                    target: "leda_http::cgi",
+                                    "{script}: the client left; the page is dropped"
+                                );
+                                return Ok(());
+                            }
                             step = lock(&cgi).go_on(p);
                         }
                     }
