@@ -4,42 +4,18 @@
 //! handler may therefore take over. Its own test binary: the subscriber is global
 //! (handlers run on the pool's threads).
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use leda_core::prelude::*;
 
-/// What the subscriber wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-    type Writer = Log;
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
+mod log;
+use log::Log;
 
 #[test]
 fn handlers_take_over_large_binaries_and_failures_still_print_them() {
-    let log = Log::default();
-    tracing_subscriber::fmt()
-        .with_env_filter("warn")
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .init();
+    let log = Log::install("warn");
     assert!(tracing::enabled!(
         target: "leda::failed_event",
         tracing::Level::WARN
@@ -86,7 +62,7 @@ fn handlers_take_over_large_binaries_and_failures_still_print_them() {
     // 4096 bytes and more: the handler holds the only reference. Shorter binaries are
     // shared with the copy (one count; a handler taking over those copies them).
     assert_eq!(alone, vec![(100, false), (4096, true), (1 << 20, true)]);
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     let line = text
         .lines()
         .find(|l| l.contains("leda::failed_event"))

@@ -2,42 +2,18 @@
 //! future is never polled. It used to vanish silently; it is dropped with an error in
 //! the log. Its own test binary: the log subscriber is global.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leda_core::prelude::*;
 
-/// What the subscriber wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Log {
-    type Writer = Log;
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
+mod log;
+use log::Log;
 
 #[test]
 fn a_wait_on_a_clone_of_the_ctx_is_reported_not_lost_silently() {
-    let log = Log::default();
-    tracing_subscriber::fmt()
-        .with_env_filter("error")
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .init();
+    let log = Log::install("error");
     let polled = Arc::new(AtomicBool::new(false));
     let p2 = polled.clone();
     let stage = Stage::asynchronous("async", move |_: Event, mut ctx: Ctx| {
@@ -64,7 +40,7 @@ fn a_wait_on_a_clone_of_the_ctx_is_reported_not_lost_silently() {
         !polled.load(Ordering::SeqCst),
         "nothing polls a clone's wait"
     );
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     assert!(
         text.contains("Ctx::wait on a clone") && text.contains("async"),
         "{text}"
