@@ -2,8 +2,8 @@
 //! future is never polled. It used to vanish silently; it is dropped with an error in
 //! the log. Its own test binary: the log subscriber is global.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leda_core::prelude::*;

@@ -12,11 +12,7 @@
 //! going through a shared queue to whichever worker comes first). Every
 //! [`INJECTOR_EVERY`]th pick checks the injector first, and every half of that the
 //! yielded queue, so wake-ups from the reactor and yielded tasks do not wait behind a
-//! worker's stream of local hand-offs. A task that yields with `Ctx::nice` (it asked to
-//! go behind the other ready work: a long computation in slices) goes to the injector
-//! instead, once its run is over and the worker has polled the reactor: behind the
-//! sockets and timers that became ready while it ran (in its worker's yielded queue it
-//! ran again before them for up to 16 turns).
+//! worker's stream of local hand-offs.
 //!
 //! **Hand-offs without wake-ups.** A task that ends by queueing work for another stage
 //! (the output of its last batch, or the sends of a future that then waits) would wake
@@ -152,9 +148,6 @@ struct Local {
 
 thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
-    /// On a worker, the task that yielded with `Ctx::nice` in the run now ending:
-    /// queued once that run is over, behind what the reactor made ready meanwhile.
-    static NICED: Cell<Option<Task>> = const { Cell::new(None) };
 }
 
 /// Whether this thread is a worker with tasks of its own queued (`None`: not a
@@ -429,20 +422,12 @@ fn worker(
         }
         run_task(task);
         ran += 1;
-        let niced = NICED.take();
-        if ran >= DRIVE_EVERY || niced.is_some() {
+        if ran >= DRIVE_EVERY {
             ran = 0;
             if polled.elapsed() >= DRIVE_GAP {
                 polled = Instant::now();
                 poll_reactor(&shared, &rt);
             }
-        }
-        if let Some(t) = niced {
-            // `Ctx::nice`: behind every task ready now, those the reactor just woke
-            // (sockets ready while it ran) included, not ahead of them in this
-            // worker's own queue.
-            shared.injector.push(t);
-            shared.notify_one();
         }
     };
     // Counted in `shared.spinning` (idle, looking for work).
@@ -597,9 +582,6 @@ fn worker(
     // Leaving: hand the local tasks to the others.
     if let Some(l) = LOCAL.take() {
         if let Some(t) = l.slot.take() {
-            shared.injector.push(t);
-        }
-        if let Some(t) = NICED.take() {
             shared.injector.push(t);
         }
         while let Some(t) = l.deque.pop().or_else(|| l.yielded.pop()) {
@@ -858,25 +840,6 @@ impl Executor for Pool {
     fn may_spin(&self) -> bool {
         let shared = &*self.shared;
         shared.target.load(Relaxed) > 1 && shared.injector.is_empty() && local_work() == Some(false)
-    }
-
-    fn schedule_niced(&self, task: Task) {
-        let shared = &*self.shared;
-        if shared.shutdown.load(Relaxed) {
-            return;
-        }
-        let mine = LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| std::ptr::eq(l.pool, shared)));
-        // At most one task parks per run (the one running); another goes to the
-        // injector now.
-        let rest = if mine {
-            NICED.replace(Some(task))
-        } else {
-            Some(task)
-        };
-        if let Some(task) = rest {
-            shared.injector.push(task);
-            shared.notify_one();
-        }
     }
 
     fn schedule_yielded(&self, task: Task) {
