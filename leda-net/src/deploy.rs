@@ -40,9 +40,11 @@ pub struct StageDesc {
     #[serde(default)]
     pub fail_stop: bool,
     /// Declared `Stage::nonblocking` where the graph was built (a Lua stage's
-    /// `nonblocking = true`); absent from older launchers' deployments. A stage whose
-    /// kind's constructor declares it is nonblocking either way.
-    #[serde(default)]
+    /// `nonblocking = true`); absent from older launchers' deployments, and left out
+    /// when `false` (the last field of a positional array: a daemon that predates it
+    /// still reads such a deployment). A stage whose kind's constructor declares it is
+    /// nonblocking either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nonblocking: bool,
 }
 
@@ -346,5 +348,33 @@ mod tests {
         let b = built.stage("b").unwrap();
         assert!(b.is_nonblocking() && b.is_fail_stop());
         assert!(!built.stage("a").unwrap().is_nonblocking());
+    }
+
+    /// A daemon from before `nonblocking` reads a stage that is not (review finding: the
+    /// field made every deployment's stages one element longer, and such a daemon
+    /// refused them all: "array had incorrect length, expected 8").
+    #[test]
+    fn a_daemon_from_before_nonblocking_reads_a_stage_without_it() {
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Before {
+            name: String,
+            kind: Option<String>,
+            attrs: Vec<(String, Value)>,
+            serial: bool,
+            maxpar: Option<usize>,
+            capacity: Option<usize>,
+            pushed: Vec<Vec<Value>>,
+            fail_stop: bool,
+        }
+        let desc = StageDesc {
+            name: "s".into(),
+            fail_stop: true,
+            ..StageDesc::default()
+        };
+        let old: Before = rmp_serde::from_slice(&rmp_serde::to_vec(&desc).unwrap()).unwrap();
+        assert!(old.fail_stop && old.name == "s");
+        let back: StageDesc = rmp_serde::from_slice(&rmp_serde::to_vec(&desc).unwrap()).unwrap();
+        assert!(!back.nonblocking);
     }
 }

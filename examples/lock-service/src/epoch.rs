@@ -8,8 +8,10 @@
 //!
 //! 1. every node reads its stored epoch and sends `("have", i, e)` to node 0;
 //! 2. node 0, holding answers from a majority, picks `max + 1` and sends `("set", e)` to all;
-//! 3. each node stores it (write, fsync, rename, fsync of the directory) and answers
-//!    `("stored", i, e)`;
+//! 3. each node stores it (write, fsync, rename, fsync of the directory, on a thread of
+//!    its own: the stage goes on with other messages meanwhile) and answers
+//!    `("stored", i, e)`; a node whose disk is slow may be told `go` before its own store
+//!    ends, and serve with `e` (a majority stored it);
 //! 4. node 0, holding a majority of `stored`, sends `("go", e)` to all, and each epoch stage
 //!    tells its gate `("epoch", e)`; the gates serve clients from then on, with fences
 //!    `e << 40 | fence` ([`crate::gate::EPOCH_SHIFT`]).
@@ -347,8 +349,20 @@ impl Epoch {
                     Ok(e) => (done, e as i64).into(),
                     Err(e) => ("epoch-io-failed", done, e.to_string()).into(),
                 };
-                if let Err(e) = out.send("io", ev) {
-                    tracing::warn!(error = %e, "epoch: the outcome of its file operation not sent");
+                // The stage's queue may be full for a moment: the outcome must not be
+                // lost (nothing would send `have` or `stored` again).
+                let mut ev = Some(ev);
+                while let Some(e) = ev.take() {
+                    match out.send("io", e.clone_args()) {
+                        Err(SendError::QueueFull { .. }) => {
+                            ev = Some(e);
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "epoch: the outcome of its file operation not sent");
+                        }
+                        Ok(()) => {}
+                    }
                 }
             })?;
         Ok(())
