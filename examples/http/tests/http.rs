@@ -340,7 +340,7 @@ fn cgi_pages_run_and_fail_with_500() {
 }
 
 /// Slow pages do not hold static files up (Lua 5.4: a page is paused after each
-/// slice, behind the other ready work). Four pages that compute for three seconds
+/// slice, and its worker yields). Four pages that compute for three seconds
 /// each, on the server's two workers: static files are still answered within a
 /// second, the pages all end with their own output, and after the static file.
 /// Before, `/index.html` waited until a worker was free (review finding, 2026-11-27:
@@ -469,10 +469,15 @@ impl Pages {
         }
     }
 
+    /// Writes `src` as the page `name`; its canonical path (what the stage runs).
+    fn write(&self, name: &str, src: impl AsRef<[u8]>) -> std::path::PathBuf {
+        std::fs::write(self.root.join(name), src).unwrap();
+        std::fs::canonicalize(self.root.join(name)).unwrap()
+    }
+
     /// Writes `src` as the page `name` and runs it: its body, or its error.
     fn run(&mut self, name: &str, src: impl AsRef<[u8]>) -> Result<String, String> {
-        std::fs::write(self.root.join(name), src).unwrap();
-        let path = std::fs::canonicalize(self.root.join(name)).unwrap();
+        let path = self.write(name, src);
         self.cgi
             .run(&path, &Default::default())
             .map(|p| String::from_utf8_lossy(&p.body).into_owned())
@@ -496,8 +501,7 @@ fn a_paused_page_goes_on_where_it_was() {
         for i = 1, 300 do t[i] = (i * 7919) % 300 end
         table.sort(t, function(x, y) work(2000) return x < y end)
         return tostring(ok) .. ' ' .. a .. ' ' .. b .. ' ' .. t[1] .. ' ' .. t[300]";
-    std::fs::write(pages.root.join("long.lua"), src).unwrap();
-    let path = std::fs::canonicalize(pages.root.join("long.lua")).unwrap();
+    let path = pages.write("long.lua", src);
     let mut step = pages.cgi.start(&path, &Default::default());
     let mut pauses = 0;
     let out = loop {
@@ -514,8 +518,7 @@ fn a_paused_page_goes_on_where_it_was() {
     assert!(pauses >= 2, "{pauses} pauses");
     // The slices of a runaway page add up to its cgi_timeout.
     let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_millis(300));
-    std::fs::write(pages.root.join("spin.lua"), "while true do end").unwrap();
-    let path = std::fs::canonicalize(pages.root.join("spin.lua")).unwrap();
+    let path = pages.write("spin.lua", "while true do end");
     let (mut step, mut pauses, mut ran) = (
         pages.cgi.start(&path, &Default::default()),
         0,
@@ -568,11 +571,7 @@ fn a_page_cannot_yield_itself_nor_start_beside_a_paused_one() {
     assert!(err.contains("a page may not yield"), "{err}");
     let long = "local s = 0 for i = 1, 3000000 do s = s + i % 7 end
         return request.query .. ' ' .. s";
-    for name in ["a.lua", "b.lua"] {
-        std::fs::write(pages.root.join(name), long).unwrap();
-    }
-    let path = |n: &str| std::fs::canonicalize(pages.root.join(n)).unwrap();
-    let (a, b) = (path("a.lua"), path("b.lua"));
+    let (a, b) = (pages.write("a.lua", long), pages.write("b.lua", long));
     let req = |q: &str| leda_http::stage::cgi::PageRequest {
         query: q.into(),
         ..Default::default()
@@ -982,8 +981,7 @@ fn cgi_require_views_c_loops_gsub_memory_and_content_type() {
 #[test]
 fn unsent_page_bodies_are_bounded() {
     let mut pages = Pages::new(|c| c.cgi_memory = 8 << 20);
-    std::fs::write(pages.root.join("big.lua"), "return ('x'):rep(3e6)").unwrap();
-    let path = std::fs::canonicalize(pages.root.join("big.lua")).unwrap();
+    let path = pages.write("big.lua", "return ('x'):rep(3e6)");
     let mut admit = || {
         let body = pages.cgi.run(&path, &Default::default()).unwrap().body;
         pages.cgi.admit(body)

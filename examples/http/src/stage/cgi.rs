@@ -432,9 +432,7 @@ impl Cgi {
         self.timeout.arm(at, Some(start + SLICE));
         self.patterns.arm(at);
         let out = p.th.resume::<MultiValue>(());
-        let sliced = self.timeout.sliced();
-        let expired = self.timeout.expired();
-        self.timeout.disarm();
+        let timeout::Ended { sliced, expired } = self.timeout.disarm();
         self.patterns.disarm();
         let resumable = p.th.status() == mlua::ThreadStatus::Resumable;
         if out.is_ok() && resumable && sliced && !expired {

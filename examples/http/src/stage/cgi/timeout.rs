@@ -24,6 +24,15 @@ use mlua::Lua;
 /// The error message of a page stopped by its deadline.
 const MESSAGE: &CStr = c"script ran past cgi_timeout";
 
+/// How a page's run ended, as [`Timeout::disarm`] saw it.
+#[derive(Clone, Copy)]
+pub(super) struct Ended {
+    /// The hook yielded the page at the end of its slice (Lua 5.4).
+    pub(super) sliced: bool,
+    /// The armed deadline had passed.
+    pub(super) expired: bool,
+}
+
 #[cfg(not(feature = "luajit"))]
 pub(super) use count_hook::Timeout;
 #[cfg(feature = "luajit")]
@@ -172,28 +181,13 @@ mod count_hook {
             }
         }
 
-        /// No deadline until the next [`Timeout::arm`].
-        pub(in crate::stage::cgi) fn disarm(&self) {
-            if let Ok(mut d) = self.deadline.lock() {
-                *d = None;
+        /// No deadline until the next [`Timeout::arm`]; how the run since it ended.
+        pub(in crate::stage::cgi) fn disarm(&self) -> Ended {
+            let armed = self.deadline.lock().ok().and_then(|mut d| d.take());
+            Ended {
+                sliced: armed.is_some_and(|dl| dl.sliced),
+                expired: armed.is_some_and(|dl| Instant::now() > dl.at),
             }
-        }
-
-        /// `true` if the hook yielded the page at the end of its slice since
-        /// [`Timeout::arm`].
-        pub(in crate::stage::cgi) fn sliced(&self) -> bool {
-            self.deadline
-                .lock()
-                .map(|d| d.is_some_and(|dl| dl.sliced))
-                .unwrap_or(false)
-        }
-
-        /// `true` if the armed deadline has passed.
-        pub(in crate::stage::cgi) fn expired(&self) -> bool {
-            self.deadline
-                .lock()
-                .map(|d| d.is_some_and(|dl| Instant::now() > dl.at))
-                .unwrap_or(false)
         }
     }
 }
@@ -300,19 +294,6 @@ mod watchdog {
             })
         }
 
-        /// Never: LuaJIT pages run to their end.
-        pub(in crate::stage::cgi) fn sliced(&self) -> bool {
-            false
-        }
-
-        /// `true` if the armed deadline has passed.
-        pub(in crate::stage::cgi) fn expired(&self) -> bool {
-            self.shared
-                .lock()
-                .deadline
-                .is_some_and(|at| Instant::now() > at)
-        }
-
         /// Pages run from now on are stopped past `at`. LuaJIT pages are not paused
         /// (no hook may yield there): `_slice` is not used.
         pub(in crate::stage::cgi) fn arm(&self, at: Instant, _slice: Option<Instant>) {
@@ -324,14 +305,19 @@ mod watchdog {
         }
 
         /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
-        pub(in crate::stage::cgi) fn disarm(&self) {
+        /// How the run since it ended (a LuaJIT page is never sliced).
+        pub(in crate::stage::cgi) fn disarm(&self) -> Ended {
             let mut slot = self.shared.lock();
-            slot.deadline = None;
+            let expired = slot.deadline.take().is_some_and(|at| Instant::now() > at);
             if slot.fired {
                 // SAFETY: the Lua is alive (we are called between its pages) and the
                 // watchdog cannot set the hook again while we hold the lock.
                 unsafe { ffi::lua_sethook(slot.state.0, None, 0, 0) };
                 slot.fired = false;
+            }
+            Ended {
+                sliced: false,
+                expired,
             }
         }
     }
