@@ -351,17 +351,16 @@ impl Epoch {
                 };
                 // The stage's queue may be full for a moment: the outcome must not be
                 // lost (nothing would send `have` or `stored` again).
-                let mut ev = Some(ev);
-                while let Some(e) = ev.take() {
-                    match out.send("io", e.clone_args()) {
+                loop {
+                    match out.send("io", ev.clone_args()) {
                         Err(SendError::QueueFull { .. }) => {
-                            ev = Some(e);
                             std::thread::sleep(std::time::Duration::from_millis(1));
                         }
                         Err(err) => {
                             tracing::warn!(error = %err, "epoch: the outcome of its file operation not sent");
+                            break;
                         }
-                        Ok(()) => {}
+                        Ok(()) => break,
                     }
                 }
             })?;
