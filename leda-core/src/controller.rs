@@ -179,6 +179,8 @@ pub struct Auto {
     /// Last known worker time per event, per stage (seconds).
     service: Vec<f64>,
     low_ticks: u32,
+    /// The host's CPUs (read once: `num_cpus` reads the cgroup's quota files).
+    cpus: usize,
 }
 
 impl Default for Auto {
@@ -197,6 +199,7 @@ impl Auto {
             prev: None,
             service: Vec::new(),
             low_ticks: 0,
+            cpus: num_cpus::get(),
         }
     }
 
@@ -237,11 +240,11 @@ fn saturated(s: &Snapshot) -> bool {
 }
 
 /// Whether the busy workers spent most of the time from `prev` to `snap` off the CPU:
-/// the process used less than half of the CPU time they (or the host's CPUs, if fewer)
-/// could have. `None` where CPU time is not known, or no worker was busy.
-fn off_cpu(snap: &Snapshot, prev: &Snapshot) -> Option<bool> {
+/// the process used less than half of the CPU time they (or the host's `cpus`, if
+/// fewer) could have. `None` where CPU time is not known, or no worker was busy.
+fn off_cpu(snap: &Snapshot, prev: &Snapshot, cpus: usize) -> Option<bool> {
     let dt = snap.time - prev.time;
-    let busy = snap.process.busy_threads.min(num_cpus::get());
+    let busy = snap.process.busy_threads.min(cpus);
     if dt <= 0.0 || snap.process.cpu_s <= 0.0 || busy == 0 {
         return None;
     }
@@ -261,13 +264,13 @@ impl Controller for Auto {
         };
         let threads = knobs.threads();
         let mut target = self.target(snap, &prev);
-        let waiting = off_cpu(snap, &prev);
+        let cpus = self.cpus;
+        let waiting = off_cpu(snap, &prev, cpus);
         if saturated(snap) && saturated(&prev) && waiting == Some(true) {
             target = target.max((threads + (threads / 2).max(1)).min(self.max));
         }
         // More threads than CPUs help only workers that wait: computing ones are not
         // given more (a backlog of 5 ms computations grew a 2-CPU pool to 64).
-        let cpus = num_cpus::get();
         if waiting == Some(false) && target > threads.max(cpus) {
             target = threads.max(cpus).max(self.min);
         }
