@@ -1331,3 +1331,157 @@ fn a_worker_left_behind_does_not_keep_the_run_sockets() {
         panic!("port {port} is still held by the ended run while a worker is left behind: {e}")
     });
 }
+
+/// A task that yields with `Ctx::nice` goes behind the work the reactor made ready while
+/// it ran (a timer here; sockets in the HTTP server), not ahead of it in its worker's own
+/// queue: on one worker, a stage that computes 2 ms and then yields, for ever, lets a
+/// sleeping stage go on within a round or two of its timer. Before, the sleeper waited
+/// for the worker's next look at the reactor (every 8 tasks) and then for the injector's
+/// turn (every 8 picks): up to 16 rounds (a static file waited 80 ms behind Lua pages
+/// paused every 10 ms). Counted in rounds, not time.
+#[test]
+fn a_nice_task_goes_behind_what_the_reactor_woke() {
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let (r1, r2) = (rounds.clone(), rounds.clone());
+    let spinner = Stage::asynchronous("spinner", move |_, ctx: Ctx| {
+        let r = r1.clone();
+        async move {
+            while !ctx.is_stopping() {
+                spin(Duration::from_millis(2));
+                r.fetch_add(1, SeqCst);
+                ctx.nice().await;
+            }
+            Ok(())
+        }
+    })
+    .autostart(());
+    let waited = Arc::new(Mutex::new(Vec::new()));
+    let w = waited.clone();
+    let sleeper = Stage::asynchronous("sleeper", move |_, ctx: Ctx| {
+        let (r, w) = (r2.clone(), w.clone());
+        async move {
+            for _ in 0..10 {
+                let before = r.load(SeqCst);
+                ctx.sleep(Duration::from_millis(5)).await;
+                w.lock().unwrap().push(r.load(SeqCst) - before);
+            }
+            ctx.quit(());
+            Ok(())
+        }
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.add(&spinner).add(&sleeper);
+    g.run(Run::default().threads(1).timeout(Duration::from_secs(60)))
+        .unwrap();
+    let mut w = waited.lock().unwrap().clone();
+    w.sort_unstable();
+    // A 5 ms sleep spans three rounds of 2 ms; one more for the round under way.
+    assert!(w[w.len() / 2] <= 5, "rounds per 5 ms sleep: {w:?}");
+}
+
+/// Spins on the calling thread for `d` (a computation that does not block).
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Stages that compute in slices (`Ctx::nice` after each) all go on beside a stage that
+/// sends to itself for a second, on two workers: a niced task is never moved where only
+/// a worker busy with a stream of hand-offs would take it (review finding: with niced
+/// tasks in the injector, an idle worker's batch steal put them in its LIFO deque, and
+/// 1 to 2 of 8 stages ran one slice in the whole second).
+#[test]
+fn niced_stages_go_on_beside_a_stream_of_hand_offs() {
+    const K: usize = 8;
+    let counts: Arc<Vec<AtomicUsize>> = Arc::new((0..K).map(|_| AtomicUsize::new(0)).collect());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut g = Graph::new("g");
+    for k in 0..K {
+        let (c, stop) = (counts.clone(), stop.clone());
+        let s = Stage::asynchronous(format!("n{k}"), move |_, ctx: Ctx| {
+            let (c, stop) = (c.clone(), stop.clone());
+            async move {
+                while !stop.load(SeqCst) && !ctx.is_stopping() {
+                    spin(Duration::from_micros(200));
+                    c[k].fetch_add(1, SeqCst);
+                    ctx.nice().await;
+                }
+                Ok(())
+            }
+        })
+        .autostart(());
+        g.add(&s);
+    }
+    let stop2 = stop.clone();
+    let start = Instant::now();
+    let ping = Stage::new("ping", move |_, ctx: &mut Ctx| {
+        if start.elapsed() < Duration::from_secs(1) {
+            ctx.send("again", ())?;
+        } else {
+            stop2.store(true, SeqCst);
+        }
+        Ok(())
+    })
+    .autostart(());
+    g.connect(&ping, "again", &ping);
+    let r = g
+        .run(
+            Run::default()
+                .threads(2)
+                .until_idle()
+                .timeout(Duration::from_secs(30)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    let c: Vec<usize> = counts.iter().map(|c| c.load(SeqCst)).collect();
+    // A fair share is ~300 slices each (one worker's second, 200 µs a slice, 8 stages);
+    // a starved stage has 1.
+    assert!(
+        c.iter().all(|&n| n > 10),
+        "a niced stage stood still for the whole second: {c:?}"
+    );
+}
+
+/// A stage run inline by a cohort send that yields with `Ctx::nice` goes on on an idle
+/// worker at once, not after the handler that called it returns (600 ms later).
+#[test]
+fn a_nice_inside_a_cohort_run_does_not_wait_for_the_caller() {
+    let t0: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let waited = Arc::new(Mutex::new(None::<Duration>));
+    let t1 = t0.clone();
+    let src = Stage::new("src", move |_, ctx: &mut Ctx| {
+        *t1.lock().unwrap() = Some(Instant::now());
+        ctx.send("call", ())?;
+        std::thread::sleep(Duration::from_millis(600));
+        Ok(())
+    })
+    .autostart(());
+    let (t2, w2) = (t0.clone(), waited.clone());
+    let callee = Stage::asynchronous("callee", move |_, ctx: Ctx| {
+        let (t2, w2) = (t2.clone(), w2.clone());
+        async move {
+            ctx.nice().await;
+            *w2.lock().unwrap() = Some(t2.lock().unwrap().unwrap().elapsed());
+            Ok(())
+        }
+    });
+    let mut g = Graph::new("g");
+    g.connect(&src, "call", &callee).cohort();
+    let r = g
+        .run(
+            Run::default()
+                .threads(2)
+                .until_idle()
+                .timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    let w = waited.lock().unwrap().expect("the callee went on");
+    assert!(
+        w < Duration::from_millis(300),
+        "the niced callee waited {w:?} for its caller to return"
+    );
+}

@@ -43,6 +43,13 @@ pub trait Executor: Send + Sync + 'static {
     fn schedule_yielded(&self, task: super::Task) {
         self.schedule(task);
     }
+    /// Makes `task` ready after it yielded with [`crate::runtime::Ctx::nice`]: behind
+    /// the tasks ready now in the whole pool, and behind what the reactor makes ready
+    /// before the calling worker's next pick. By default, the same as
+    /// [`Executor::schedule_yielded`].
+    fn schedule_niced(&self, task: super::Task) {
+        self.schedule_yielded(task);
+    }
     /// `true` when other tasks are ready to run on the calling worker, so an instance
     /// that got only a short batch should rather yield than wait for its queue to
     /// fill. Single-threaded executors may say no.

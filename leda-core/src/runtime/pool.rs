@@ -12,7 +12,14 @@
 //! going through a shared queue to whichever worker comes first). Every
 //! [`INJECTOR_EVERY`]th pick checks the injector first, and every half of that the
 //! yielded queue, so wake-ups from the reactor and yielded tasks do not wait behind a
-//! worker's stream of local hand-offs.
+//! worker's stream of local hand-offs. A task that yields with `Ctx::nice` (it asked to
+//! go behind the other ready work: a long computation in slices) goes to a shared FIFO
+//! of its own, which every worker takes from, one task at a time, after the injector;
+//! its worker polls the reactor before its next pick and looks at the injector first,
+//! so sockets and timers that became ready while it ran go ahead of it. In its worker's
+//! yielded queue it ran again before them for up to 16 turns; in the injector an idle
+//! worker's batch steal moved it into a LIFO deque, behind a stream of hand-offs that
+//! no other worker steals from.
 //!
 //! **Hand-offs without wake-ups.** A task that ends by queueing work for another stage
 //! (the output of its last batch, or the sends of a future that then waits) would wake
@@ -94,6 +101,9 @@ const DRIVE_GAP: Duration = Duration::from_micros(100);
 
 struct Shared {
     injector: Injector<Task>,
+    /// Tasks that yielded with `Ctx::nice`, in order; taken one at a time (never moved
+    /// in a batch into a worker's deque).
+    niced: Injector<Task>,
     stealers: RwLock<Vec<Option<Victim>>>,
     target: AtomicUsize,
     alive: AtomicUsize,
@@ -130,6 +140,12 @@ struct Victim {
 struct Local {
     pool: *const Shared,
     deque: Worker<Task>,
+    /// The far end of its own deque: its oldest task, taken on the injector's turn
+    /// when the injector is empty. Without it a worker whose turns go to niced tasks
+    /// and whose other picks go to its slot (a stage sending to itself) never reached
+    /// its deque, and no other worker steals from a worker that keeps starting tasks:
+    /// stages stood at their first slice for as long as the stream ran.
+    oldest: Stealer<Task>,
     /// Tasks that yielded here (first in, first out): they stay on this worker, where
     /// their stage's data is warm, unless an idle worker takes them.
     yielded: Worker<Task>,
@@ -148,6 +164,9 @@ struct Local {
 
 thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+    /// On a worker: a task yielded with `Ctx::nice` in the run now ending, so the
+    /// worker polls the reactor and looks at the injector before its next task.
+    static NICED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether this thread is a worker with tasks of its own queued (`None`: not a
@@ -160,6 +179,14 @@ fn local_work() -> Option<bool> {
 }
 
 impl Local {
+    /// The oldest task of its own deque, if any.
+    fn oldest_task(&self) -> Option<Task> {
+        if self.deque.is_empty() {
+            return None;
+        }
+        self.oldest.steal().success()
+    }
+
     /// `true` if a hand-off's task waits in the slot.
     fn has_slot(&self) -> bool {
         let t = self.slot.take();
@@ -188,6 +215,7 @@ impl Pool {
         Pool {
             shared: Arc::new(Shared {
                 injector: Injector::new(),
+                niced: Injector::new(),
                 stealers: RwLock::new(Vec::new()),
                 target: AtomicUsize::new(0),
                 alive: AtomicUsize::new(0),
@@ -246,6 +274,7 @@ impl Pool {
             }
         }
         while !self.shared.injector.steal().is_empty() {}
+        while !self.shared.niced.steal().is_empty() {}
     }
 }
 
@@ -296,14 +325,18 @@ impl Shared {
     }
 
     fn find_task(&self, local: &Local, me: usize, tick: u32) -> Option<Task> {
-        let turn = if tick.is_multiple_of(INJECTOR_EVERY) {
-            self.injector.steal().success()
+        let niced = NICED.replace(false);
+        let turn = if niced || tick.is_multiple_of(INJECTOR_EVERY) {
+            self.injector
+                .steal()
+                .success()
+                .or_else(|| local.oldest_task())
         } else {
             None
         };
         let turn = turn.or_else(|| {
             if tick.is_multiple_of(INJECTOR_EVERY / 2) {
-                local.yielded.pop()
+                local.yielded.pop().or_else(|| self.take_niced())
             } else {
                 None
             }
@@ -331,6 +364,9 @@ impl Shared {
                 Steal::Retry => continue,
                 Steal::Empty => break,
             }
+        }
+        if let Some(t) = self.take_niced() {
+            return Some(t);
         }
         let victims = self.stealers.read().unwrap_or_else(|e| e.into_inner());
         let mut seen = local.seen.borrow_mut();
@@ -364,6 +400,26 @@ impl Shared {
             }
         }
         None
+    }
+
+    /// The oldest task that yielded with `Ctx::nice`, if any. (Looked at every few
+    /// picks: the emptiness check is plain loads, a steal's is a fence.)
+    fn take_niced(&self) -> Option<Task> {
+        if self.niced.is_empty() {
+            return None;
+        }
+        loop {
+            match self.niced.steal() {
+                Steal::Success(t) => return Some(t),
+                Steal::Retry => continue,
+                Steal::Empty => return None,
+            }
+        }
+    }
+
+    /// `true` if tasks wait in the shared queues (the injector, the niced tasks).
+    fn shared_work(&self) -> bool {
+        !self.injector.is_empty() || !self.niced.is_empty()
     }
 
     /// `true` if the pool has more workers than asked for (some worker should leave).
@@ -400,6 +456,7 @@ fn worker(
     let _io = shared.io.enter();
     LOCAL.set(Some(Local {
         pool: Arc::as_ptr(&shared),
+        oldest: deque.stealer(),
         deque,
         yielded,
         started,
@@ -422,7 +479,7 @@ fn worker(
         }
         run_task(task);
         ran += 1;
-        if ran >= DRIVE_EVERY {
+        if ran >= DRIVE_EVERY || NICED.get() {
             ran = 0;
             if polled.elapsed() >= DRIVE_GAP {
                 polled = Instant::now();
@@ -539,7 +596,7 @@ fn worker(
             shared.sleepers.fetch_sub(1, SeqCst);
             // A task scheduled meanwhile may have granted this (no longer) sleeper the
             // wake-up: pass it on, to a sleeper or the driver.
-            if !shared.injector.is_empty() || local_work() == Some(true) {
+            if shared.shared_work() || local_work() == Some(true) {
                 shared.notify_one();
             }
             run(task);
@@ -696,9 +753,7 @@ fn reactor(
 /// Leaves the spinning state on finding a task; the last spinner to leave wakes a
 /// sleeper if more work waits in the injector (it may have skipped waking one for it).
 fn stop_spinning(shared: &Shared, spinning: &mut bool) {
-    if std::mem::take(spinning)
-        && shared.spinning.fetch_sub(1, SeqCst) == 1
-        && !shared.injector.is_empty()
+    if std::mem::take(spinning) && shared.spinning.fetch_sub(1, SeqCst) == 1 && shared.shared_work()
     {
         shared.notify_one();
     }
@@ -839,7 +894,19 @@ impl Executor for Pool {
 
     fn may_spin(&self) -> bool {
         let shared = &*self.shared;
-        shared.target.load(Relaxed) > 1 && shared.injector.is_empty() && local_work() == Some(false)
+        shared.target.load(Relaxed) > 1 && !shared.shared_work() && local_work() == Some(false)
+    }
+
+    fn schedule_niced(&self, task: Task) {
+        let shared = &*self.shared;
+        if shared.shutdown.load(Relaxed) {
+            return;
+        }
+        if LOCAL.with_borrow(|l| l.as_ref().is_some_and(|l| std::ptr::eq(l.pool, shared))) {
+            NICED.set(true);
+        }
+        shared.niced.push(task);
+        shared.notify_one();
     }
 
     fn schedule_yielded(&self, task: Task) {
@@ -861,7 +928,7 @@ impl Executor for Pool {
     }
 
     fn others_ready(&self) -> bool {
-        !self.shared.injector.is_empty() || local_work() == Some(true)
+        self.shared.shared_work() || local_work() == Some(true)
     }
 
     fn begin_handoff(&self) {
@@ -908,6 +975,7 @@ impl Executor for Pool {
                 .flatten()
                 .map(|v| v.stealer.len() + v.yielded.len())
                 .sum::<usize>()
+            + self.shared.niced.len()
     }
 }
 

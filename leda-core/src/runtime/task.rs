@@ -707,7 +707,7 @@ impl WakeCell {
                 process.stages[a.ctx.stage].end_wait();
                 if std::mem::take(&mut a.nice) {
                     // `Ctx::nice`: behind the tasks already ready, not ahead of them.
-                    process.exec.schedule_yielded(Task(a));
+                    process.exec.schedule_niced(Task(a));
                 } else {
                     process.exec.schedule(Task(a));
                 }
