@@ -546,6 +546,35 @@ fn a_paused_page_goes_on_where_it_was() {
     );
 }
 
+/// A page of long single instructions (string operations on megabytes) is paused at
+/// the end of its slice and stopped at its `cgi_timeout`: the worker's alarm sets the
+/// hook's count to 1 when the slice is due. Before, the hook looked at the clock every
+/// 10,000 instructions, milliseconds each here: the first slice alone took seconds
+/// (review finding: ~30 s past a 500 ms timeout with `s:upper()` of 16 MB).
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn long_instructions_are_held_to_the_slice_and_the_timeout() {
+    use leda_http::stage::cgi::Step;
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_millis(500));
+    let path = pages.write(
+        "upper.lua",
+        "local s = string.rep('a', 4000000)\nwhile true do s = s:upper() s = s:lower() end",
+    );
+    let t = Instant::now();
+    let mut step = pages.cgi.start(&path, &Default::default());
+    let first = t.elapsed();
+    let err = loop {
+        match step {
+            Step::Done(page) => break page.unwrap_err(),
+            Step::Paused(p) => step = pages.cgi.go_on(p),
+        }
+    };
+    let all = t.elapsed();
+    assert!(err.contains("cgi_timeout"), "{err}");
+    assert!(first < Duration::from_millis(300), "first slice: {first:?}");
+    assert!(all < Duration::from_secs(3), "stopped after {all:?}");
+}
+
 /// A page that yields itself is refused (500) even when the hook had just passed its
 /// slice where it could not pause it (inside a `table.sort` comparator: the page was
 /// then taken for paused and resumed, review finding); and an instance starts no page
@@ -740,6 +769,23 @@ fn cgi_timeout_holds_where_a_page_cannot_yield() {
 
 #[test]
 fn cgi_hostile_pages_leave_nothing_behind() {
+    // Past the memory limit: a 500, then the state serves the next pages. (With a
+    // long timeout: the alarm looks at the clock every slice, and on a loaded host the
+    // default 300 ms ran out before the 32 MB did.)
+    let mut hog = Pages::new(|c| {
+        c.cgi_memory = 32 << 20;
+        c.cgi_timeout = Duration::from_secs(30);
+    });
+    let err = hog
+        .run(
+            "hog.lua",
+            "local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1e6) .. i end return 'no'",
+        )
+        .unwrap_err();
+    assert!(err.contains("memory"), "{err}");
+    for _ in 0..3 {
+        assert_eq!(hog.run("ok.lua", "return 'ok'").unwrap(), "ok");
+    }
     let mut pages = Pages::new(|c| c.cgi_memory = 32 << 20);
     let mut page = |name: &str, src: &str| pages.run(name, src);
     // What `load` compiles runs in the page's environment, not in the globals.
@@ -748,16 +794,6 @@ fn cgi_hostile_pages_leave_nothing_behind() {
         "1"
     );
     assert_eq!(page("b.lua", "return tostring(leak)").unwrap(), "nil");
-    // Past the memory limit: a 500, then the state serves the next pages.
-    let err = page(
-        "hog.lua",
-        "local t = {} for i = 1, 1e9 do t[i] = ('x'):rep(1e6) .. i end return 'no'",
-    )
-    .unwrap_err();
-    assert!(err.contains("memory"), "{err}");
-    for _ in 0..3 {
-        assert_eq!(page("ok.lua", "return 'ok'").unwrap(), "ok");
-    }
     // Runaways where no hook reached them before.
     for src in [
         "xpcall(function() error('x') end, function() while true do end end) return 'no'",

@@ -431,7 +431,7 @@ impl Cgi {
         let at = start + p.left;
         self.timeout.arm(at, Some(start + SLICE));
         self.patterns.arm(at);
-        let out = p.th.resume::<MultiValue>(());
+        let out = self.timeout.resume(&self.lua, &p.th, SLICE.min(p.left));
         let timeout::Ended { sliced, expired } = self.timeout.disarm();
         self.patterns.disarm();
         let resumable = p.th.status() == mlua::ThreadStatus::Resumable;

@@ -6,8 +6,13 @@
 //!   second deadline's worth, and from then on at every instruction of that thread, so
 //!   that a `pcall` that catches it returns into code that raises it again). A page's
 //!   own coroutines get the hook when created. Past its time slice the page's own
-//!   thread is yielded the same way, and marked as paused ([`Timeout::sliced`]): the
-//!   stage lets other work on its worker go first and then resumes it.
+//!   thread is yielded the same way, and marked as paused ([`Ended::sliced`]): the
+//!   stage lets other work on its worker go first and then resumes it. Counting alone
+//!   left a page of expensive instructions (`s:upper()` of 16 MB is one) running ~30 s
+//!   past a 500 ms timeout, 10,000 of them between two looks at the clock, so a timer of
+//!   the worker thread's own (the `alarm` submodule) also sets the page thread's count
+//!   to 1 from its signal when the slice is due, and every slice after: the hook then
+//!   runs after the instruction under way.
 //! * **LuaJIT**: a count hook would run only in the interpreter (JIT-compiled loops
 //!   never call hooks), so no hook is set while pages run; a watchdog thread sets one
 //!   (count 1, raising the error) when the deadline passes, which LuaJIT allows from
@@ -41,6 +46,7 @@ pub(super) use watchdog::Timeout;
 #[cfg(not(feature = "luajit"))]
 mod count_hook {
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     use mlua::{HookTriggers, VmState};
 
@@ -76,6 +82,12 @@ mod count_hook {
     /// thread (`page`), past the slice, a yield too: the page is paused, not stopped.
     fn hook(d: Shared, page: bool) -> Hook {
         Box::new(move |lua, debug| {
+            if page && alarm::raised() {
+                // Called at once by the alarm's count of 1: back to every 10,000.
+                let _ = lua
+                    .current_thread()
+                    .set_hook(TRIGGERS, hook(d.clone(), page));
+            }
             let now = Instant::now();
             let (past, late) = match d.lock().as_deref_mut() {
                 Ok(Some(dl)) => {
@@ -187,6 +199,215 @@ mod count_hook {
             Ended {
                 sliced: armed.is_some_and(|dl| dl.sliced),
                 expired: armed.is_some_and(|dl| Instant::now() > dl.at),
+            }
+        }
+
+        /// Resumes `th`, a page's own thread ([`Timeout::on_thread`]), with this
+        /// thread's alarm set to look at the deadlines after `due` (the end of the
+        /// slice, or of the page's time if sooner) and every slice after, whatever
+        /// instructions the page runs.
+        pub(in crate::stage::cgi) fn resume(
+            &self,
+            lua: &Lua,
+            th: &mlua::Thread,
+            due: Duration,
+        ) -> mlua::Result<mlua::MultiValue> {
+            let _alarm = alarm::Alarm::set(th.state(), due);
+            resume_raw(lua, th)
+        }
+    }
+
+    /// Resumes `th` with no arguments; its results, or its error. Not mlua's
+    /// `Thread::resume`: after a yield it empties the thread's stack (and takes what it
+    /// holds for arguments), and a thread the hook yielded is stopped inside a Lua
+    /// function, whose stack above its registers holds what the next instruction may
+    /// use: the results of a call with an open count (`f(g())`, `return g()`, `{g()}`).
+    /// A page paused there went on with those values lost ("runtime error: 0" from
+    /// the sandbox's `coroutine.wrap`; a page paused by the count hook at such an
+    /// instruction too, rarely).
+    fn resume_raw(lua: &Lua, th: &mlua::Thread) -> mlua::Result<mlua::MultiValue> {
+        use mlua::ffi;
+        let l = th.state();
+        // SAFETY: `l` is a thread of `lua`, not running (mlua's lock is held by
+        // `exec_raw`); what it returns or raises is moved onto `state`'s stack, and
+        // nothing with a destructor lives in this frame when `lua_error` unwinds it.
+        unsafe {
+            lua.exec_raw::<mlua::MultiValue>((), |state| {
+                let mut n: std::ffi::c_int = 0;
+                match ffi::lua_resume(l, state, 0, &mut n) {
+                    ffi::LUA_OK | ffi::LUA_YIELD => {
+                        if ffi::lua_checkstack(state, n) == 0 {
+                            ffi::luaL_error(state, c"a page returned too many values".as_ptr());
+                        }
+                        ffi::lua_xmove(l, state, n);
+                    }
+                    _ => {
+                        ffi::lua_xmove(l, state, 1);
+                        ffi::lua_error(state);
+                    }
+                }
+            })
+        }
+    }
+
+    /// A timer per worker thread (`timer_create`, signalling that thread alone) whose
+    /// signal sets a count-1 hook on the page thread running there. Lua allows
+    /// `lua_sethook` in a signal handler of the thread it interrupts (its own `lua.c`
+    /// stops a script on Ctrl-C so), not from another thread: a watchdog thread that
+    /// did so failed a `pcall`'d page with "runtime error: 0" at once (Lua 5.4 walks the
+    /// call frames to set their `trap`, in a union a C frame reuses).
+    mod alarm {
+        use std::cell::{Cell, RefCell};
+        use std::ptr;
+        use std::sync::OnceLock;
+
+        use mlua::ffi;
+
+        use super::*;
+
+        /// After the first signal, the alarm rings every this long until the page's
+        /// slice ends: the later deadlines (the timeout, the error past it) are seen
+        /// within as much.
+        const AGAIN: Duration = crate::stage::cgi::SLICE;
+
+        thread_local! {
+            /// The page thread running on this thread while its alarm is set.
+            static PAGE: Cell<*mut ffi::lua_State> = const { Cell::new(ptr::null_mut()) };
+            /// The signal set the page thread's count to 1 (the hook puts it back).
+            static RAISED: Cell<bool> = const { Cell::new(false) };
+            /// This thread's timer, made on its first page.
+            static TIMER: RefCell<Option<Timer>> = const { RefCell::new(None) };
+        }
+
+        /// `true` once if the signal set the count to 1 since the last call.
+        pub(super) fn raised() -> bool {
+            RAISED.replace(false)
+        }
+
+        /// The signal (a real-time one no other part of the server uses), or `None`
+        /// if its handler could not be installed (then only the count hook looks).
+        fn signal() -> Option<libc::c_int> {
+            static SIGNAL: OnceLock<Option<libc::c_int>> = OnceLock::new();
+            *SIGNAL.get_or_init(|| {
+                let signo = libc::SIGRTMIN() + 4;
+                // SAFETY: a plain sigaction with a handler that only reads and writes
+                // this thread's `Cell`s and calls Lua's hook functions.
+                let ok = unsafe {
+                    let mut sa: libc::sigaction = std::mem::zeroed();
+                    sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+                    sa.sa_flags = libc::SA_RESTART;
+                    libc::sigemptyset(&mut sa.sa_mask);
+                    libc::sigaction(signo, &sa, ptr::null_mut()) == 0
+                };
+                if !ok {
+                    tracing::warn!(
+                        target: "leda_http::cgi",
+                        error = %std::io::Error::last_os_error(),
+                        "no alarm signal for pages: a page of long single instructions \
+                         may run past its slice and cgi_timeout"
+                    );
+                }
+                ok.then_some(signo)
+            })
+        }
+
+        /// The signal handler: the running page thread's hook is called after the
+        /// instruction under way.
+        extern "C" fn on_signal(_: libc::c_int) {
+            let l = PAGE.get();
+            if l.is_null() {
+                return;
+            }
+            RAISED.set(true);
+            // SAFETY: `l` is the page thread resumed on this thread (set before the
+            // resume, cleared after the timer is stopped); `lua_sethook` may be called
+            // from a signal handler of the thread it interrupts.
+            unsafe {
+                if let Some(h) = ffi::lua_gethook(l) {
+                    ffi::lua_sethook(l, Some(h), ffi::lua_gethookmask(l), 1);
+                }
+            }
+        }
+
+        struct Timer(libc::timer_t);
+
+        impl Timer {
+            fn new(signo: libc::c_int) -> Option<Timer> {
+                // SAFETY: a zeroed sigevent filled in for SIGEV_THREAD_ID (this thread).
+                unsafe {
+                    let mut ev: libc::sigevent = std::mem::zeroed();
+                    ev.sigev_notify = libc::SIGEV_THREAD_ID;
+                    ev.sigev_signo = signo;
+                    ev.sigev_notify_thread_id = libc::gettid();
+                    let mut id: libc::timer_t = ptr::null_mut();
+                    if libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id) != 0 {
+                        tracing::warn!(
+                            target: "leda_http::cgi",
+                            error = %std::io::Error::last_os_error(),
+                            "no alarm timer for pages on this thread"
+                        );
+                        return None;
+                    }
+                    Some(Timer(id))
+                }
+            }
+
+            /// Rings after `first`, then every `again` (zero: stopped).
+            fn set(&self, first: Duration, again: Duration) {
+                let ts = |d: Duration| libc::timespec {
+                    tv_sec: d.as_secs() as libc::time_t,
+                    tv_nsec: d.subsec_nanos().into(),
+                };
+                let spec = libc::itimerspec {
+                    it_interval: ts(again),
+                    it_value: ts(first),
+                };
+                // SAFETY: `self.0` is a live timer of this process.
+                unsafe { libc::timer_settime(self.0, 0, &spec, ptr::null_mut()) };
+            }
+        }
+
+        impl Drop for Timer {
+            fn drop(&mut self) {
+                // SAFETY: deleted once, here.
+                unsafe { libc::timer_delete(self.0) };
+            }
+        }
+
+        /// This thread's alarm, set for one slice of one page: stopped when dropped
+        /// (also when the resume unwinds).
+        pub(super) struct Alarm(bool);
+
+        impl Alarm {
+            pub(super) fn set(page: *mut ffi::lua_State, first: Duration) -> Alarm {
+                let Some(signo) = signal() else {
+                    return Alarm(false);
+                };
+                let set = TIMER.with_borrow_mut(|t| {
+                    if t.is_none() {
+                        *t = Timer::new(signo);
+                    }
+                    t.as_ref().map(|t| {
+                        PAGE.set(page);
+                        // Never zero: that would stop the timer instead.
+                        t.set(first.max(Duration::from_micros(1)), AGAIN);
+                    })
+                });
+                Alarm(set.is_some())
+            }
+        }
+
+        impl Drop for Alarm {
+            fn drop(&mut self) {
+                if self.0 {
+                    TIMER.with_borrow(|t| {
+                        if let Some(t) = t {
+                            t.set(Duration::ZERO, Duration::ZERO);
+                        }
+                    });
+                    PAGE.set(ptr::null_mut());
+                    RAISED.set(false);
+                }
             }
         }
     }
@@ -302,6 +523,17 @@ mod watchdog {
             slot.fired = false;
             drop(slot);
             self.shared.wake.notify_one();
+        }
+
+        /// Resumes `th` (LuaJIT pages are never paused, so never resumed: kept so that
+        /// `Cgi::go_on` compiles in both flavours).
+        pub(in crate::stage::cgi) fn resume(
+            &self,
+            _lua: &Lua,
+            th: &mlua::Thread,
+            _due: std::time::Duration,
+        ) -> mlua::Result<mlua::MultiValue> {
+            th.resume(())
         }
 
         /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
