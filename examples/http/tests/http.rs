@@ -575,6 +575,41 @@ fn long_instructions_are_held_to_the_slice_and_the_timeout() {
     assert!(all < Duration::from_secs(3), "stopped after {all:?}");
 }
 
+/// A page paused just before an instruction that takes the open results of the call
+/// before it (`{g()}`, `f(g())`, `return g()`) goes on with them: mlua's
+/// `Thread::resume` emptied the yielded thread's stack, where they wait (a page got
+/// wrong counts, or "runtime error: 0" from the sandbox's `coroutine.wrap`).
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn a_page_paused_between_a_call_and_its_results_goes_on_with_them() {
+    use leda_http::stage::cgi::Step;
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_secs(60));
+    let src = "local function g(i) return i, i, i end
+        local function n(...) return select('#', ...) end
+        local a, b = 0, 0
+        for i = 1, 1500000 do
+          local t = {g(i)}
+          a = a + #t + n(g(i))
+          b = b + select(3, g(i))
+        end
+        return a .. ' ' .. b";
+    let path = pages.write("open.lua", src);
+    let mut step = pages.cgi.start(&path, &Default::default());
+    let mut pauses = 0;
+    let out = loop {
+        match step {
+            Step::Done(page) => break page,
+            Step::Paused(p) => {
+                pauses += 1;
+                step = pages.cgi.go_on(p);
+            }
+        }
+    };
+    let body = String::from_utf8(out.expect("the page ends").body.to_vec()).unwrap();
+    assert_eq!(body, "9000000 1125000750000", "after {pauses} pauses");
+    assert!(pauses >= 20, "{pauses} pauses");
+}
+
 /// A page that yields itself is refused (500) even when the hook had just passed its
 /// slice where it could not pause it (inside a `table.sort` comparator: the page was
 /// then taken for paused and resumed, review finding); and an instance starts no page
