@@ -253,9 +253,11 @@ mod count_hook {
     /// A timer per worker thread (`timer_create`, signalling that thread alone) whose
     /// signal sets a count-1 hook on the page thread running there. Lua allows
     /// `lua_sethook` in a signal handler of the thread it interrupts (its own `lua.c`
-    /// stops a script on Ctrl-C so), not from another thread: a watchdog thread that
-    /// did so failed a `pcall`'d page with "runtime error: 0" at once (Lua 5.4 walks the
-    /// call frames to set their `trap`, in a union a C frame reuses).
+    /// stops a script on Ctrl-C so), not from another thread while that one runs (it
+    /// writes the hook's fields and walks the call frames to set their `trap`). `leda-lua`'s
+    /// interrupt of handlers that outlive their run works the same way, on
+    /// `SIGRTMAX - 1`; this one is `SIGRTMIN + 4`, which a program embedding the server
+    /// must leave to it.
     mod alarm {
         use std::cell::{Cell, RefCell};
         use std::ptr;
