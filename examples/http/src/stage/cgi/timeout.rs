@@ -222,9 +222,9 @@ mod count_hook {
     /// holds for arguments), and a thread the hook yielded is stopped inside a Lua
     /// function, whose stack above its registers holds what the next instruction may
     /// use: the results of a call with an open count (`f(g())`, `return g()`, `{g()}`).
-    /// A page paused there went on with those values lost ("runtime error: 0" from
-    /// the sandbox's `coroutine.wrap`; a page paused by the count hook at such an
-    /// instruction too, rarely).
+    /// A page paused there went on with those values lost (a loop of `{g(i)}` failed
+    /// in two runs of three with the count hook alone; "runtime error: 0" from the
+    /// sandbox's `coroutine.wrap` once the alarm paused pages right after a resume).
     fn resume_raw(lua: &Lua, th: &mlua::Thread) -> mlua::Result<mlua::MultiValue> {
         use mlua::ffi;
         let l = th.state();
