@@ -1485,3 +1485,54 @@ fn a_nice_inside_a_cohort_run_does_not_wait_for_the_caller() {
         "the niced callee waited {w:?} for its caller to return"
     );
 }
+
+/// A stage that yields with `Ctx::nice` goes on beside a stage that sends to itself on
+/// the only worker: the self-sender is back in the worker's yielded queue after each
+/// batch, and the niced tasks now go first on every other turn (review finding: they
+/// were taken only when that queue was empty, and 20 slices of 100 µs took the stream's
+/// whole 3 s).
+#[test]
+fn a_niced_stage_goes_on_beside_a_yielding_stage_on_one_worker() {
+    let start = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let took: Arc<Mutex<Option<Duration>>> = Arc::new(Mutex::new(None));
+    let d = done.clone();
+    let ping = Stage::new("ping", move |_, ctx: &mut Ctx| {
+        if !d.load(SeqCst) && start.elapsed() < Duration::from_secs(3) {
+            ctx.send("again", ())?;
+        }
+        Ok(())
+    })
+    .autostart(());
+    let (d, t) = (done.clone(), took.clone());
+    let niced = Stage::asynchronous("niced", move |_, ctx: Ctx| {
+        let (d, t) = (d.clone(), t.clone());
+        async move {
+            for _ in 0..20 {
+                spin(Duration::from_micros(100));
+                ctx.nice().await;
+            }
+            *t.lock().unwrap() = Some(start.elapsed());
+            d.store(true, SeqCst);
+            Ok(())
+        }
+    })
+    .autostart(());
+    let mut g = Graph::new("g");
+    g.connect(&ping, "again", &ping);
+    g.add(&niced);
+    let r = g
+        .run(
+            Run::default()
+                .threads(1)
+                .until_idle()
+                .timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    assert_eq!(r.reason, EndReason::Idle);
+    let t = took.lock().unwrap().expect("the niced stage ended");
+    assert!(
+        t < Duration::from_secs(1),
+        "20 slices of 100 µs took {t:?} beside the stream"
+    );
+}

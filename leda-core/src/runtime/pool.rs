@@ -11,8 +11,9 @@
 //! (a stage then settles on the worker that last stole it, instead of every yield
 //! going through a shared queue to whichever worker comes first). Every
 //! [`INJECTOR_EVERY`]th pick checks the injector first, and every half of that the
-//! yielded queue, so wake-ups from the reactor and yielded tasks do not wait behind a
-//! worker's stream of local hand-offs. A task that yields with `Ctx::nice` (it asked to
+//! yielded queue or the niced tasks (below; each first on every other such turn), so
+//! wake-ups from the reactor and yielded tasks do not wait behind a worker's stream of
+//! local hand-offs. A task that yields with `Ctx::nice` (it asked to
 //! go behind the other ready work: a long computation in slices) goes to a shared FIFO
 //! of its own, which every worker takes from, one task at a time, after the injector;
 //! its worker polls the reactor before its next pick and looks at the injector first,
@@ -335,8 +336,12 @@ impl Shared {
             None
         };
         let turn = turn.or_else(|| {
-            if tick.is_multiple_of(INJECTOR_EVERY / 2) {
+            if tick.is_multiple_of(INJECTOR_EVERY) {
                 local.yielded.pop().or_else(|| self.take_niced())
+            } else if tick.is_multiple_of(INJECTOR_EVERY / 2) {
+                // Every other turn the niced tasks go first: a worker that always has a
+                // yielded task (a stage sending to itself) never reached them.
+                self.take_niced().or_else(|| local.yielded.pop())
             } else {
                 None
             }
