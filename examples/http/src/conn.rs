@@ -1,11 +1,12 @@
 //! The client connection: the local attachment that travels between stages (socket,
 //! bytes read ahead, a slot under the connection limit), and its I/O with timeouts.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -22,6 +23,94 @@ use crate::sys;
 /// ([`Conn::write_all_fair`]).
 pub const FAIR_CHUNK: usize = 512 * 1024;
 
+/// A server's graceful stop: once [`Drain::begin`] is called it accepts no more
+/// connections, closes each open one after the response under way (at once if it is
+/// waiting for a request), and [`Drain::open`] says how many are left.
+#[derive(Debug, Default)]
+pub struct Drain {
+    begun: AtomicBool,
+    wake: tokio::sync::Notify,
+    /// Connections open now (the counter of the accept stage's [`Gate`]).
+    open: Arc<AtomicUsize>,
+}
+
+impl Drain {
+    /// Starts draining.
+    pub fn begin(&self) {
+        self.begun.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+
+    /// `true` once [`Drain::begin`] was called.
+    pub fn begun(&self) -> bool {
+        self.begun.load(Ordering::SeqCst)
+    }
+
+    /// Connections still open.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Begins draining and waits up to `grace` for the open connections to end,
+    /// calling `pause(d)` between two looks (it waits up to `d`; `true` gives up at
+    /// once); the connections still open then (0: all ended). The run goes on: end it
+    /// with its handle's `quit`.
+    pub fn stop(&self, grace: Duration, mut pause: impl FnMut(Duration) -> bool) -> usize {
+        self.begin();
+        let until = std::time::Instant::now() + grace;
+        while self.open() > 0 {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || pause(left.min(Duration::from_millis(20))) {
+                break;
+            }
+        }
+        self.open()
+    }
+
+    /// Returns once draining has begun.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.begun() {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Registers `drain` under a number the graph's stages find it by (their
+    /// attributes carry only values).
+    pub(crate) fn register(drain: &Arc<Drain>) -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut all = drains().lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|_, d| d.strong_count() > 0);
+        all.insert(id, Arc::downgrade(drain));
+        id
+    }
+
+    /// The drain registered under `id`, while its server lives.
+    pub(crate) fn find(id: u64) -> Option<Arc<Drain>> {
+        let all = drains().lock().unwrap_or_else(|e| e.into_inner());
+        all.get(&id).and_then(Weak::upgrade)
+    }
+}
+
+fn drains() -> &'static Mutex<HashMap<u64, Weak<Drain>>> {
+    static ALL: OnceLock<Mutex<HashMap<u64, Weak<Drain>>>> = OnceLock::new();
+    ALL.get_or_init(Mutex::default)
+}
+
+/// Returns once `drain` has begun; never without one.
+pub(crate) async fn drained(drain: Option<&Drain>) {
+    match drain {
+        Some(d) => d.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Counts open connections against a limit.
 #[derive(Clone, Debug)]
 pub struct Gate {
@@ -34,6 +123,14 @@ impl Gate {
     pub fn new(max: usize) -> Gate {
         Gate {
             open: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+
+    /// A gate whose count `drain` reports.
+    pub fn counted_by(max: usize, drain: &Drain) -> Gate {
+        Gate {
+            open: drain.open.clone(),
             max,
         }
     }
@@ -94,6 +191,8 @@ pub struct Conn {
     /// Where the head being received ends, searched as bytes arrive.
     scan: request::HeadScan,
     _slot: Option<Slot>,
+    /// The server's graceful stop, if it has one.
+    drain: Option<Arc<Drain>>,
 }
 
 impl Conn {
@@ -106,7 +205,19 @@ impl Conn {
             served: 0,
             scan: request::HeadScan::default(),
             _slot: slot,
+            drain: None,
         }
+    }
+
+    /// This connection ends when `drain` begins, after the response under way.
+    pub fn drained_by(mut self, drain: Option<Arc<Drain>>) -> Conn {
+        self.drain = drain;
+        self
+    }
+
+    /// `true` once the server is draining: the response under way is the last.
+    pub fn draining(&self) -> bool {
+        self.drain.as_ref().is_some_and(|d| d.begun())
     }
 
     /// Reads the next request head: waits up to the idle timeout for its first byte,
@@ -148,7 +259,11 @@ impl Conn {
             }
             let read = self.stream.read_buf(&mut self.buf);
             let r = match deadline {
-                None => timeout(cfg.idle_timeout, read).await,
+                // Waiting for a request: a draining server closes the connection.
+                None => tokio::select! {
+                    r = timeout(cfg.idle_timeout, read) => r,
+                    () = drained(self.drain.as_deref()) => return Next::Gone,
+                },
                 Some(d) => timeout_at(d, read).await,
             };
             match r {

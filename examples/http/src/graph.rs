@@ -13,11 +13,13 @@
 //! Every connector is local: client sockets travel on the events.
 
 use std::net::TcpListener;
+use std::sync::Arc;
 
 use leda_core::prelude::*;
 use leda_core::runtime::Running;
 
 use crate::config::Config;
+use crate::conn::Drain;
 use crate::error::ServerError;
 use crate::stage;
 
@@ -27,6 +29,16 @@ pub struct Server {
     pub graph: Graph,
     /// The accept stage (push a start event, optionally with a listener, to run it).
     pub accept: Stage,
+    /// The server's graceful stop.
+    pub drain: Arc<Drain>,
+}
+
+/// A started server.
+pub struct Serving {
+    /// Its run: [`Running::wait`] returns when it ends.
+    pub running: Running,
+    /// Its graceful stop ([`Drain::stop`]).
+    pub drain: Arc<Drain>,
 }
 
 /// Builds the graph with `cfg` set as attributes on every stage.
@@ -38,6 +50,8 @@ pub fn build(cfg: &Config) -> Server {
     let cgi = stage::cgi::stage();
     let send_buffer = stage::send_buffer::stage();
     let close = stage::close::stage();
+    let drain = Arc::new(Drain::default());
+    accept.set_attr(stage::DRAIN_ATTR, Drain::register(&drain) as i64);
     let maxpar = cfg.max_connections.saturating_add(64);
     for s in [
         &accept,
@@ -74,12 +88,17 @@ pub fn build(cfg: &Config) -> Server {
     g.connect(&cgi, "reply", &send_buffer).local();
     g.connect(&send_buffer, "next", &handle).local();
     g.connect(&send_buffer, "close", &close).local();
-    Server { graph: g, accept }
+    Server {
+        graph: g,
+        accept,
+        drain,
+    }
 }
 
 /// Checks the root, builds the graph and starts it on `listener` with `threads`
-/// workers. Stop it with `running.handle().quit(())`.
-pub fn start(cfg: &Config, listener: TcpListener, threads: usize) -> Result<Running, ServerError> {
+/// workers. Stop it with `running.handle().quit(())`, after [`Drain::stop`] for a
+/// graceful stop.
+pub fn start(cfg: &Config, listener: TcpListener, threads: usize) -> Result<Serving, ServerError> {
     let root = std::fs::canonicalize(&cfg.root).map_err(|source| ServerError::Root {
         path: cfg.root.display().to_string(),
         source,
@@ -96,5 +115,8 @@ pub fn start(cfg: &Config, listener: TcpListener, threads: usize) -> Result<Runn
     };
     let server = build(&cfg);
     server.accept.push(Event::new().attach(listener));
-    Ok(server.graph.start(Run::default().threads(threads))?)
+    Ok(Serving {
+        running: server.graph.start(Run::default().threads(threads))?,
+        drain: server.drain,
+    })
 }

@@ -34,7 +34,7 @@ use leda_core::stage::Stage;
 
 pub use config::Config;
 pub use error::{HttpError, ServerError};
-pub use graph::{Server, build, start};
+pub use graph::{Server, Serving, build, start};
 
 /// Builds a fresh stage (what the `leda` command's registry stores).
 pub type StageMaker = fn() -> Stage;

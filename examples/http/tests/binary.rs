@@ -68,3 +68,64 @@ fn bad_root_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/leda-root"), "{err}");
 }
+
+/// SIGTERM drains: the request under way gets its whole response, then the server
+/// exits with status 0; a second signal is not needed.
+#[test]
+fn sigterm_ends_the_responses_under_way_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.lua"),
+        "local t = os.clock() while os.clock() - t < 0.6 do end return 'done'",
+    )
+    .unwrap();
+    let mut child = Reap(
+        Command::new(env!("CARGO_BIN_EXE_leda-httpd"))
+            .args(["--listen", "127.0.0.1:0", "--threads", "2", "--root"])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {first:?}"));
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let a = addr.clone();
+    let page = std::thread::spawn(move || fetch(&a, "/slow.lua"));
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) }, 0);
+    let page = page.join().unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
+    assert!(page.ends_with("done"), "{page}");
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "still running after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    let mut err = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("SIGTERM: draining"), "{err}");
+    assert!(TcpStream::connect(&addr).is_err(), "still listening");
+}

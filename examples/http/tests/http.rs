@@ -1142,3 +1142,57 @@ fn connection_limit_answers_503() {
     }
     assert!(ok, "a freed slot admits a new connection");
 }
+
+/// A draining server (SIGTERM in `leda-httpd`) accepts no new connection, ends the
+/// response under way, answers a request already received with `Connection: close`
+/// and then closes the connection, closes an idle keep-alive connection at once, and
+/// reports none left open.
+#[test]
+fn a_draining_server_ends_each_connection_after_its_response() {
+    let s = server(|_| {});
+    std::fs::write(
+        s.root.join("slow.lua"),
+        "local t = os.clock() while os.clock() - t < 0.5 do end return 'done'",
+    )
+    .unwrap();
+    let mut busy = Client::connect(s.addr);
+    busy.send_raw(
+        b"GET /slow.lua HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    let mut idle = Client::connect(s.addr);
+    assert_eq!(idle.get("/index.html", "").status, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    let drain = s.drain.clone();
+    let t = Instant::now();
+    let stopping = std::thread::spawn(move || {
+        drain.stop(Duration::from_secs(10), |d| {
+            std::thread::sleep(d);
+            false
+        })
+    });
+    // The idle connection is closed without a response.
+    assert!(
+        idle.read_response(false).is_none(),
+        "an idle connection stayed open"
+    );
+    // The page under way ends; the request behind it is answered as the last one.
+    let r = busy.read_response(false).expect("the response under way");
+    assert_eq!((r.status, r.text().as_str()), (200, "done"));
+    let r = busy
+        .read_response(false)
+        .expect("the request received before the drain");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(busy.read_response(false).is_none());
+    assert_eq!(stopping.join().unwrap(), 0, "connections left open");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // No new connection is accepted.
+    let refused = (0..100).any(|_| {
+        let gone = std::net::TcpStream::connect(s.addr).is_err();
+        if !gone {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        gone
+    });
+    assert!(refused, "the listener still accepts connections");
+}

@@ -1,6 +1,7 @@
 //! `leda-httpd`: the staged HTTP server.
 //!
 //! Without `--root` it serves a small embedded site and prints the URL to open.
+//! SIGTERM or SIGINT stops it gracefully (`--drain-timeout`); a second one at once.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -52,6 +53,11 @@ struct Args {
     /// it gives 500 (0: no bound).
     #[arg(long, default_value_t = Config::default().cgi_memory)]
     cgi_memory: usize,
+    /// Seconds a SIGTERM or SIGINT waits for open connections to end their response
+    /// (no new ones are accepted meanwhile) before the server stops; a second signal
+    /// stops it at once.
+    #[arg(long, default_value_t = 10.0)]
+    drain_timeout: f64,
 }
 
 fn secs(name: &str, s: f64) -> anyhow::Result<Duration> {
@@ -104,7 +110,11 @@ fn serve(args: Args) -> anyhow::Result<()> {
         TcpListener::bind(&args.listen).with_context(|| format!("listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let threads = args.threads.unwrap_or_else(num_threads);
-    let running = leda_http::start(&cfg, listener, threads)?;
+    let grace = secs("drain-timeout", args.drain_timeout)?;
+    // Blocked here, before any thread starts, so that every thread inherits the mask
+    // and only `stop_on_signal`'s thread takes them.
+    let signals = Signals::block()?;
+    let serving = leda_http::start(&cfg, listener, threads)?;
     if embedded {
         println!(
             "leda-httpd: serving the embedded demo site on http://{addr}/ ({threads} threads)"
@@ -116,8 +126,82 @@ fn serve(args: Args) -> anyhow::Result<()> {
             cfg.root.display()
         );
     }
+    let leda_http::Serving { running, drain } = serving;
+    let handle = running.handle();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let sig = signals.next();
+            eprintln!(
+                "leda-httpd: {}: draining ({} connection(s) open, up to {:.1} s; again to stop now)",
+                signal_name(sig),
+                drain.open(),
+                grace.as_secs_f64()
+            );
+            let left = drain.stop(grace, |d| {
+                let again = signals.wait(d);
+                if let Some(sig) = again {
+                    eprintln!("leda-httpd: {}: stopping now", signal_name(sig));
+                }
+                again.is_some()
+            });
+            if left > 0 {
+                eprintln!("leda-httpd: stopping with {left} connection(s) open");
+            }
+            handle.quit(());
+        })?;
     running.wait()?;
     Ok(())
+}
+
+/// SIGTERM and SIGINT, blocked for the whole process and taken by `sigtimedwait`.
+struct Signals(libc::sigset_t);
+
+impl Signals {
+    /// Blocks the signals in the calling thread (and the threads it starts later).
+    fn block() -> std::io::Result<Signals> {
+        // SAFETY: a sigset_t filled by sigemptyset/sigaddset, then installed as this
+        // thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            Ok(Signals(set))
+        }
+    }
+
+    /// The next signal.
+    fn next(&self) -> libc::c_int {
+        loop {
+            if let Some(sig) = self.wait(Duration::from_secs(3600)) {
+                return sig;
+            }
+        }
+    }
+
+    /// The next signal within `limit`, if one comes.
+    fn wait(&self, limit: Duration) -> Option<libc::c_int> {
+        let ts = libc::timespec {
+            tv_sec: limit.as_secs() as libc::time_t,
+            tv_nsec: limit.subsec_nanos().into(),
+        };
+        // SAFETY: the set lives in `self`; a null siginfo pointer is allowed.
+        let sig = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &ts) };
+        (sig > 0).then_some(sig)
+    }
+}
+
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
 }
 
 fn num_threads() -> usize {

@@ -1,7 +1,8 @@
 //! `accept` (the thesis' *wait client*): an endless accept loop on an async listener,
 //! so no worker thread is held while it waits. Each client goes to `handle_request`
 //! (port `client`); past the connection limit it gets a `503` through `send_buffer`
-//! (port `reject`).
+//! (port `reject`). When its server drains (the `drain` attribute names a
+//! [`Drain`]), it closes the listener and ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::net::TcpListener;
 
 use super::reply_event;
 use crate::config::Config;
-use crate::conn::{Conn, Gate};
+use crate::conn::{Conn, Drain, Gate, drained};
 use crate::error::HttpError;
 use crate::response;
 
@@ -21,6 +22,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 struct Accept {
     listen: String,
     gate: Gate,
+    drain: Option<Arc<Drain>>,
 }
 
 /// The `accept` stage. Start it with one event, optionally carrying a bound
@@ -34,9 +36,15 @@ pub fn stage() -> Stage {
             let listen = attrs
                 .get_as::<Option<String>>("listen")?
                 .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+            let drain = super::drain_of(attrs)?;
+            let gate = match &drain {
+                Some(d) => Gate::counted_by(cfg.max_connections, d),
+                None => Gate::new(cfg.max_connections),
+            };
             Ok(Arc::new(Accept {
                 listen,
-                gate: Gate::new(cfg.max_connections),
+                gate,
+                drain,
             }))
         },
         |a: &mut Arc<Accept>, mut ev: Event, ctx: &mut Ctx| {
@@ -52,7 +60,14 @@ pub fn stage() -> Stage {
                 };
                 tracing::info!(addr = %listener.local_addr()?, "accepting connections");
                 loop {
-                    let stream = match listener.accept().await {
+                    let accepted = tokio::select! {
+                        r = listener.accept() => r,
+                        () = drained(a.drain.as_deref()) => {
+                            tracing::info!("draining: no more connections accepted");
+                            return Ok(());
+                        }
+                    };
+                    let stream = match accepted {
                         Ok((s, _)) => s,
                         Err(e) => {
                             // Out of descriptors, or a connection reset before accept:
@@ -64,7 +79,7 @@ pub fn stage() -> Stage {
                     };
                     match a.gate.admit() {
                         Some(slot) => {
-                            let conn = Conn::new(stream, Some(slot));
+                            let conn = Conn::new(stream, Some(slot)).drained_by(a.drain.clone());
                             out.send_wait("client", Event::new().attach(conn)).await?;
                         }
                         None => {

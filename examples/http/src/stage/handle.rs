@@ -63,7 +63,9 @@ impl Handle {
             Next::Request(r) => r,
         };
         conn.served += 1;
-        let keep_alive = req.keep_alive && conn.served < self.cfg.max_requests_per_connection;
+        let keep_alive = req.keep_alive
+            && conn.served < self.cfg.max_requests_per_connection
+            && !conn.draining();
         let head_only = req.method == Method::Head;
         let decoded = match percent_decode(req.path.as_bytes()) {
             Ok(d) => d,

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use leda_core::prelude::*;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Drain};
 
 pub mod accept;
 pub mod cache;
@@ -31,6 +31,16 @@ pub mod send_file;
 pub const ASYNC_MAXPAR: usize = 1 << 16;
 
 /// Takes the connection attached to `ev`.
+/// The attribute naming the server's [`Drain`] (set by [`crate::graph::build`]).
+pub(crate) const DRAIN_ATTR: &str = "drain";
+
+/// The server's [`Drain`], if the stage's attributes name one.
+pub(crate) fn drain_of(attrs: &Attrs) -> Result<Option<std::sync::Arc<Drain>>, BoxError> {
+    Ok(attrs
+        .get_as::<Option<i64>>(DRAIN_ATTR)?
+        .and_then(|id| Drain::find(id as u64)))
+}
+
 pub(crate) fn take_conn(ev: &mut Event, stage: &str) -> Result<Conn, BoxError> {
     ev.take_attachment::<Conn>()
         .ok_or_else(|| format!("{stage}: event without a client connection").into())

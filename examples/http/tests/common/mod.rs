@@ -15,6 +15,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub root: PathBuf,
     _dir: tempfile::TempDir,
+    /// The server's graceful stop.
+    pub drain: std::sync::Arc<leda_http::conn::Drain>,
     running: Option<Running>,
 }
 
@@ -86,12 +88,13 @@ pub fn server(tune: impl FnOnce(&mut Config)) -> TestServer {
     tune(&mut cfg);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let running = leda_http::start(&cfg, listener, 2).unwrap();
+    let serving = leda_http::start(&cfg, listener, 2).unwrap();
     TestServer {
         addr,
         root,
         _dir: dir,
-        running: Some(running),
+        drain: serving.drain,
+        running: Some(serving.running),
     }
 }
 
