@@ -29,7 +29,7 @@ pub struct Server {
     pub graph: Graph,
     /// The accept stage (push a start event, optionally with a listener, to run it).
     pub accept: Stage,
-    /// The server's graceful stop.
+    /// The server's graceful stop (keep it: the stages find it only while it lives).
     pub drain: Arc<Drain>,
 }
 

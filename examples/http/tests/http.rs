@@ -1196,3 +1196,54 @@ fn a_draining_server_ends_each_connection_after_its_response() {
     });
     assert!(refused, "the listener still accepts connections");
 }
+
+/// A draining server answers a request that waits in the socket while its connection's
+/// page is computed (eight such connections: the idle wait took the drain before the
+/// read half the time, review finding), and gives a request head still arriving one
+/// more second, not the rest of its header timeout (30 s here: one such client held
+/// every drain for its whole timeout).
+#[test]
+fn a_draining_server_answers_what_was_sent_and_cuts_half_sent_heads() {
+    let s = server(|c| c.header_timeout = Duration::from_secs(30));
+    std::fs::write(
+        s.root.join("slow.lua"),
+        "local t = os.clock() while os.clock() - t < 0.1 do end return 'done'",
+    )
+    .unwrap();
+    let mut clients: Vec<Client> = (0..8).map(|_| Client::connect(s.addr)).collect();
+    for c in &mut clients {
+        c.send_raw(b"GET /slow.lua HTTP/1.1\r\nHost: t\r\n\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    for c in &mut clients {
+        c.send_raw(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    }
+    let mut half = Client::connect(s.addr);
+    half.send_raw(b"GET /index.html HTTP/1.1\r\nHo");
+    std::thread::sleep(Duration::from_millis(50));
+    let drain = s.drain.clone();
+    let t = Instant::now();
+    let stopping = std::thread::spawn(move || {
+        drain.stop(Duration::from_secs(20), |d| {
+            std::thread::sleep(d);
+            false
+        })
+    });
+    for (i, c) in clients.iter_mut().enumerate() {
+        let r = c.read_response(false).expect("the page");
+        assert_eq!((r.status, r.text().as_str()), (200, "done"), "client {i}");
+        let r = c.read_response(false);
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(200),
+            "client {i}: the request sent before the drain was dropped"
+        );
+    }
+    assert_eq!(stopping.join().unwrap(), 0, "connections left open");
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "a half-sent head held the drain {:?}",
+        t.elapsed()
+    );
+    drop(half);
+}

@@ -65,7 +65,7 @@ fn secs(name: &str, s: f64) -> anyhow::Result<Duration> {
         s.is_finite() && s > 0.0,
         "--{name} must be a positive number of seconds"
     );
-    Ok(Duration::from_secs_f64(s))
+    Duration::try_from_secs_f64(s).with_context(|| format!("--{name} {s}"))
 }
 
 /// Logging when `RUST_LOG` is not set. A failed stage is logged without the request's
@@ -80,12 +80,16 @@ const LOG_DEFAULT: &str = "warn,leda::failed_event=off,leda_http::cgi=info";
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Blocked first, before any thread starts, so that every thread inherits the mask
+    // and only the `signals` thread (`serve`) takes them.
+    let signals = Signals::block();
     leda_core::cli::init_logging(LOG_DEFAULT);
     let args = Args::parse();
-    leda_core::cli::exit("leda-httpd", serve(args))
+    leda_core::cli::exit("leda-httpd", serve(args, signals))
 }
 
-fn serve(args: Args) -> anyhow::Result<()> {
+fn serve(args: Args, signals: std::io::Result<Signals>) -> anyhow::Result<()> {
+    let signals = signals.context("blocking SIGTERM and SIGINT")?;
     raise_fd_limit();
     let (root, embedded) = match &args.root {
         Some(r) => (r.clone(), false),
@@ -111,9 +115,6 @@ fn serve(args: Args) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let threads = args.threads.unwrap_or_else(num_threads);
     let grace = secs("drain-timeout", args.drain_timeout)?;
-    // Blocked here, before any thread starts, so that every thread inherits the mask
-    // and only `stop_on_signal`'s thread takes them.
-    let signals = Signals::block()?;
     let serving = leda_http::start(&cfg, listener, threads)?;
     if embedded {
         println!(

@@ -60,12 +60,15 @@ pub fn stage() -> Stage {
                 };
                 tracing::info!(addr = %listener.local_addr()?, "accepting connections");
                 loop {
+                    // (Biased: once draining, no connection waiting in the backlog is
+                    // taken.)
                     let accepted = tokio::select! {
-                        r = listener.accept() => r,
+                        biased;
                         () = drained(a.drain.as_deref()) => {
                             tracing::info!("draining: no more connections accepted");
                             return Ok(());
                         }
+                        r = listener.accept() => r,
                     };
                     let stream = match accepted {
                         Ok((s, _)) => s,

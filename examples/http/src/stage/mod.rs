@@ -30,7 +30,6 @@ pub mod send_file;
 /// Instance limit of the stages that park one instance per connection.
 pub const ASYNC_MAXPAR: usize = 1 << 16;
 
-/// Takes the connection attached to `ev`.
 /// The attribute naming the server's [`Drain`] (set by [`crate::graph::build`]).
 pub(crate) const DRAIN_ATTR: &str = "drain";
 
@@ -41,6 +40,7 @@ pub(crate) fn drain_of(attrs: &Attrs) -> Result<Option<std::sync::Arc<Drain>>, B
         .and_then(|id| Drain::find(id as u64)))
 }
 
+/// Takes the connection attached to `ev`.
 pub(crate) fn take_conn(ev: &mut Event, stage: &str) -> Result<Conn, BoxError> {
     ev.take_attachment::<Conn>()
         .ok_or_else(|| format!("{stage}: event without a client connection").into())
