@@ -222,9 +222,16 @@ impl Conn {
         self
     }
 
-    /// `true` once the server is draining: the response under way is the last.
+    /// `true` once the server is draining: the response under way is the last one,
+    /// unless the client has already sent more ([`Conn::more_sent`]).
     pub fn draining(&self) -> bool {
         self.drain.as_ref().is_some_and(|d| d.begun())
+    }
+
+    /// `true` if bytes of a further request were received (read ahead, or waiting in
+    /// the socket).
+    pub fn more_sent(&self) -> bool {
+        !self.buf.is_empty() || sys::bytes_waiting(self.stream.as_fd())
     }
 
     /// Reads the next request head: waits up to the idle timeout for its first byte,
@@ -274,7 +281,16 @@ impl Conn {
                 None => tokio::select! {
                     biased;
                     r = timeout(cfg.idle_timeout, read) => r,
-                    () = drained(self.drain.as_deref()) => return Next::Gone,
+                    () = drained(self.drain.as_deref()) => {
+                        // Bytes that came while the connection was elsewhere may not
+                        // be reported by the reactor yet (a busy worker polls it every
+                        // few tasks): the socket itself says (seen under load).
+                        if !sys::bytes_waiting(self.stream.as_fd()) {
+                            return Next::Gone;
+                        }
+                        deadline = Some(Instant::now() + cfg.header_timeout);
+                        continue;
+                    }
                 },
                 // A head arriving when the drain begins gets `DRAIN_HEAD_GRACE` more
                 // (review finding: one half-sent head held every drain for its whole

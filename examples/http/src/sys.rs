@@ -37,6 +37,24 @@ pub fn send_more(sock: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
 /// bytes it sent and nobody read yet (a pipelined request) say it is still there. As
 /// nginx takes an early end of stream for a client that gave up.
 pub fn peer_gone(sock: BorrowedFd<'_>) -> bool {
+    peek(sock) == Peek::Gone
+}
+
+/// `true` when bytes the client sent wait in `sock` (seen with a non-blocking
+/// `MSG_PEEK`, whether or not the reactor has reported them yet).
+pub fn bytes_waiting(sock: BorrowedFd<'_>) -> bool {
+    peek(sock) == Peek::Bytes
+}
+
+#[derive(PartialEq)]
+enum Peek {
+    Bytes,
+    Nothing,
+    Gone,
+}
+
+/// What a non-blocking `MSG_PEEK` of one byte sees in `sock`.
+fn peek(sock: BorrowedFd<'_>) -> Peek {
     let mut byte = 0u8;
     // SAFETY: `byte` is a valid writable byte, and `sock` is a descriptor kept open by
     // the borrow for the whole call.
@@ -49,12 +67,16 @@ pub fn peer_gone(sock: BorrowedFd<'_>) -> bool {
         )
     };
     match n {
-        0 => true,
-        n if n > 0 => false,
-        _ => !matches!(
+        0 => Peek::Gone,
+        n if n > 0 => Peek::Bytes,
+        _ if matches!(
             io::Error::last_os_error().kind(),
             io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-        ),
+        ) =>
+        {
+            Peek::Nothing
+        }
+        _ => Peek::Gone,
     }
 }
 

@@ -63,9 +63,12 @@ impl Handle {
             Next::Request(r) => r,
         };
         conn.served += 1;
+        // Draining: the connection ends after this response, unless the client already
+        // sent its next request (seen when the page before it was routed late, behind
+        // pages that hold the workers).
         let keep_alive = req.keep_alive
             && conn.served < self.cfg.max_requests_per_connection
-            && !conn.draining();
+            && (!conn.draining() || conn.more_sent());
         let head_only = req.method == Method::Head;
         let decoded = match percent_decode(req.path.as_bytes()) {
             Ok(d) => d,
