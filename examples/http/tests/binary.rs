@@ -28,13 +28,15 @@ fn fetch(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn serves_the_embedded_site_and_prints_the_url() {
+/// Starts `leda-httpd` on a free port with two threads and `args`; the child, and the
+/// address from the URL it prints first.
+fn spawn(args: &[&std::ffi::OsStr], stderr: Stdio) -> (Reap, String) {
     let mut child = Reap(
         Command::new(env!("CARGO_BIN_EXE_leda-httpd"))
             .args(["--listen", "127.0.0.1:0", "--threads", "2"])
+            .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap(),
     );
@@ -45,6 +47,13 @@ fn serves_the_embedded_site_and_prints_the_url() {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {first:?}"));
     let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    (child, addr.to_owned())
+}
+
+#[test]
+fn serves_the_embedded_site_and_prints_the_url() {
+    let (_child, addr) = spawn(&[], Stdio::null());
+    let addr = addr.as_str();
     let page = fetch(addr, "/");
     assert!(page.starts_with("HTTP/1.1 200 OK\r\n"), "{page}");
     assert!(page.contains("leda-httpd is running"));
@@ -79,25 +88,7 @@ fn sigterm_ends_the_responses_under_way_then_exits() {
         "local t = os.clock() while os.clock() - t < 0.6 do end return 'done'",
     )
     .unwrap();
-    let mut child = Reap(
-        Command::new(env!("CARGO_BIN_EXE_leda-httpd"))
-            .args(["--listen", "127.0.0.1:0", "--threads", "2", "--root"])
-            .arg(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {first:?}"));
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
+    let (mut child, addr) = spawn(&["--root".as_ref(), dir.path().as_os_str()], Stdio::piped());
     let a = addr.clone();
     let page = std::thread::spawn(move || fetch(&a, "/slow.lua"));
     std::thread::sleep(Duration::from_millis(200));

@@ -475,6 +475,26 @@ impl Pages {
         std::fs::canonicalize(self.root.join(name)).unwrap()
     }
 
+    /// Goes on with a page from `step` (its first slice's) to its end: its output, and
+    /// how many times it was paused.
+    #[cfg(not(feature = "luajit"))]
+    fn run_slices(
+        &mut self,
+        mut step: leda_http::stage::cgi::Step,
+    ) -> (Result<leda_http::stage::cgi::Page, String>, usize) {
+        use leda_http::stage::cgi::Step;
+        let mut pauses = 0;
+        loop {
+            match step {
+                Step::Done(page) => return (page, pauses),
+                Step::Paused(p) => {
+                    pauses += 1;
+                    step = self.cgi.go_on(p);
+                }
+            }
+        }
+    }
+
     /// Writes `src` as the page `name` and runs it: its body, or its error.
     fn run(&mut self, name: &str, src: impl AsRef<[u8]>) -> Result<String, String> {
         let path = self.write(name, src);
@@ -502,17 +522,8 @@ fn a_paused_page_goes_on_where_it_was() {
         table.sort(t, function(x, y) work(2000) return x < y end)
         return tostring(ok) .. ' ' .. a .. ' ' .. b .. ' ' .. t[1] .. ' ' .. t[300]";
     let path = pages.write("long.lua", src);
-    let mut step = pages.cgi.start(&path, &Default::default());
-    let mut pauses = 0;
-    let out = loop {
-        match step {
-            Step::Done(page) => break page,
-            Step::Paused(p) => {
-                pauses += 1;
-                step = pages.cgi.go_on(p);
-            }
-        }
-    };
+    let step = pages.cgi.start(&path, &Default::default());
+    let (out, pauses) = pages.run_slices(step);
     let body = String::from_utf8(out.unwrap().body.to_vec()).unwrap();
     assert_eq!(body, "true 8999997 8999997 0 299");
     assert!(pauses >= 2, "{pauses} pauses");
@@ -554,21 +565,15 @@ fn a_paused_page_goes_on_where_it_was() {
 #[cfg(not(feature = "luajit"))]
 #[test]
 fn long_instructions_are_held_to_the_slice_and_the_timeout() {
-    use leda_http::stage::cgi::Step;
     let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_millis(500));
     let path = pages.write(
         "upper.lua",
         "local s = string.rep('a', 4000000)\nwhile true do s = s:upper() s = s:lower() end",
     );
     let t = Instant::now();
-    let mut step = pages.cgi.start(&path, &Default::default());
+    let step = pages.cgi.start(&path, &Default::default());
     let first = t.elapsed();
-    let err = loop {
-        match step {
-            Step::Done(page) => break page.unwrap_err(),
-            Step::Paused(p) => step = pages.cgi.go_on(p),
-        }
-    };
+    let err = pages.run_slices(step).0.unwrap_err();
     let all = t.elapsed();
     assert!(err.contains("cgi_timeout"), "{err}");
     assert!(first < Duration::from_millis(300), "first slice: {first:?}");
@@ -607,7 +612,6 @@ fn long_instructions_are_held_to_the_slice_and_the_timeout() {
 #[cfg(not(feature = "luajit"))]
 #[test]
 fn a_page_paused_between_a_call_and_its_results_goes_on_with_them() {
-    use leda_http::stage::cgi::Step;
     let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_secs(60));
     let src = "local function g(i) return i, i, i end
         local function n(...) return select('#', ...) end
@@ -619,17 +623,8 @@ fn a_page_paused_between_a_call_and_its_results_goes_on_with_them() {
         end
         return a .. ' ' .. b";
     let path = pages.write("open.lua", src);
-    let mut step = pages.cgi.start(&path, &Default::default());
-    let mut pauses = 0;
-    let out = loop {
-        match step {
-            Step::Done(page) => break page,
-            Step::Paused(p) => {
-                pauses += 1;
-                step = pages.cgi.go_on(p);
-            }
-        }
-    };
+    let step = pages.cgi.start(&path, &Default::default());
+    let (out, pauses) = pages.run_slices(step);
     let body = String::from_utf8(out.expect("the page ends").body.to_vec()).unwrap();
     assert_eq!(body, "9000000 1125000750000", "after {pauses} pauses");
     assert!(pauses >= 20, "{pauses} pauses");
