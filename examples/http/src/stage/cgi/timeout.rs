@@ -373,9 +373,11 @@ mod count_hook {
                     && let Some(h) = ffi::lua_gethook(l)
                 {
                     ffi::lua_sethook(l, Some(h), ffi::lua_gethookmask(l), COUNT as _);
+                    // Only then: a signal that came meanwhile for the thread that
+                    // resumed `l` is that thread's hook's to undo.
+                    RAISED.set(false);
                 }
             }
-            RAISED.set(false);
         }
 
         /// `coroutine.resume` (as lcorolib's), with [`RUNNING`] set to the resumed
