@@ -5,7 +5,8 @@
 //!   [`io::ErrorKind::WouldBlock`] when the socket buffer is full, and the caller waits
 //!   for writability (see [`crate::conn::Conn::send_file`]);
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
-//! * [`peer_gone`]: whether the client closed its connection, without reading from it.
+//! * [`peer_gone`] and [`bytes_waiting`]: whether the client closed its connection, or
+//!   sent bytes not read yet, without reading from it.
 
 use std::ffi::CStr;
 use std::io;

@@ -85,12 +85,8 @@ mod count_hook {
     /// thread (`page`), past the slice, a yield too: the page is paused, not stopped.
     fn hook(d: Shared, page: bool) -> Hook {
         Box::new(move |lua, debug| {
-            if alarm::raised() {
-                // Called at once by the alarm's count of 1: back to every 10,000.
-                let _ = lua
-                    .current_thread()
-                    .set_hook(TRIGGERS, hook(d.clone(), page));
-            }
+            // Called at once by the alarm's count of 1: back to every `COUNT`.
+            alarm::settle_running(lua);
             let now = Instant::now();
             let (past, late) = match d.lock().as_deref_mut() {
                 Ok(Some(dl)) => {
@@ -294,15 +290,19 @@ mod count_hook {
             /// The innermost coroutine of the page's resumed on this thread (by
             /// [`co_resume`]), null while the page's own thread runs.
             static RUNNING: Cell<*mut ffi::lua_State> = const { Cell::new(ptr::null_mut()) };
-            /// The signal set the page thread's count to 1 (the hook puts it back).
+            /// The signal set a thread's count to 1 ([`settle`] puts it back).
             static RAISED: Cell<bool> = const { Cell::new(false) };
             /// This thread's timer, made on its first page.
             static TIMER: RefCell<Option<Option<Timer>>> = const { RefCell::new(None) };
         }
 
-        /// `true` once if the signal set the count to 1 since the last call.
-        pub(super) fn raised() -> bool {
-            RAISED.replace(false)
+        /// [`settle`] for the thread whose hook is running (called from the hook).
+        pub(super) fn settle_running(lua: &Lua) {
+            if RAISED.get() {
+                // SAFETY: the thread is alive and on this thread, in its own hook,
+                // where `lua_sethook` is ordinary API use.
+                unsafe { settle(lua.current_thread().state()) };
+            }
         }
 
         /// The signal (a real-time one no other part of the server uses), or `None`
@@ -354,15 +354,16 @@ mod count_hook {
             }
         }
 
-        /// Puts `l`'s count back to [`COUNT`] if the signal set it to 1 and no hook ran
-        /// since (the thread stopped running first: the hook yielded just before the
-        /// signal; review finding, that slice's successor ran the hook at every
-        /// instruction).
+        /// Puts `l`'s count back to [`COUNT`] if the signal set it to 1: from the hook
+        /// that count called, or when the thread stopped running first (the hook had
+        /// yielded just before the signal; review finding, that slice's successor ran
+        /// the hook at every instruction).
         ///
         /// # Safety
         ///
-        /// `l` is a live thread of the page's, not running, and this thread's timer is
-        /// stopped or `l` is not the one its signal aims at.
+        /// `l` is a live thread of the page's, either in its own hook on this thread or
+        /// not running, and this thread's timer is stopped or `l` is not the one its
+        /// signal aims at (or it is in its hook, which the signal only re-arms).
         unsafe fn settle(l: *mut ffi::lua_State) {
             if !RAISED.get() {
                 return;
