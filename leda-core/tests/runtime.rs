@@ -1427,15 +1427,7 @@ fn niced_stages_go_on_beside_a_stream_of_hand_offs() {
     })
     .autostart(());
     g.connect(&ping, "again", &ping);
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(30)),
-        )
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g, 2);
     let c: Vec<usize> = counts.iter().map(|c| c.load(SeqCst)).collect();
     // A fair share is ~300 slices each (one worker's second, 200 µs a slice, 8 stages);
     // a starved stage has 1.
@@ -1470,15 +1462,7 @@ fn a_nice_inside_a_cohort_run_does_not_wait_for_the_caller() {
     });
     let mut g = Graph::new("g");
     g.connect(&src, "call", &callee).cohort();
-    let r = g
-        .run(
-            Run::default()
-                .threads(2)
-                .until_idle()
-                .timeout(Duration::from_secs(20)),
-        )
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g, 2);
     let w = waited.lock().unwrap().expect("the callee went on");
     assert!(
         w < Duration::from_millis(300),
@@ -1521,15 +1505,7 @@ fn a_niced_stage_goes_on_beside_a_yielding_stage_on_one_worker() {
     let mut g = Graph::new("g");
     g.connect(&ping, "again", &ping);
     g.add(&niced);
-    let r = g
-        .run(
-            Run::default()
-                .threads(1)
-                .until_idle()
-                .timeout(Duration::from_secs(20)),
-        )
-        .unwrap();
-    assert_eq!(r.reason, EndReason::Idle);
+    run_idle(&g, 1);
     let t = took.lock().unwrap().expect("the niced stage ended");
     assert!(
         t < Duration::from_secs(1),
