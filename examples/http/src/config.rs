@@ -48,8 +48,11 @@ pub struct Config {
     pub max_open_files: usize,
     /// Longest a CGI script may run before it is stopped with `500`.
     pub cgi_timeout: Duration,
-    /// Most memory one CGI Lua state may use.
+    /// Most memory one CGI Lua state may use (the pages it runs at once together).
     pub cgi_memory: usize,
+    /// Lua states that run `.lua` pages (0: one per worker thread). Each runs any
+    /// number of pages, one time slice at a time, and holds up to `cgi_memory`.
+    pub cgi_states: usize,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             max_open_files: 1000,
             cgi_timeout: Duration::from_secs(10),
             cgi_memory: 256 * 1024 * 1024,
+            cgi_states: 0,
         }
     }
 }
@@ -96,6 +100,7 @@ impl Config {
         size("cache_max_file", &mut c.cache_max_file)?;
         size("max_open_files", &mut c.max_open_files)?;
         size("cgi_memory", &mut c.cgi_memory)?;
+        size("cgi_states", &mut c.cgi_states)?;
         if let Some(n) = attrs.get_as::<Option<u64>>("max_requests_per_connection")? {
             c.max_requests_per_connection = n;
         }
@@ -143,6 +148,7 @@ impl Config {
             ("cache_max_file", self.cache_max_file.into()),
             ("max_open_files", self.max_open_files.into()),
             ("cgi_memory", self.cgi_memory.into()),
+            ("cgi_states", self.cgi_states.into()),
             ("idle_timeout", self.idle_timeout.as_secs_f64().into()),
             ("header_timeout", self.header_timeout.as_secs_f64().into()),
             ("send_timeout", self.send_timeout.as_secs_f64().into()),

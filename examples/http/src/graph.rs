@@ -111,6 +111,11 @@ pub fn start(cfg: &Config, listener: TcpListener, threads: usize) -> Result<Serv
     }
     let cfg = Config {
         root,
+        cgi_states: if cfg.cgi_states == 0 {
+            threads.max(1)
+        } else {
+            cfg.cgi_states
+        },
         ..cfg.clone()
     };
     let server = build(&cfg);

@@ -49,10 +49,14 @@ struct Args {
     /// stopped with 500.
     #[arg(long, default_value_t = Config::default().cgi_timeout.as_secs_f64())]
     cgi_timeout: f64,
-    /// Most memory one page state (one per CGI instance) may use, in bytes; a page past
-    /// it gives 500 (0: no bound).
+    /// Most memory one Lua state of `.lua` pages may use, in bytes (the pages it runs at
+    /// once together); a page past it gives 500 (0: no bound).
     #[arg(long, default_value_t = Config::default().cgi_memory)]
     cgi_memory: usize,
+    /// Lua states that run `.lua` pages (default: one per worker thread); each runs
+    /// any number of pages in turn, 10 ms at a time.
+    #[arg(long)]
+    cgi_states: Option<usize>,
     /// Seconds a SIGTERM or SIGINT waits for open connections to end their response
     /// (no new ones are accepted meanwhile) before the server stops; a second signal
     /// stops it at once.
@@ -108,6 +112,7 @@ fn serve(args: Args, signals: std::io::Result<Signals>) -> anyhow::Result<()> {
         header_timeout: secs("header-timeout", args.header_timeout)?,
         cgi_timeout: secs("cgi-timeout", args.cgi_timeout)?,
         cgi_memory: args.cgi_memory,
+        cgi_states: args.cgi_states.unwrap_or(0),
         ..Config::default()
     };
     let listener =

@@ -1,5 +1,5 @@
-//! `cgi` (the thesis' *CGI Lua*): runs a `.lua` page under the root in the instance's
-//! own Lua state (thesis Listing B.1) and sends what it returns to `send_buffer`.
+//! `cgi` (the thesis' *CGI Lua*): runs a `.lua` page under the root in one of the
+//! stage's Lua states (thesis Listing B.1) and sends what it returns to `send_buffer`.
 //!
 //! A page is a Lua chunk that returns its body as a string, and optionally a content
 //! type (default `text/html; charset=utf-8`). It sees a global `request` table
@@ -24,6 +24,14 @@
 //! worker, so slow pages do not hold static files up for long; `cgi_timeout` bounds the
 //! slices together. LuaJIT pages cannot be paused and run to their end.
 //!
+//! Each request is an instance of the stage (one page in flight), and the stage's
+//! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
+//! running the fewest pages and stays there, and a state runs one slice at a time, its
+//! pages taking turns (a fair lock). So a cheap page waits for the slices of the pages
+//! already running on its state, never for their ends: before, a state ran one page to
+//! its end, and four clients looping on a one-second page held `hello.lua` at 2.4
+//! requests/s (0 beside sixteen). The pages of one state share its `cgi_memory`.
+//!
 //! # Lua 5.4 or LuaJIT
 //!
 //! The crate's `lua54` (default) and `luajit` features pick the Lua that runs pages
@@ -32,23 +40,24 @@
 //! `cgi_timeout`, see the `timeout` submodule). The stage behaves the same in both;
 //! pages see the libraries above and their Lua's own semantics (LuaJIT is Lua 5.1
 //! with extensions: numbers are doubles, no `//` operator, no `utf8`).
-//! A page is compiled once per instance and file version (mtime and length) and then
-//! only called, each time with a fresh environment (`_ENV` upvalue in 5.4, `setfenv`
-//! in LuaJIT); the collector runs with a larger pause (`GC_PAUSE`).
+//! A page is compiled once per state and file version (mtime and length) and then
+//! only called, each time with a fresh environment (in 5.4 its argument, which the
+//! chunk takes as its `_ENV`: see [`ENV_PREFIX`]; `setfenv` in LuaJIT, whose pages run
+//! one at a time); the collector runs with a larger pause (`GC_PAUSE`).
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use leda_core::prelude::*;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table};
 
-use super::{reply_event, take_conn};
+use super::{ASYNC_MAXPAR, reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::path::Root;
@@ -92,7 +101,7 @@ struct Compiled {
     func: Function,
 }
 
-/// The instance state: a Lua state and the pages compiled in it, by path.
+/// A Lua state and the pages compiled in it, by path.
 pub struct Cgi {
     /// Declared first: dropped (its thread joined) before the Lua.
     timeout: Timeout,
@@ -112,10 +121,8 @@ pub struct Cgi {
     /// `make_require(views)`: the `require` of a page, handing out `views` (its
     /// read-only views of the libraries, by name).
     make_require: Function,
-    /// Bytes of this instance's page bodies not yet sent ([`Cgi::admit`]).
+    /// Bytes of this state's page bodies not yet sent ([`Cgi::admit`]).
     unsent: Arc<AtomicUsize>,
-    /// A page of this instance is paused ([`PauseGuard`]).
-    paused: Arc<AtomicBool>,
 }
 
 /// A page body counted in its instance's `unsent` bytes until dropped (sent, or
@@ -383,7 +390,6 @@ impl Cgi {
             make_load,
             make_require,
             unsent: Arc::default(),
-            paused: Arc::default(),
         })
     }
 
@@ -401,37 +407,34 @@ impl Cgi {
 
     /// Starts the page at `script` (a canonical path under the root): it runs to its
     /// end, or (Lua 5.4) for a slice of [`SLICE`] of its `cgi_timeout`, after which
-    /// [`Cgi::go_on`] runs it further. The instance runs no other page meanwhile.
+    /// [`Cgi::go_on`] runs it further. Other pages may start and go on meanwhile.
     pub fn start(&mut self, script: &Path, req: &PageRequest) -> Step {
         let shown = script
             .strip_prefix(self.root.path())
             .unwrap_or(script)
             .display()
             .to_string();
-        if self.paused.load(Ordering::Relaxed) {
-            // Compiled pages are shared: this one's environment would be the paused
-            // one's (review finding: the paused page read this request's table).
-            return Step::Done(Err(format!(
-                "{shown}: a page of this instance is paused (go on with it, or drop it, first)"
-            )));
-        }
         let func = match self.compiled(script, &shown) {
             Ok(func) => func,
             Err(e) => return Step::Done(Err(first_line(&e, &shown))),
         };
-        if let Err(e) = self.prepare(&func, req) {
-            return Step::Done(Err(first_line(&e.to_string(), &shown)));
-        }
-        self.first_slice(func, shown)
+        let env = match self.prepare(req) {
+            Ok(env) => env,
+            Err(e) => return Step::Done(Err(first_line(&e.to_string(), &shown))),
+        };
+        self.first_slice(func, env, shown)
     }
 
     /// Runs a paused page for its next slice.
-    pub fn go_on(&mut self, p: Paused) -> Step {
+    pub fn go_on(&mut self, mut p: Paused) -> Step {
         let start = Instant::now();
         let at = start + p.left;
         self.timeout.arm(at, Some(start + SLICE));
         self.patterns.arm(at);
-        let out = self.timeout.resume(&self.lua, &p.th, SLICE.min(p.left));
+        let env = p.env.take();
+        let out = self
+            .timeout
+            .resume(&self.lua, &p.th, env, SLICE.min(p.left));
         let timeout::Ended { sliced, expired } = self.timeout.disarm();
         self.patterns.disarm();
         let resumable = p.th.status() == mlua::ThreadStatus::Resumable;
@@ -508,8 +511,10 @@ impl Cgi {
         {
             return Ok(c.func.clone());
         }
-        let mut src = Vec::with_capacity(meta.len() as usize);
+        let mut src = Vec::with_capacity(ENV_PREFIX.len() + meta.len() as usize);
+        src.extend_from_slice(ENV_PREFIX);
         file.read_to_end(&mut src).map_err(|e| e.to_string())?;
+        let len = (src.len() - ENV_PREFIX.len()) as u64;
         let func = self
             .lua
             .load(&src[..])
@@ -521,15 +526,15 @@ impl Cgi {
             script.to_path_buf(),
             Compiled {
                 mtime,
-                len: src.len() as u64,
+                len,
                 func: func.clone(),
             },
         );
         Ok(func)
     }
 
-    /// Gives `func` a fresh environment for the request `req`.
-    fn prepare(&self, func: &Function, req: &PageRequest) -> mlua::Result<()> {
+    /// A fresh environment for a page serving the request `req`.
+    fn prepare(&self, req: &PageRequest) -> mlua::Result<Table> {
         let lua = &self.lua;
         let env = lua.create_table()?;
         env.set_metatable(Some(self.env_meta.clone()))?;
@@ -556,10 +561,20 @@ impl Cgi {
         #[cfg(feature = "luajit")]
         env.set("loadstring", load.clone())?;
         env.set("load", load)?;
-        func.set_environment(env)?;
-        Ok(())
+        Ok(env)
     }
 }
+
+/// What a page's text is compiled after, on the same line (Lua 5.4): the chunk takes
+/// its environment as its argument, so that pages paused on one state, running the
+/// same compiled chunk, each have their own. (Setting the chunk's `_ENV` upvalue, as
+/// before, gave every page running it the last one set.) No text after it can end the
+/// local's scope, which is the whole chunk; a page's `...` holds its environment.
+#[cfg(not(feature = "luajit"))]
+const ENV_PREFIX: &[u8] = b"local _ENV = ...; ";
+/// LuaJIT pages run one at a time, each with `setfenv` on the compiled chunk.
+#[cfg(feature = "luajit")]
+const ENV_PREFIX: &[u8] = b"";
 
 /// The page a page's return values make: its body, and its content type or the default.
 fn page_of(out: MultiValue, shown: &str) -> mlua::Result<Page> {
@@ -590,11 +605,11 @@ fn page_of(out: MultiValue, shown: &str) -> mlua::Result<Page> {
 }
 
 impl Cgi {
-    /// Runs the page in a coroutine of its own for its first slice: past
+    /// Runs the page in a coroutine of its own for its first slice, with `env`: past
     /// `cgi_timeout` the count hook yields it, which no `pcall` in the page can catch,
     /// and it is dropped; past the slice the hook yields it too, and it is paused.
     #[cfg(not(feature = "luajit"))]
-    fn first_slice(&mut self, func: Function, shown: String) -> Step {
+    fn first_slice(&mut self, func: Function, env: Table, shown: String) -> Step {
         let th = match self.lua.create_thread(func) {
             Ok(th) => th,
             Err(e) => return Step::Done(self.end(Err(e), &shown)),
@@ -603,13 +618,11 @@ impl Cgi {
             return Step::Done(self.end(Err(e), &shown));
         }
         let left = self.cfg.cgi_timeout;
-        self.paused.store(true, Ordering::Relaxed);
-        let _guard = PauseGuard(self.paused.clone());
         self.go_on(Paused {
             th,
+            env: Some(env),
             shown,
             left,
-            _guard,
         })
     }
 
@@ -620,7 +633,10 @@ impl Cgi {
     /// may catch with `pcall`, and go on). No hook may yield a LuaJIT page, so it is
     /// never paused.
     #[cfg(feature = "luajit")]
-    fn first_slice(&mut self, func: Function, shown: String) -> Step {
+    fn first_slice(&mut self, func: Function, env: Table, shown: String) -> Step {
+        if let Err(e) = func.set_environment(env) {
+            return Step::Done(self.end(Err(e), &shown));
+        }
         let at = Instant::now() + self.cfg.cgi_timeout;
         self.timeout.arm(at, None);
         self.patterns.arm(at);
@@ -645,24 +661,15 @@ pub enum Step {
     Paused(Paused),
 }
 
-/// A page paused at the end of a slice (Lua 5.4; LuaJIT pages run to their end). Its
-/// instance runs no other page before it ends.
+/// A page paused at the end of a slice (Lua 5.4; LuaJIT pages run to their end), to
+/// go on in the state that started it.
 pub struct Paused {
     th: mlua::Thread,
+    /// The page's environment, until its first resume passes it.
+    env: Option<Table>,
     shown: String,
     /// What is left of its `cgi_timeout`.
     left: Duration,
-    _guard: PauseGuard,
-}
-
-/// Held while a page of the instance is started and not ended (moved from one
-/// [`Paused`] to the next): the instance starts no other page meanwhile.
-struct PauseGuard(Arc<AtomicBool>);
-
-impl Drop for PauseGuard {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
-    }
 }
 
 /// The most of a page's `print` line that reaches the log, in bytes.
@@ -858,25 +865,128 @@ fn respond(
     }
 }
 
-/// The instance's [`Cgi`], shared with the wait that runs a paused page's later
-/// slices (the instance handles no other event meanwhile, so it is never contended).
-type Shared = Arc<Mutex<Cgi>>;
+/// The stage's Lua states, shared by its instances (each has one page in flight). A
+/// state is made when a page first needs it, and runs one page's slice at a time.
+pub struct States {
+    cfg: Config,
+    slots: Box<[Slot]>,
+}
 
-fn lock(cgi: &Shared) -> MutexGuard<'_, Cgi> {
-    cgi.lock().unwrap_or_else(|e| e.into_inner())
+struct Slot {
+    /// The state, locked for a slice. Tokio's lock is fair (first come, first served,
+    /// and `try_lock` fails while pages wait), so the pages of a state take turns.
+    cgi: tokio::sync::Mutex<Option<Cgi>>,
+    /// Pages started on this state and not ended.
+    pages: AtomicUsize,
+}
+
+impl States {
+    /// `cfg.cgi_states` states (0: one per CPU), none made yet.
+    pub fn new(cfg: Config) -> States {
+        let n = match cfg.cgi_states {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let slots = (0..n)
+            .map(|_| Slot {
+                cgi: tokio::sync::Mutex::new(None),
+                pages: AtomicUsize::new(0),
+            })
+            .collect();
+        States { cfg, slots }
+    }
+
+    /// The state a new page goes to: the one running the fewest pages, a free one
+    /// first among those.
+    fn pick(self: &Arc<Self>) -> OnState {
+        let i = (0..self.slots.len())
+            .min_by_key(|&i| {
+                let s = &self.slots[i];
+                (s.pages.load(Ordering::Relaxed), s.cgi.try_lock().is_err())
+            })
+            .unwrap_or(0);
+        self.slots[i].pages.fetch_add(1, Ordering::Relaxed);
+        OnState {
+            states: self.clone(),
+            i,
+        }
+    }
+}
+
+/// A page's place on its state, counted in [`Slot::pages`] until the page ends or is
+/// dropped.
+struct OnState {
+    states: Arc<States>,
+    i: usize,
+}
+
+impl OnState {
+    fn lock(&self) -> &tokio::sync::Mutex<Option<Cgi>> {
+        &self.states.slots[self.i].cgi
+    }
+
+    /// Runs `turn` on the state (locked: `cgi`, made here if it is not yet): the
+    /// response, or the page to go on with.
+    fn play(&self, cgi: &mut Option<Cgi>, turn: Turn, script: &str, keep_alive: bool) -> Next {
+        let cgi = match cgi {
+            Some(cgi) => cgi,
+            None => match Cgi::new(self.states.cfg.clone()) {
+                Ok(made) => cgi.insert(made),
+                Err(e) => {
+                    tracing::error!(target: "leda_http::cgi", "{script}: no Lua state: {e}");
+                    return Next::Reply(response::error(&HttpError::Internal, keep_alive));
+                }
+            },
+        };
+        let step = match turn {
+            Turn::Start(req) => cgi.start(Path::new(script), &req),
+            Turn::GoOn(p) => cgi.go_on(p),
+        };
+        match step {
+            Step::Done(page) => Next::Reply(respond(cgi, page, script, keep_alive)),
+            Step::Paused(p) => Next::Turn(Turn::GoOn(p)),
+        }
+    }
+}
+
+impl Drop for OnState {
+    fn drop(&mut self) {
+        self.states.slots[self.i]
+            .pages
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A page's next slice.
+enum Turn {
+    Start(PageRequest),
+    GoOn(Paused),
+}
+
+/// What a slice left to do.
+enum Next {
+    /// Send this head and body.
+    Reply((Bytes, Bytes)),
+    Turn(Turn),
 }
 
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,
 /// headers)` + conn. Output: `reply` (a `send_buffer` event).
 ///
-/// A page that ends within its first slice is answered from the handler call; one
-/// that is paused ([`Step::Paused`]) goes on in the instance's wait, one slice per
-/// turn, after a yield of its worker (`nice`).
+/// Each event gets an instance of its own (up to [`ASYNC_MAXPAR`]) and its page a
+/// state of the stage's [`States`]. When that state is free the first slice runs in
+/// the handler call; otherwise, and for a page that is paused ([`Step::Paused`]), the
+/// instance's wait takes the state's lock for each slice, after a yield of its worker
+/// (`nice`) between two.
 pub fn stage() -> Stage {
+    let states: Arc<OnceLock<Arc<States>>> = Arc::default();
     Stage::stateful(
         "cgi",
-        |attrs: &Attrs| Ok(Arc::new(Mutex::new(Cgi::new(Config::from_attrs(attrs)?)?))),
-        |cgi: &mut Shared, mut ev: Event, ctx: &mut Ctx| {
+        move |attrs: &Attrs| {
+            let cfg = Config::from_attrs(attrs)?;
+            Ok(states.get_or_init(|| Arc::new(States::new(cfg))).clone())
+        },
+        |states: &mut Arc<States>, mut ev: Event, ctx: &mut Ctx| {
             let conn = take_conn(&mut ev, "cgi")?;
             let script: String = ev.get(0)?;
             let keep_alive: bool = ev.get(1)?;
@@ -891,34 +1001,40 @@ pub fn stage() -> Stage {
                     .into_iter()
                     .collect(),
             };
-            let step = lock(cgi).start(Path::new(&script), &req);
+            let on = states.pick();
+            let mut next = Next::Turn(Turn::Start(req));
+            if let Ok(mut cgi) = on.lock().try_lock()
+                && let Next::Turn(turn) = next
+            {
+                next = on.play(&mut cgi, turn, &script, keep_alive);
+            }
             let mut out = ctx.clone();
-            let cgi = cgi.clone();
             // Let send_buffer write this page before the next one is computed: with
             // every worker busy on pages, responses would otherwise wait for the whole
             // backlog (`nice` re-queues this instance behind the other ready work).
             ctx.wait(async move {
-                let mut step = step;
-                let page = loop {
-                    match step {
-                        Step::Done(page) => break page,
-                        Step::Paused(p) => {
-                            out.nice().await;
-                            // A client that left gets no page: its slices stop here
-                            // (review finding: four clients that left after 0.3 s cost
-                            // 6.8 s of CPU). The connection closes with `conn`.
-                            if crate::sys::peer_gone(conn.stream.as_fd()) {
-                                tracing::info!(
-                                    target: "leda_http::cgi",
-                                    "{script}: the client left; the page is dropped"
-                                );
-                                return Ok(());
-                            }
-                            step = lock(&cgi).go_on(p);
-                        }
+                let (head, body) = loop {
+                    let turn = match next {
+                        Next::Reply(reply) => break reply,
+                        Next::Turn(turn) => turn,
+                    };
+                    if let Turn::GoOn(_) = turn {
+                        out.nice().await;
                     }
+                    let mut cgi = on.lock().lock().await;
+                    // A client that left gets no page: its slices stop here (review
+                    // finding: four clients that left after 0.3 s cost 6.8 s of CPU).
+                    // The connection closes with `conn`.
+                    if crate::sys::peer_gone(conn.stream.as_fd()) {
+                        tracing::info!(
+                            target: "leda_http::cgi",
+                            "{script}: the client left; the page is dropped"
+                        );
+                        return Ok(());
+                    }
+                    next = on.play(&mut cgi, turn, &script, keep_alive);
                 };
-                let (head, body) = respond(&lock(&cgi), page, &script, keep_alive);
+                drop(on);
                 let ev = reply_event(conn, head, body, keep_alive, head_only);
                 out.send_wait("reply", ev).await?;
                 out.nice().await;
@@ -927,6 +1043,7 @@ pub fn stage() -> Stage {
             Ok(())
         },
     )
+    .maxpar(ASYNC_MAXPAR)
 }
 
 #[cfg(test)]

@@ -205,22 +205,23 @@ mod count_hook {
             }
         }
 
-        /// Resumes `th`, a page's own thread ([`Timeout::on_thread`]), with this
-        /// thread's alarm set to look at the deadlines after `due` (the end of the
-        /// slice, or of the page's time if sooner) and every slice after, whatever
-        /// instructions the page runs.
+        /// Resumes `th`, a page's own thread ([`Timeout::on_thread`]), with `arg` (its
+        /// first resume) or nothing, with this thread's alarm set to look at the
+        /// deadlines after `due` (the end of the slice, or of the page's time if
+        /// sooner) and every slice after, whatever instructions the page runs.
         pub(in crate::stage::cgi) fn resume(
             &self,
             lua: &Lua,
             th: &mlua::Thread,
+            arg: Option<mlua::Table>,
             due: Duration,
         ) -> mlua::Result<mlua::MultiValue> {
             let _alarm = alarm::Alarm::set(th.state(), due);
-            resume_raw(lua, th)
+            resume_raw(lua, th, arg)
         }
     }
 
-    /// Resumes `th` with no arguments; its results, or its error. Not mlua's
+    /// Resumes `th` with `arg` or nothing; its results, or its error. Not mlua's
     /// `Thread::resume`: after a yield it empties the thread's stack (and takes what it
     /// holds for arguments), and a thread the hook yielded is stopped inside a Lua
     /// function, whose stack above its registers holds what the next instruction may
@@ -228,16 +229,28 @@ mod count_hook {
     /// A page paused there went on with those values lost (a loop of `{g(i)}` failed
     /// in two runs of three with the count hook alone; "runtime error: 0" from the
     /// sandbox's `coroutine.wrap` once the alarm paused pages right after a resume).
-    fn resume_raw(lua: &Lua, th: &mlua::Thread) -> mlua::Result<mlua::MultiValue> {
+    fn resume_raw(
+        lua: &Lua,
+        th: &mlua::Thread,
+        arg: Option<mlua::Table>,
+    ) -> mlua::Result<mlua::MultiValue> {
         use mlua::ffi;
         let l = th.state();
+        let nargs = std::ffi::c_int::from(arg.is_some());
+        // (Not the `Option` itself: `None` would push a nil.)
+        let args: mlua::MultiValue = arg.into_iter().map(mlua::Value::Table).collect();
         // SAFETY: `l` is a thread of `lua`, not running (mlua's lock is held by
-        // `exec_raw`); what it returns or raises is moved onto `state`'s stack, and
-        // nothing with a destructor lives in this frame when `lua_error` unwinds it.
+        // `exec_raw`); the argument `exec_raw` pushed is moved onto it, what it returns
+        // or raises is moved onto `state`'s stack, and nothing with a destructor lives
+        // in this frame when `lua_error` unwinds it.
         unsafe {
-            lua.exec_raw::<mlua::MultiValue>((), |state| {
+            lua.exec_raw::<mlua::MultiValue>(args, |state| {
                 let mut n: std::ffi::c_int = 0;
-                match ffi::lua_resume(l, state, 0, &mut n) {
+                if ffi::lua_checkstack(l, nargs) == 0 {
+                    ffi::luaL_error(state, c"no room for a page's argument".as_ptr());
+                }
+                ffi::lua_xmove(state, l, nargs);
+                match ffi::lua_resume(l, state, nargs, &mut n) {
                     ffi::LUA_OK | ffi::LUA_YIELD => {
                         if ffi::lua_checkstack(state, n) == 0 {
                             ffi::luaL_error(state, c"a page returned too many values".as_ptr());
@@ -638,9 +651,10 @@ mod watchdog {
             &self,
             _lua: &Lua,
             th: &mlua::Thread,
+            arg: Option<mlua::Table>,
             _due: std::time::Duration,
         ) -> mlua::Result<mlua::MultiValue> {
-            th.resume(())
+            th.resume(arg)
         }
 
         /// No deadline until the next [`Timeout::arm`]; removes the hook if it was set.
