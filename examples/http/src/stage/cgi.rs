@@ -27,10 +27,12 @@
 //! Each request is an instance of the stage (one page in flight), and the stage's
 //! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
 //! running the fewest pages and stays there, and a state runs one slice at a time, its
-//! pages taking turns (a fair lock). So a cheap page waits for the slices of the pages
-//! already running on its state, never for their ends: before, a state ran one page to
-//! its end, and four clients looping on a one-second page held `hello.lua` at 2.4
-//! requests/s (0 beside sixteen). The pages of one state share its `cgi_memory`.
+//! pages taking turns (the `turns` submodule): young pages in the order their requests
+//! came, pages that have run long behind the others ([`FRESH`]). So a cheap page waits
+//! for a slice or so of the long pages on its state, never for their ends: before, a
+//! state ran one page to its end, and four clients looping on a one-second page held
+//! `hello.lua` at 2.4 requests/s (0 beside sixteen). The pages of one state share its
+//! `cgi_memory`: one page that takes most of it makes the others' allocations fail.
 //!
 //! # Lua 5.4 or LuaJIT
 //!
@@ -950,10 +952,7 @@ impl States {
         let i = (0..self.slots.len())
             .min_by_key(|&i| {
                 let s = &self.slots[i];
-                (
-                    s.pages.load(Ordering::Relaxed),
-                    s.turns.try_take().is_none(),
-                )
+                (s.pages.load(Ordering::Relaxed), !s.turns.is_free())
             })
             .unwrap_or(0);
         self.slots[i].pages.fetch_add(1, Ordering::Relaxed);
@@ -1069,7 +1068,7 @@ pub fn stage() -> Stage {
             let on = states.pick();
             let came = Instant::now();
             let turns = &on.slot().turns;
-            let mut next = match turns.try_take() {
+            let mut next = match turns.try_take(came) {
                 Some(turn) => on.play(turn, Slice::Start(req), came, &script, keep_alive),
                 None => Next::Start(req, turns.take(came)),
             };

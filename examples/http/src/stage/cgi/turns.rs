@@ -1,9 +1,13 @@
 //! Turns on a Lua state: an async lock whose waiters go in the order of a key each
-//! brings (earliest first), not in the order they came. The `cgi` stage keys a page's
-//! turn by its start while the page is young, so pages of about the same cost end in
-//! the order they came (first come, first served, as before pages shared states), and
-//! by the time it asks once it has run long, so long pages take turns behind the
-//! pages that were already waiting (see `States`).
+//! brings (earliest first), not in the order they came. The `cgi` stage keys a young
+//! page's turns by when its request came, so pages of about the same cost end in the
+//! order they came, and a long page's by a time ahead, so cheap pages go first (see
+//! `FRESH`).
+//!
+//! A turn handed to a waiter is only its own once that waiter runs and takes it: a
+//! waiter that has not been polled yet (a paused page waiting behind the sockets for
+//! its worker) would hold the state idle meanwhile, so a page with an earlier key that
+//! asks first takes the turn instead, and the other keeps its place.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,16 +27,39 @@ pub(super) struct Turns {
 
 #[derive(Default)]
 struct Queue {
-    /// A turn is held (or granted to a waiter that has not taken it yet).
-    held: bool,
-    waiting: BTreeMap<Place, Waiter>,
+    /// A holder has the turn.
+    taken: bool,
+    /// The waiter the turn was handed to, which has not taken it yet.
+    granted: Option<Place>,
+    waiting: BTreeMap<Place, Waker>,
     seq: u64,
 }
 
-struct Waiter {
-    waker: Waker,
-    /// The turn was handed to this waiter: its next poll takes it.
-    granted: bool,
+impl Queue {
+    fn place(&mut self, key: Instant) -> Place {
+        self.seq += 1;
+        (key, self.seq)
+    }
+
+    /// Takes the turn for `place` if it is free, or handed to a waiter with a later
+    /// place that has not taken it (that one keeps its place among the waiters).
+    fn claim(&mut self, place: Place) -> bool {
+        if self.taken || self.granted.is_some_and(|g| g <= place) {
+            return false;
+        }
+        self.granted = None;
+        self.taken = true;
+        true
+    }
+
+    /// Gives the turn up: it goes to the first waiter, or is free.
+    fn pass(&mut self) {
+        self.taken = false;
+        self.granted = self.waiting.first_key_value().map(|(&place, waker)| {
+            waker.wake_by_ref();
+            place
+        });
+    }
 }
 
 /// A turn: the resource is this holder's until it is dropped (or given up for a
@@ -50,21 +77,14 @@ impl Drop for Turn {
 impl Turn {
     /// Asks for another turn at `key` and gives this one up, in one step: this one
     /// goes to the waiter with the earliest key, which may be the one asking (its
-    /// future is then ready as soon as it is polled). Asked for after the turn was
-    /// given up, a holder whose key is the earliest would be passed by pages that
-    /// came later and found the resource free meanwhile.
+    /// future then takes it when polled, unless an earlier key asked meanwhile).
+    /// Asked for after the turn was given up, a holder whose key is the earliest would
+    /// be passed by every page that found the resource free in between.
     pub(super) fn again(mut self, key: Instant) -> Take {
         let turns = self.0.take().expect("a turn is held until dropped");
         let mut q = turns.lock();
-        q.seq += 1;
-        let place = (key, q.seq);
-        q.waiting.insert(
-            place,
-            Waiter {
-                waker: Waker::noop().clone(),
-                granted: false,
-            },
-        );
+        let place = q.place(key);
+        q.waiting.insert(place, Waker::noop().clone());
         q.pass();
         drop(q);
         Take {
@@ -75,32 +95,22 @@ impl Turn {
     }
 }
 
-impl Queue {
-    /// Hands the turn to the first waiter, or frees it.
-    fn pass(&mut self) {
-        match self.waiting.values_mut().next() {
-            Some(w) => {
-                w.granted = true;
-                w.waker.wake_by_ref();
-            }
-            None => self.held = false,
-        }
-    }
-}
-
 impl Turns {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The turn, if it is free (then nobody waits for it).
-    pub(super) fn try_take(self: &Arc<Self>) -> Option<Turn> {
+    /// Nobody has the turn, nor was handed it.
+    pub(super) fn is_free(&self) -> bool {
+        let q = self.lock();
+        !q.taken && q.granted.is_none()
+    }
+
+    /// The turn now, for `key`, if it is free or only handed to a later key.
+    pub(super) fn try_take(self: &Arc<Self>, key: Instant) -> Option<Turn> {
         let mut q = self.lock();
-        if q.held {
-            return None;
-        }
-        q.held = true;
-        Some(Turn(Some(self.clone())))
+        let place = q.place(key);
+        q.claim(place).then(|| Turn(Some(self.clone())))
     }
 
     /// The turn, once every waiter with an earlier `key` (or the same key, come
@@ -128,36 +138,28 @@ impl Future for Take {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Turn> {
         let turns = self.turns.clone();
         let mut q = turns.lock();
-        match self.place {
-            None if !q.held => {
-                q.held = true;
-                return Poll::Ready(Turn(Some(turns.clone())));
-            }
+        let place = match self.place {
+            Some(place) => place,
             None => {
-                q.seq += 1;
-                let place = (self.key, q.seq);
-                q.waiting.insert(
-                    place,
-                    Waiter {
-                        waker: cx.waker().clone(),
-                        granted: false,
-                    },
-                );
-                self.place = Some(place);
-            }
-            Some(place) => {
-                let w = q
-                    .waiting
-                    .get_mut(&place)
-                    .expect("a waiting turn stays queued until it is taken or dropped");
-                if w.granted {
-                    q.waiting.remove(&place);
-                    // Taken: its drop has nothing to give back.
-                    self.place = None;
+                let place = q.place(self.key);
+                if q.claim(place) {
                     return Poll::Ready(Turn(Some(turns.clone())));
                 }
-                w.waker.clone_from(cx.waker());
+                q.waiting.insert(place, cx.waker().clone());
+                self.place = Some(place);
+                return Poll::Pending;
             }
+        };
+        if q.granted == Some(place) || q.claim(place) {
+            q.waiting.remove(&place);
+            q.granted = None;
+            q.taken = true;
+            // Taken: its drop has nothing to give back.
+            self.place = None;
+            return Poll::Ready(Turn(Some(turns.clone())));
+        }
+        if let Some(w) = q.waiting.get_mut(&place) {
+            w.clone_from(cx.waker());
         }
         Poll::Pending
     }
@@ -169,7 +171,8 @@ impl Drop for Take {
     fn drop(&mut self) {
         if let Some(place) = self.place {
             let mut q = self.turns.lock();
-            if q.waiting.remove(&place).is_some_and(|w| w.granted) {
+            q.waiting.remove(&place);
+            if q.granted == Some(place) {
                 q.pass();
             }
         }
@@ -205,12 +208,13 @@ mod tests {
         let turns = Arc::new(Turns::default());
         let w = Arc::new(Count(AtomicUsize::new(0)));
         let t0 = Instant::now();
-        let held = turns.try_take().expect("free");
-        assert!(turns.try_take().is_none());
-        let mut late = Box::pin(turns.take(t0 + Duration::from_secs(2)));
-        let mut early = Box::pin(turns.take(t0 + Duration::from_secs(1)));
+        let s = |n| t0 + Duration::from_secs(n);
+        let held = turns.try_take(t0).expect("free");
+        assert!(turns.try_take(t0).is_none() && !turns.is_free());
+        let mut late = Box::pin(turns.take(s(2)));
+        let mut early = Box::pin(turns.take(s(1)));
         let mut gone = Box::pin(turns.take(t0));
-        let mut last = Box::pin(turns.take(t0 + Duration::from_secs(3)));
+        let mut last = Box::pin(turns.take(s(3)));
         for f in [&mut late, &mut early, &mut gone, &mut last] {
             assert!(poll(f, &w).is_none());
         }
@@ -219,33 +223,64 @@ mod tests {
         assert_eq!(w.0.load(Ordering::Relaxed), 1);
         assert!(poll(&mut late, &w).is_none(), "a later key went first");
         let turn = poll(&mut early, &w).expect("the earliest key's turn");
-        assert!(turns.try_take().is_none(), "taken while others wait");
+        assert!(turns.try_take(t0).is_none(), "taken while others wait");
         drop(turn);
         // Handed to `late`, which goes away without taking it: `last` has it.
         drop(late);
         let turn = poll(&mut last, &w).expect("passed on");
         drop(turn);
-        assert!(turns.try_take().is_some(), "free once nobody waits");
+        assert!(turns.is_free(), "free once nobody waits");
+        assert!(turns.try_take(s(9)).is_some());
     }
 
-    /// A holder asking again keeps the turn when its key is the earliest (pages that
-    /// come meanwhile wait), and gives it to an earlier waiter otherwise.
+    /// A holder asking again keeps the turn when its key is the earliest (later keys
+    /// wait), and gives it to an earlier waiter otherwise.
     #[test]
     fn asking_again_keeps_or_passes_the_turn_by_key() {
         let turns = Arc::new(Turns::default());
         let w = Arc::new(Count(AtomicUsize::new(0)));
         let t0 = Instant::now();
-        let held = turns.try_take().expect("free");
-        let mut later = Box::pin(turns.take(t0 + Duration::from_secs(1)));
+        let s = |n| t0 + Duration::from_secs(n);
+        let held = turns.try_take(t0).expect("free");
+        let mut later = Box::pin(turns.take(s(1)));
         assert!(poll(&mut later, &w).is_none());
         let mut again = Box::pin(held.again(t0));
-        assert!(turns.try_take().is_none(), "kept for the one asking again");
+        assert!(turns.try_take(s(1)).is_none(), "kept for the earliest key");
         let held = poll(&mut again, &w).expect("the earliest key keeps its turn");
         assert!(poll(&mut later, &w).is_none());
-        let mut again = Box::pin(held.again(t0 + Duration::from_secs(2)));
+        let mut again = Box::pin(held.again(s(2)));
         let turn = poll(&mut later, &w).expect("an earlier waiter goes first");
         assert!(poll(&mut again, &w).is_none());
         drop(turn);
         assert!(poll(&mut again, &w).is_some());
+    }
+
+    /// A turn handed to a waiter that has not taken it goes to an earlier key that
+    /// asks first; the waiter keeps its place and has the turn after it.
+    #[test]
+    fn a_turn_not_yet_taken_goes_to_an_earlier_key_asking() {
+        let turns = Arc::new(Turns::default());
+        let w = Arc::new(Count(AtomicUsize::new(0)));
+        let t0 = Instant::now();
+        let s = |n| t0 + Duration::from_secs(n);
+        let held = turns.try_take(t0).expect("free");
+        // Kept for itself at a late key, not polled yet (a paused page yielding).
+        let mut slow = Box::pin(held.again(s(5)));
+        let cheap = turns
+            .try_take(s(1))
+            .expect("an earlier key takes a turn not yet taken");
+        assert!(poll(&mut slow, &w).is_none(), "taken by the earlier key");
+        let mut later = Box::pin(turns.take(s(6)));
+        assert!(poll(&mut later, &w).is_none());
+        assert!(turns.try_take(s(7)).is_none(), "a later key does not");
+        drop(cheap);
+        let mut queued = Box::pin(turns.take(s(4)));
+        let turn = poll(&mut queued, &w).expect("handed to `slow`, taken by an earlier key");
+        assert!(poll(&mut slow, &w).is_none());
+        drop(turn);
+        assert!(poll(&mut later, &w).is_none(), "`slow` keeps its place");
+        let turn = poll(&mut slow, &w).expect("its turn");
+        drop(turn);
+        assert!(poll(&mut later, &w).is_some());
     }
 }
