@@ -8,7 +8,7 @@
 //! | `handle_request` | async               | conn                           | `static`, `dynamic`, `reply`, `close`|
 //! | `cache`          | sync, serial (LRU)  | `get` + conn, `put`, `open`    | `hit`, `file`, `miss`                |
 //! | `send_file`      | async (sendfile)    | file hit or miss + conn        | `insert`, `next`, `close`            |
-//! | `cgi`            | sync, Lua state     | script + conn                  | `reply`                              |
+//! | `cgi`            | sync, shared states | script + conn                  | `reply`                              |
 //! | `send_buffer`    | async               | head, body + conn              | `next`, `close`                      |
 //! | `close`          | async               | conn                           | none                                 |
 

@@ -124,7 +124,8 @@ impl Turns {
     }
 }
 
-/// The future of [`Turns::take`] and [`Turn::again`].
+/// A place among the waiters for a turn ([`Turns::take`], [`Turn::again`]): the turn
+/// is taken with [`Take::try_now`], and [`Take::ready`] waits until it can be.
 pub(super) struct Take {
     turns: Arc<Turns>,
     key: Instant,
@@ -132,10 +133,10 @@ pub(super) struct Take {
     place: Option<Place>,
 }
 
-impl Future for Take {
-    type Output = Turn;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Turn> {
+impl Take {
+    /// The turn, if it is this waiter's now: handed to it, free, or handed to a
+    /// later key that has not taken it; otherwise it takes (or keeps) its place.
+    pub(super) fn try_now(&mut self) -> Option<Turn> {
         let turns = self.turns.clone();
         let mut q = turns.lock();
         let place = match self.place {
@@ -143,11 +144,11 @@ impl Future for Take {
             None => {
                 let place = q.place(self.key);
                 if q.claim(place) {
-                    return Poll::Ready(Turn(Some(turns.clone())));
+                    return Some(Turn(Some(turns.clone())));
                 }
-                q.waiting.insert(place, cx.waker().clone());
+                q.waiting.insert(place, Waker::noop().clone());
                 self.place = Some(place);
-                return Poll::Pending;
+                return None;
             }
         };
         if q.granted == Some(place) || q.claim(place) {
@@ -156,7 +157,41 @@ impl Future for Take {
             q.taken = true;
             // Taken: its drop has nothing to give back.
             self.place = None;
-            return Poll::Ready(Turn(Some(turns.clone())));
+            return Some(Turn(Some(turns.clone())));
+        }
+        None
+    }
+
+    /// Completes once [`Take::try_now`] would take the turn (which may by then have
+    /// gone to an earlier key that asked first). Not taken here: a waiter woken by
+    /// the turn's handing over runs ahead of the sockets (its worker's own queue),
+    /// so the stage yields its worker (`nice`) after this and takes the turn then.
+    pub(super) fn ready(&mut self) -> Ready<'_> {
+        Ready(self)
+    }
+}
+
+/// The future of [`Take::ready`].
+pub(super) struct Ready<'a>(&'a mut Take);
+
+impl Future for Ready<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let take = &mut *self.get_mut().0;
+        let mut q = take.turns.lock();
+        let place = match take.place {
+            Some(place) => place,
+            None => {
+                let place = q.place(take.key);
+                q.waiting.insert(place, Waker::noop().clone());
+                take.place = Some(place);
+                place
+            }
+        };
+        let free = !q.taken && q.granted.is_none_or(|g| g > place);
+        if q.granted == Some(place) || free {
+            return Poll::Ready(());
         }
         if let Some(w) = q.waiting.get_mut(&place) {
             w.clone_from(cx.waker());
@@ -193,10 +228,15 @@ mod tests {
         }
     }
 
-    fn poll(f: &mut Pin<Box<Take>>, w: &Arc<Count>) -> Option<Turn> {
+    /// The turn if `take` can have it now; otherwise waits for it with `w`'s waker.
+    fn poll(take: &mut Take, w: &Arc<Count>) -> Option<Turn> {
         let waker = Waker::from(w.clone());
-        match f.as_mut().poll(&mut Context::from_waker(&waker)) {
-            Poll::Ready(t) => Some(t),
+        if let Some(turn) = take.try_now() {
+            return Some(turn);
+        }
+        let mut ready = std::pin::pin!(take.ready());
+        match ready.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(()) => take.try_now(),
             Poll::Pending => None,
         }
     }
@@ -211,10 +251,10 @@ mod tests {
         let s = |n| t0 + Duration::from_secs(n);
         let held = turns.try_take(t0).expect("free");
         assert!(turns.try_take(t0).is_none() && !turns.is_free());
-        let mut late = Box::pin(turns.take(s(2)));
-        let mut early = Box::pin(turns.take(s(1)));
-        let mut gone = Box::pin(turns.take(t0));
-        let mut last = Box::pin(turns.take(s(3)));
+        let mut late = turns.take(s(2));
+        let mut early = turns.take(s(1));
+        let mut gone = turns.take(t0);
+        let mut last = turns.take(s(3));
         for f in [&mut late, &mut early, &mut gone, &mut last] {
             assert!(poll(f, &w).is_none());
         }
@@ -242,13 +282,13 @@ mod tests {
         let t0 = Instant::now();
         let s = |n| t0 + Duration::from_secs(n);
         let held = turns.try_take(t0).expect("free");
-        let mut later = Box::pin(turns.take(s(1)));
+        let mut later = turns.take(s(1));
         assert!(poll(&mut later, &w).is_none());
-        let mut again = Box::pin(held.again(t0));
+        let mut again = held.again(t0);
         assert!(turns.try_take(s(1)).is_none(), "kept for the earliest key");
         let held = poll(&mut again, &w).expect("the earliest key keeps its turn");
         assert!(poll(&mut later, &w).is_none());
-        let mut again = Box::pin(held.again(s(2)));
+        let mut again = held.again(s(2));
         let turn = poll(&mut later, &w).expect("an earlier waiter goes first");
         assert!(poll(&mut again, &w).is_none());
         drop(turn);
@@ -265,16 +305,16 @@ mod tests {
         let s = |n| t0 + Duration::from_secs(n);
         let held = turns.try_take(t0).expect("free");
         // Kept for itself at a late key, not polled yet (a paused page yielding).
-        let mut slow = Box::pin(held.again(s(5)));
+        let mut slow = held.again(s(5));
         let cheap = turns
             .try_take(s(1))
             .expect("an earlier key takes a turn not yet taken");
         assert!(poll(&mut slow, &w).is_none(), "taken by the earlier key");
-        let mut later = Box::pin(turns.take(s(6)));
+        let mut later = turns.take(s(6));
         assert!(poll(&mut later, &w).is_none());
         assert!(turns.try_take(s(7)).is_none(), "a later key does not");
         drop(cheap);
-        let mut queued = Box::pin(turns.take(s(4)));
+        let mut queued = turns.take(s(4));
         let turn = poll(&mut queued, &w).expect("handed to `slow`, taken by an earlier key");
         assert!(poll(&mut slow, &w).is_none());
         drop(turn);
