@@ -1102,6 +1102,11 @@ pub fn stage() -> Stage {
                             target: "leda_http::cgi",
                             "{script}: the client left; the page is dropped"
                         );
+                        // Its Lua values go while the state is still this page's (mlua
+                        // takes the state's lock to drop them: after the turn, that
+                        // waited for another page's slice; review finding).
+                        drop(slice);
+                        drop(turn);
                         return Ok(());
                     }
                     next = on.play(turn, slice, came, &script, keep_alive);

@@ -183,8 +183,13 @@ impl Future for Ready<'_> {
         let place = match take.place {
             Some(place) => place,
             None => {
+                // (The stage asks `try_now` first; asked here first, a free turn is
+                // handed to this place, so that no later key takes it meanwhile.)
                 let place = q.place(take.key);
                 q.waiting.insert(place, Waker::noop().clone());
+                if !q.taken && q.granted.is_none() {
+                    q.granted = Some(place);
+                }
                 take.place = Some(place);
                 place
             }
@@ -215,112 +220,4 @@ impl Drop for Take {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
-    use std::time::Duration;
-
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The turn if `take` can have it now; otherwise waits for it with `w`'s waker.
-    fn poll(take: &mut Take, w: &Arc<Count>) -> Option<Turn> {
-        let waker = Waker::from(w.clone());
-        if let Some(turn) = take.try_now() {
-            return Some(turn);
-        }
-        let mut ready = std::pin::pin!(take.ready());
-        match ready.as_mut().poll(&mut Context::from_waker(&waker)) {
-            Poll::Ready(()) => take.try_now(),
-            Poll::Pending => None,
-        }
-    }
-
-    /// Waiters get the turn by key, not by arrival; a waiter dropped after it was
-    /// handed the turn passes it on; a dropped waiter leaves its place.
-    #[test]
-    fn turns_go_by_key_and_are_passed_on() {
-        let turns = Arc::new(Turns::default());
-        let w = Arc::new(Count(AtomicUsize::new(0)));
-        let t0 = Instant::now();
-        let s = |n| t0 + Duration::from_secs(n);
-        let held = turns.try_take(t0).expect("free");
-        assert!(turns.try_take(t0).is_none() && !turns.is_free());
-        let mut late = turns.take(s(2));
-        let mut early = turns.take(s(1));
-        let mut gone = turns.take(t0);
-        let mut last = turns.take(s(3));
-        for f in [&mut late, &mut early, &mut gone, &mut last] {
-            assert!(poll(f, &w).is_none());
-        }
-        drop(gone);
-        drop(held);
-        assert_eq!(w.0.load(Ordering::Relaxed), 1);
-        assert!(poll(&mut late, &w).is_none(), "a later key went first");
-        let turn = poll(&mut early, &w).expect("the earliest key's turn");
-        assert!(turns.try_take(t0).is_none(), "taken while others wait");
-        drop(turn);
-        // Handed to `late`, which goes away without taking it: `last` has it.
-        drop(late);
-        let turn = poll(&mut last, &w).expect("passed on");
-        drop(turn);
-        assert!(turns.is_free(), "free once nobody waits");
-        assert!(turns.try_take(s(9)).is_some());
-    }
-
-    /// A holder asking again keeps the turn when its key is the earliest (later keys
-    /// wait), and gives it to an earlier waiter otherwise.
-    #[test]
-    fn asking_again_keeps_or_passes_the_turn_by_key() {
-        let turns = Arc::new(Turns::default());
-        let w = Arc::new(Count(AtomicUsize::new(0)));
-        let t0 = Instant::now();
-        let s = |n| t0 + Duration::from_secs(n);
-        let held = turns.try_take(t0).expect("free");
-        let mut later = turns.take(s(1));
-        assert!(poll(&mut later, &w).is_none());
-        let mut again = held.again(t0);
-        assert!(turns.try_take(s(1)).is_none(), "kept for the earliest key");
-        let held = poll(&mut again, &w).expect("the earliest key keeps its turn");
-        assert!(poll(&mut later, &w).is_none());
-        let mut again = held.again(s(2));
-        let turn = poll(&mut later, &w).expect("an earlier waiter goes first");
-        assert!(poll(&mut again, &w).is_none());
-        drop(turn);
-        assert!(poll(&mut again, &w).is_some());
-    }
-
-    /// A turn handed to a waiter that has not taken it goes to an earlier key that
-    /// asks first; the waiter keeps its place and has the turn after it.
-    #[test]
-    fn a_turn_not_yet_taken_goes_to_an_earlier_key_asking() {
-        let turns = Arc::new(Turns::default());
-        let w = Arc::new(Count(AtomicUsize::new(0)));
-        let t0 = Instant::now();
-        let s = |n| t0 + Duration::from_secs(n);
-        let held = turns.try_take(t0).expect("free");
-        // Kept for itself at a late key, not polled yet (a paused page yielding).
-        let mut slow = held.again(s(5));
-        let cheap = turns
-            .try_take(s(1))
-            .expect("an earlier key takes a turn not yet taken");
-        assert!(poll(&mut slow, &w).is_none(), "taken by the earlier key");
-        let mut later = turns.take(s(6));
-        assert!(poll(&mut later, &w).is_none());
-        assert!(turns.try_take(s(7)).is_none(), "a later key does not");
-        drop(cheap);
-        let mut queued = turns.take(s(4));
-        let turn = poll(&mut queued, &w).expect("handed to `slow`, taken by an earlier key");
-        assert!(poll(&mut slow, &w).is_none());
-        drop(turn);
-        assert!(poll(&mut later, &w).is_none(), "`slow` keeps its place");
-        let turn = poll(&mut slow, &w).expect("its turn");
-        drop(turn);
-        assert!(poll(&mut later, &w).is_some());
-    }
-}
+mod tests;
