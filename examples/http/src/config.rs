@@ -50,9 +50,12 @@ pub struct Config {
     pub cgi_timeout: Duration,
     /// Most memory one CGI Lua state may use (the pages it runs at once together).
     pub cgi_memory: usize,
-    /// Lua states that run `.lua` pages (0: one per worker thread). Each runs any
-    /// number of pages, one time slice at a time, and holds up to `cgi_memory`.
+    /// Lua states that run `.lua` pages (0: one per worker thread with
+    /// [`crate::start`], one per CPU otherwise). Each holds up to `cgi_memory`.
     pub cgi_states: usize,
+    /// Most pages one Lua state runs at once (taking turns, one time slice at a time);
+    /// pages that find no state below it wait, unstarted, in the order they came.
+    pub cgi_pages: usize,
 }
 
 impl Default for Config {
@@ -74,6 +77,7 @@ impl Default for Config {
             cgi_timeout: Duration::from_secs(10),
             cgi_memory: 256 * 1024 * 1024,
             cgi_states: 0,
+            cgi_pages: 8,
         }
     }
 }
@@ -101,6 +105,7 @@ impl Config {
         size("max_open_files", &mut c.max_open_files)?;
         size("cgi_memory", &mut c.cgi_memory)?;
         size("cgi_states", &mut c.cgi_states)?;
+        size("cgi_pages", &mut c.cgi_pages)?;
         if let Some(n) = attrs.get_as::<Option<u64>>("max_requests_per_connection")? {
             c.max_requests_per_connection = n;
         }
@@ -149,6 +154,7 @@ impl Config {
             ("max_open_files", self.max_open_files.into()),
             ("cgi_memory", self.cgi_memory.into()),
             ("cgi_states", self.cgi_states.into()),
+            ("cgi_pages", self.cgi_pages.into()),
             ("idle_timeout", self.idle_timeout.as_secs_f64().into()),
             ("header_timeout", self.header_timeout.as_secs_f64().into()),
             ("send_timeout", self.send_timeout.as_secs_f64().into()),

@@ -53,10 +53,13 @@ struct Args {
     /// once together); a page past it gives 500 (0: no bound).
     #[arg(long, default_value_t = Config::default().cgi_memory)]
     cgi_memory: usize,
-    /// Lua states that run `.lua` pages (default: one per worker thread); each runs
-    /// any number of pages in turn, 10 ms at a time.
+    /// Lua states that run `.lua` pages (default: one per worker thread).
     #[arg(long)]
     cgi_states: Option<usize>,
+    /// Most pages one Lua state runs at once, taking turns 10 ms at a time (more wait
+    /// to start).
+    #[arg(long, default_value_t = Config::default().cgi_pages)]
+    cgi_pages: usize,
     /// Seconds a SIGTERM or SIGINT waits for open connections to end their response
     /// (no new ones are accepted meanwhile) before the server stops; a second signal
     /// stops it at once.
@@ -113,6 +116,7 @@ fn serve(args: Args, signals: std::io::Result<Signals>) -> anyhow::Result<()> {
         cgi_timeout: secs("cgi-timeout", args.cgi_timeout)?,
         cgi_memory: args.cgi_memory,
         cgi_states: args.cgi_states.unwrap_or(0),
+        cgi_pages: args.cgi_pages,
         ..Config::default()
     };
     let listener =

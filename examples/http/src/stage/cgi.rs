@@ -52,7 +52,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -66,10 +66,13 @@ use crate::path::Root;
 use crate::response::{self, Status};
 
 mod pattern;
+mod states;
 mod timeout;
 mod turns;
+use states::OnState;
+pub use states::States;
 use timeout::Timeout;
-use turns::{Take, Turn, Turns};
+use turns::{Take, Turn};
 
 /// The collector's pause (percent of the live heap allocated before the next cycle):
 /// 400 rather than Lua's 200, as pages allocate much short-lived data (the B.1 page:
@@ -403,7 +406,10 @@ impl Cgi {
         let mut step = self.start(script, req);
         loop {
             match step {
-                Step::Done(page) => return page,
+                Step::Done(page) => {
+                    self.reclaim();
+                    return page;
+                }
                 Step::Paused(p) => step = self.go_on(p),
             }
         }
@@ -466,10 +472,8 @@ impl Cgi {
         Step::Done(self.end(page, &p.shown))
     }
 
-    /// After a page: the state is collected if it holds too much (see `reclaim`), and
-    /// an error is cut to its first line.
+    /// After a page: an error is cut to its first line.
     fn end(&self, page: mlua::Result<Page>, shown: &str) -> Result<Page, String> {
-        self.reclaim();
         page.map_err(|e| first_line(&e.to_string(), shown))
     }
 
@@ -497,8 +501,10 @@ impl Cgi {
     /// Collects at once when the state holds more than half its `cgi_memory`: LuaJIT
     /// does not collect when an allocation fails, and a page that ran into the limit
     /// left the collector's next cycle beyond it, failing every later page. The limit
-    /// is lifted meanwhile (a collection allocates).
-    fn reclaim(&self) {
+    /// is lifted meanwhile (a collection allocates). Called when a state's last page
+    /// ends: after every page, with pages holding memory beside it, it took 63 % of the
+    /// server's CPU (review finding).
+    pub fn reclaim(&self) {
         let limit = self.cfg.cgi_memory;
         if limit > 0 && self.lua.used_memory() > limit / 2 {
             let _ = self.lua.set_memory_limit(0);
@@ -907,82 +913,20 @@ fn respond(
     }
 }
 
-/// The stage's Lua states, shared by its instances (each has one page in flight). A
-/// state is made when a page first needs it, and runs one page's slice at a time.
-pub struct States {
-    cfg: Config,
-    slots: Box<[Slot]>,
-}
-
-struct Slot {
-    /// Turns on the state, one per slice ([`FRESH`] orders them).
-    turns: Arc<Turns>,
-    /// The state, locked by the holder of a turn (so never contended).
-    cgi: Mutex<Option<Cgi>>,
-    /// Pages started on this state and not ended.
-    pages: AtomicUsize,
-}
-
-impl Slot {
-    fn cgi(&self) -> MutexGuard<'_, Option<Cgi>> {
-        self.cgi.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl States {
-    /// `cfg.cgi_states` states (0: one per CPU), none made yet.
-    pub fn new(cfg: Config) -> States {
-        let n = match cfg.cgi_states {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        let slots = (0..n)
-            .map(|_| Slot {
-                turns: Arc::default(),
-                cgi: Mutex::new(None),
-                pages: AtomicUsize::new(0),
-            })
-            .collect();
-        States { cfg, slots }
-    }
-
-    /// The state a new page goes to: the one running the fewest pages, a free one
-    /// first among those.
-    fn pick(self: &Arc<Self>) -> OnState {
-        let i = (0..self.slots.len())
-            .min_by_key(|&i| {
-                let s = &self.slots[i];
-                (s.pages.load(Ordering::Relaxed), !s.turns.is_free())
-            })
-            .unwrap_or(0);
-        self.slots[i].pages.fetch_add(1, Ordering::Relaxed);
-        OnState {
-            states: self.clone(),
-            i,
-        }
-    }
-}
-
-/// A page's place on its state, counted in [`Slot::pages`] until the page ends or is
-/// dropped.
-struct OnState {
-    states: Arc<States>,
-    i: usize,
-}
-
 impl OnState {
-    fn slot(&self) -> &Slot {
-        &self.states.slots[self.i]
-    }
-
-    /// Runs `slice` on the state in `turn` (the state is made here if it is not yet):
-    /// the response, or the page to go on with at its next turn ([`FRESH`]: `came` is
-    /// when its request came).
+    /// Runs `slice` of the page for `req` on the state in `turn` (the state is made
+    /// here if it is not yet): the response, or the page to go on with at its next turn
+    /// ([`FRESH`]: `came` is when its request came). A page that ran out of memory
+    /// beside other pages of its state is run again alone, once (`retried`): pages
+    /// have no effects but their output, and the memory may have been the others'.
+    #[allow(clippy::too_many_arguments)]
     fn play(
         &self,
         turn: Turn,
         slice: Slice,
+        req: &PageRequest,
         came: Instant,
+        retried: bool,
         script: &str,
         keep_alive: bool,
     ) -> Next {
@@ -998,29 +942,38 @@ impl OnState {
             },
         };
         let step = match slice {
-            Slice::Start(req) => cgi.start(Path::new(script), &req),
+            Slice::Start => cgi.start(Path::new(script), req),
             Slice::GoOn(p) => cgi.go_on(p),
         };
         match step {
-            Step::Done(page) => Next::Reply(respond(cgi, page, script, keep_alive)),
+            Step::Done(page) => {
+                let beside = self.states.pages_on(self.i) - 1;
+                if beside == 0 {
+                    cgi.reclaim();
+                }
+                match page {
+                    Err(e) if beside > 0 && !retried && e.contains("not enough memory") => {
+                        tracing::info!(
+                            target: "leda_http::cgi",
+                            "{e}: beside {beside} other pages of its Lua state; it runs again alone"
+                        );
+                        Next::Alone
+                    }
+                    page => Next::Reply(respond(cgi, page, script, keep_alive)),
+                }
+            }
             Step::Paused(p) => {
-                let key = turn_key(p.ran(), came);
                 drop(state);
+                let key = turn_key(p.ran(), came);
                 Next::Paused(p, turn.again(key))
             }
         }
     }
 }
 
-impl Drop for OnState {
-    fn drop(&mut self) {
-        self.slot().pages.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// A page's next slice.
 enum Slice {
-    Start(PageRequest),
+    Start,
     GoOn(Paused),
 }
 
@@ -1031,7 +984,9 @@ enum Next {
     /// Go on with the page, after a yield of the worker, at this turn.
     Paused(Paused, Take),
     /// Start the page at this turn.
-    Start(PageRequest, Take),
+    Start(Take),
+    /// Start the page again on a state with no other page.
+    Alone,
 }
 
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,
@@ -1065,23 +1020,49 @@ pub fn stage() -> Stage {
                     .into_iter()
                     .collect(),
             };
-            let on = states.pick();
             let came = Instant::now();
-            let turns = &on.slot().turns;
-            let mut next = match turns.try_take(came) {
-                Some(turn) => on.play(turn, Slice::Start(req), came, &script, keep_alive),
-                None => Next::Start(req, turns.take(came)),
+            // Its first slice in this call when a state has room and its turn is free.
+            let first = |on: OnState, req: &PageRequest| {
+                let turns = &on.slot().turns;
+                let next = match turns.try_take(came) {
+                    Some(turn) => {
+                        on.play(turn, Slice::Start, req, came, false, &script, keep_alive)
+                    }
+                    None => Next::Start(turns.take(came)),
+                };
+                (on, next)
             };
+            let started = match states.try_admit() {
+                Some(on) => Ok(first(on, &req)),
+                None => Err(states.admit()),
+            };
+            let states = states.clone();
             let mut out = ctx.clone();
             // Let send_buffer write this page before the next one is computed: with
             // every worker busy on pages, responses would otherwise wait for the whole
             // backlog (`nice` re-queues this instance behind the other ready work).
             ctx.wait(async move {
+                let (mut on, mut next) = match started {
+                    Ok(started) => started,
+                    Err(admit) => {
+                        let on = admit.await;
+                        let take = on.slot().turns.take(came);
+                        (on, Next::Start(take))
+                    }
+                };
+                let mut retried = false;
                 let (head, body) = loop {
                     let (slice, mut take) = match next {
                         Next::Reply(reply) => break reply,
-                        Next::Start(req, take) => (Slice::Start(req), take),
+                        Next::Start(take) => (Slice::Start, take),
                         Next::Paused(p, take) => (Slice::GoOn(p), take),
+                        Next::Alone => {
+                            let alone = states.admit_alone();
+                            drop(on);
+                            on = alone.await;
+                            retried = true;
+                            (Slice::Start, on.slot().turns.take(came))
+                        }
                     };
                     // Behind the sockets before each slice, and again after a wait for
                     // the turn: woken by its handing over, the instance would run
@@ -1109,7 +1090,7 @@ pub fn stage() -> Stage {
                         drop(turn);
                         return Ok(());
                     }
-                    next = on.play(turn, slice, came, &script, keep_alive);
+                    next = on.play(turn, slice, &req, came, retried, &script, keep_alive);
                 };
                 drop(on);
                 let ev = reply_event(conn, head, body, keep_alive, head_only);
