@@ -6,7 +6,8 @@
 //!   for writability (see [`crate::conn::Conn::send_file`]);
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
 //! * [`peer_gone`] and [`bytes_waiting`]: whether the client closed its connection, or
-//!   sent bytes not read yet, without reading from it.
+//!   sent bytes not read yet, without reading from it;
+//! * [`thread_cpu_time`]: the CPU time of the calling thread (a page's slices).
 
 use std::ffi::CStr;
 use std::io;
@@ -134,6 +135,19 @@ pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> io:
     let fd = i32::try_from(fd).map_err(|_| io::Error::other("descriptor out of range"))?;
     // SAFETY: the kernel just returned this new descriptor, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The CPU time the calling thread has used (zero if the clock cannot be read).
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 #[cfg(test)]

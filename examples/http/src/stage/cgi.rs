@@ -438,6 +438,7 @@ impl Cgi {
     /// Runs a paused page for its next slice.
     pub fn go_on(&mut self, mut p: Paused) -> Step {
         let start = Instant::now();
+        let cpu = crate::sys::thread_cpu_time();
         let at = start + p.left;
         self.timeout.arm(at, Some(start + SLICE));
         self.patterns.arm(at);
@@ -449,10 +450,9 @@ impl Cgi {
         self.patterns.disarm();
         let resumable = p.th.status() == mlua::ThreadStatus::Resumable;
         if out.is_ok() && resumable && sliced && !expired {
-            let ran = start.elapsed();
             return Step::Paused(Paused {
-                left: p.left.saturating_sub(ran),
-                ran: p.ran + ran,
+                left: p.left.saturating_sub(start.elapsed()),
+                ran: p.ran + crate::sys::thread_cpu_time().saturating_sub(cpu),
                 ..p
             });
         }
@@ -682,21 +682,22 @@ pub struct Paused {
     /// The page's environment, until its first resume passes it.
     env: Option<Table>,
     shown: String,
-    /// Its slices so far.
+    /// The CPU time of its slices so far (not their time on the clock, which a busy
+    /// host stretches: B.1 pages taken for long ones went behind the others).
     ran: Duration,
     /// What is left of its `cgi_timeout`.
     left: Duration,
 }
 
 impl Paused {
-    /// Its slices so far.
+    /// The CPU time of its slices so far.
     pub fn ran(&self) -> Duration {
         self.ran
     }
 }
 
-/// How long a page keeps its place among its state's pages (when its request came):
-/// a page that has run less goes on before the pages that came after it. So pages of
+/// How long (CPU time) a page keeps its place among its state's pages (when its
+/// request came): a page that has run less goes on before the pages that came after it. So pages of
 /// about the same cost end in the order they came, as when a state ran one page to
 /// its end (with every page taking turns in the order they asked, the B.1 page at 50
 /// connections had its p99 latency up from 0.21–0.25 to 0.72–0.76 s). A page that has
