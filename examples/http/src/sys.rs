@@ -138,7 +138,7 @@ pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> io:
 }
 
 /// The CPU time the calling thread has used (zero if the clock cannot be read).
-pub(crate) fn thread_cpu_time() -> std::time::Duration {
+pub fn thread_cpu_time() -> std::time::Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -15,7 +15,8 @@
 //! functions of `string` are the `pattern` submodule's, which `cgi_timeout` reaches inside
 //! a match. A script that fails, runs past `cgi_timeout` or uses more than `cgi_memory`
 //! gives `500`, logged with its file and line; the state then serves the next page (a
-//! state holding more than half its `cgi_memory` after a page is collected at once).
+//! state holding more than half its `cgi_memory` when its last page ends is collected
+//! at once).
 //!
 //! Pages share the worker threads with static files. On Lua 5.4 a page runs in slices
 //! of [`SLICE`]: past one, the count hook pauses it (at the next point where it can
@@ -44,7 +45,7 @@
 //! with extensions: numbers are doubles, no `//` operator, no `utf8`).
 //! A page is compiled once per state and file version (mtime and length) and then
 //! only called, each time with a fresh environment (in 5.4 its argument, which the
-//! chunk takes as its `_ENV`: see [`ENV_PREFIX`]; `setfenv` in LuaJIT, whose pages run
+//! chunk takes as its `_ENV`: see `ENV_PREFIX`; `setfenv` in LuaJIT, whose pages run
 //! one at a time); the collector runs with a larger pause (`GC_PAUSE`).
 
 use std::collections::HashMap;
@@ -101,7 +102,7 @@ fn std_libs() -> StdLib {
     StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::BIT | StdLib::OS | StdLib::JIT
 }
 
-/// A page compiled in this instance's state, valid while its file is unchanged.
+/// A page compiled in a state, valid while its file is unchanged.
 struct Compiled {
     mtime: SystemTime,
     len: u64,
@@ -132,7 +133,7 @@ pub struct Cgi {
     unsent: Arc<AtomicUsize>,
 }
 
-/// A page body counted in its instance's `unsent` bytes until dropped (sent, or
+/// A page body counted in its state's `unsent` bytes until dropped (sent, or
 /// its connection gone).
 struct Unsent {
     body: Bytes,
@@ -477,13 +478,13 @@ impl Cgi {
         page.map_err(|e| first_line(&e.to_string(), shown))
     }
 
-    /// `body`, counted among this instance's unsent bodies until dropped; `None` when
+    /// `body`, counted among this state's unsent bodies until dropped; `None` when
     /// those already hold `cgi_memory` bytes with it (a page alone always goes; no
     /// bound when `cgi_memory` is 0). A client that does not read holds its page's body
     /// for up to `send_timeout`: without this bound, 16 such clients held 1.9 GB of
     /// 100 MB pages, and it grew with the connections (review finding, 2026-11-27).
-    /// Each instance's state holds up to `cgi_memory` too, so pages cost at most twice
-    /// that per instance.
+    /// Each state holds up to `cgi_memory` too, so pages cost at most twice that per
+    /// state.
     pub fn admit(&self, body: Bytes) -> Option<Bytes> {
         let len = body.len();
         let before = self.unsent.fetch_add(len, Ordering::Relaxed);
