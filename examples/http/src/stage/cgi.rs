@@ -27,13 +27,14 @@
 //!
 //! Each request is an instance of the stage (one page in flight), and the stage's
 //! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
-//! running the fewest pages and stays there, and a state runs one slice at a time, its
-//! pages taking turns (the `turns` submodule): young pages in the order their requests
-//! came, pages that have run long behind the others ([`FRESH`]). So a cheap page waits
-//! for a slice or so of the long pages on its state, never for their ends: before, a
-//! state ran one page to its end, and four clients looping on a one-second page held
-//! `hello.lua` at 2.4 requests/s (0 beside sixteen). The pages of one state share its
-//! `cgi_memory`: one page that takes most of it makes the others' allocations fail.
+//! running the fewest pages (at most `cgi_pages`; the others wait, in order) and stays
+//! there, and a state runs one slice at a time, its pages taking turns (the `turns`
+//! submodule): young pages in the order their requests came, pages that have run long
+//! behind the others ([`FRESH`]). So a cheap page waits for a slice or so of the long
+//! pages on its state, never for their ends: before, a state ran one page to its end,
+//! and four clients looping on a one-second page held `hello.lua` at 0.8–5.6 requests/s
+//! (0 beside sixteen). The pages of one state share its `cgi_memory`; one that runs
+//! out of it beside others runs again alone.
 //!
 //! # Lua 5.4 or LuaJIT
 //!
@@ -698,15 +699,15 @@ impl Paused {
 }
 
 /// How long (CPU time) a page keeps its place among its state's pages (when its
-/// request came): a page that has run less goes on before the pages that came after it. So pages of
-/// about the same cost end in the order they came, as when a state ran one page to
-/// its end (with every page taking turns in the order they asked, the B.1 page at 50
-/// connections had its p99 latency up from 0.21–0.25 to 0.72–0.76 s). A page that has
-/// run more goes, at each turn, behind the pages waiting and those that come within
-/// as long as it has run (at most [`BEHIND_MAX`]): cheap pages go before long ones
-/// (with long pages only behind those waiting, `hello.lua` beside sixteen clients
-/// looping on a one-second page waited 88 ms, eight slices of them), and a long page
-/// still gets a turn at least every `BEHIND_MAX` and what came before.
+/// request came): a page that has run less goes on before the pages that came after
+/// it. So pages of about the same cost end in the order they came, as when a state ran
+/// one page to its end (with every page taking turns in the order they asked, the B.1
+/// page at 50 connections had its p99 latency up from 0.21–0.25 to 0.72–0.76 s). A
+/// page that has run more goes, at each turn, behind the pages waiting and those that
+/// come within as long as it has run (at most [`BEHIND_MAX`]): cheap pages go before
+/// long ones (with long pages only behind those waiting, `hello.lua` beside sixteen
+/// clients looping on a one-second page waited 88 ms, eight slices of them), and a
+/// long page still gets a turn at least every `BEHIND_MAX` and what came before.
 pub const FRESH: Duration = Duration::from_millis(50);
 
 /// The most a long page lets later pages go first ([`FRESH`]).
@@ -950,11 +951,16 @@ impl OnState {
         match step {
             Step::Done(page) => {
                 let beside = self.states.pages_on(self.i) - 1;
-                if beside == 0 {
+                // (LuaJIT pages run one at a time, to their end: the pages beside have
+                // not started, and hold no memory.)
+                let luajit = cfg!(feature = "luajit");
+                if beside == 0 || luajit {
                     cgi.reclaim();
                 }
                 match page {
-                    Err(e) if beside > 0 && !retried && e.contains("not enough memory") => {
+                    Err(e)
+                        if beside > 0 && !luajit && !retried && e.contains("not enough memory") =>
+                    {
                         tracing::info!(
                             target: "leda_http::cgi",
                             "{e}: beside {beside} other pages of its Lua state; it runs again alone"
