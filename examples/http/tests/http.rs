@@ -712,6 +712,34 @@ fn a_page_paused_between_a_call_and_its_results_goes_on_with_them() {
     assert!(pauses >= 20, "{pauses} pauses");
 }
 
+/// A page may look at the collector and run it, not change how it runs: the state
+/// serves other pages at once and later (review finding: `collectgarbage("stop")`
+/// lasted for every later page of the state).
+#[test]
+fn pages_may_run_the_collector_but_not_stop_or_tune_it() {
+    let mut pages = Pages::new(|_| {});
+    for opt in ["stop", "restart", "setpause", "generational"] {
+        let err = pages
+            .run(
+                "gc.lua",
+                format!("collectgarbage('{opt}', 100) return 'no'"),
+            )
+            .unwrap_err();
+        assert!(
+            err.contains("gc.lua:1:") && err.contains("not allowed"),
+            "{err}"
+        );
+    }
+    let ok = pages
+        .run(
+            "gc2.lua",
+            "collectgarbage() collectgarbage('step') \
+             return tostring(collectgarbage('count') > 0)",
+        )
+        .unwrap();
+    assert_eq!(ok, "true");
+}
+
 /// A page that yields itself is refused (500) even when the hook had just passed its
 /// slice where it could not pause it (inside a `table.sort` comparator: the page was
 /// then taken for paused and resumed, review finding); and pages paused on one state,

@@ -284,6 +284,18 @@ impl Cgi {
             end
             string.dump = nil
             getmetatable("").__metatable = false
+            -- The state serves the pages it runs at once, and later ones: a page may
+            -- look at the collector and run it, not change how it runs ("stop" lasted
+            -- for every later page; review finding).
+            local collectgarbage, tostring = collectgarbage, tostring
+            local gc_allowed = { collect = true, count = true, step = true, isrunning = true }
+            _G.collectgarbage = function(opt, ...)
+              if opt == nil then opt = "collect" end
+              if not gc_allowed[opt] then
+                error("collectgarbage('" .. tostring(opt) .. "') is not allowed in pages", 2)
+              end
+              return collectgarbage(opt, ...)
+            end
             -- No finalizers: no hook runs inside one, so a looping one would escape
             -- cgi_timeout.
             newproxy = nil
