@@ -712,6 +712,58 @@ fn a_page_paused_between_a_call_and_its_results_goes_on_with_them() {
     assert!(pauses >= 20, "{pauses} pauses");
 }
 
+/// What one page writes, another page paused on the same state at the same time does
+/// not see (globals, library views even with `rawset`, `_G`, `load`ed chunks, a
+/// coroutine's globals, the request table), and its `...` is its own environment
+/// (review rv21's probe of pages sharing a state; it found no leak).
+#[cfg(not(feature = "luajit"))]
+#[test]
+fn interleaved_pages_on_one_state_see_nothing_of_each_other() {
+    use leda_http::stage::cgi::{PageRequest, Step};
+    let mut pages = Pages::new(|c| c.cgi_timeout = Duration::from_secs(60));
+    let writer = pages.write(
+        "writer.lua",
+        "x = 'A'; _G.y = 'A'; rawset(_G, 'z', 'A')
+         rawset(string, 'leak', 'A'); rawset(table, 'leak', 'A')
+         local ok = pcall(function() string.upper = nil end)
+         request.query = 'A changed it'
+         load('w = \"A\"')()
+         local co = coroutine.create(function() v = 'A' coroutine.yield() end)
+         coroutine.resume(co)
+         local s = 0 for i = 1, 1e12 do s = s + i % 7 end
+         return 'writer'",
+    );
+    let reader = pages.write(
+        "reader.lua",
+        "local env = ...
+         return table.concat({tostring(x), tostring(y), tostring(z), tostring(w),
+           tostring(v), tostring(rawget(string, 'leak')), tostring(string.leak),
+           tostring(table.leak), tostring(string.upper ~= nil), request.query,
+           tostring(env == _ENV), tostring(env._G == env), select('#', ...)}, ' ')",
+    );
+    let req = |q: &str| PageRequest {
+        query: q.into(),
+        ..Default::default()
+    };
+    let Step::Paused(mut w) = pages.cgi.start(&writer, &req("A")) else {
+        panic!("the writer is paused");
+    };
+    for _ in 0..3 {
+        match pages.cgi.go_on(w) {
+            Step::Paused(p) => w = p,
+            Step::Done(r) => panic!("the writer ended: {:?}", r.map(|p| p.body)),
+        }
+    }
+    let Step::Done(Ok(page)) = pages.cgi.start(&reader, &req("B")) else {
+        panic!("the reader ends in its first slice");
+    };
+    drop(w);
+    assert_eq!(
+        String::from_utf8_lossy(&page.body),
+        "nil nil nil nil nil nil nil nil true B true true 1"
+    );
+}
+
 /// A page may look at the collector and run it, not change how it runs: the state
 /// serves other pages at once and later (review finding: `collectgarbage("stop")`
 /// lasted for every later page of the state).
