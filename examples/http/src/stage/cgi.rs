@@ -1052,10 +1052,7 @@ pub fn stage() -> Stage {
                 };
                 (on, next)
             };
-            let started = match states.try_admit() {
-                Some(on) => Ok(first(on, &req)),
-                None => Err(states.admit()),
-            };
+            let started = states.admit_or_queue().map(|on| first(on, &req));
             let states = states.clone();
             let mut out = ctx.clone();
             // Let send_buffer write this page before the next one is computed: with

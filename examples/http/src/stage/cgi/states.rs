@@ -44,7 +44,21 @@ impl Slot {
 /// Who runs where: pages started per state, and the pages waiting to start.
 struct Room {
     pages: Vec<usize>,
+    /// The state holds (or was given, or is kept for) a page that runs alone: no
+    /// other page joins it.
+    sole: Vec<bool>,
+    /// The page that runs alone on the state once its pages have ended.
+    kept: Vec<Option<Arc<Ticket>>>,
     waiting: VecDeque<Arc<Ticket>>,
+}
+
+/// Gives `ticket` state `i` and wakes its page.
+fn give(ticket: &Ticket, i: usize) {
+    let mut given = ticket.lock();
+    given.0 = Some(i);
+    if let Some(w) = given.1.take() {
+        w.wake();
+    }
 }
 
 /// A waiting page's ticket: the state it was given, and its task's waker.
@@ -79,6 +93,8 @@ impl States {
             slots,
             room: Mutex::new(Room {
                 pages: vec![0; n],
+                sole: vec![false; n],
+                kept: vec![None; n],
                 waiting: VecDeque::new(),
             }),
         }
@@ -93,16 +109,40 @@ impl States {
     fn with_room(&self, room: &Room, alone: bool) -> Option<usize> {
         let most = if alone { 1 } else { self.cfg.cgi_pages.max(1) };
         (0..self.slots.len())
-            .filter(|&i| room.pages[i] < most)
+            .filter(|&i| room.pages[i] < most && !room.sole[i])
             .min_by_key(|&i| (room.pages[i], !self.slots[i].turns.is_free()))
     }
 
-    /// A place on a state for a new page now, if one has room and no page waits.
+    /// A place on a state for a new page now, if one has room and no page waits
+    /// (the tests' first half of [`States::admit_or_queue`]).
+    #[cfg(test)]
     pub(super) fn try_admit(self: &Arc<Self>) -> Option<OnState> {
         let i = self.admit_now(&mut self.room(), false)?;
         Some(OnState {
             states: self.clone(),
             i,
+            alone: false,
+        })
+    }
+
+    /// A place on a state for a new page now if one has room and no page waits, or
+    /// else its place among the waiting pages, taken at once (queued only when first
+    /// polled, a page that came later could pass it: review finding).
+    pub(super) fn admit_or_queue(self: &Arc<Self>) -> Result<OnState, Admit> {
+        let mut room = self.room();
+        if let Some(i) = self.admit_now(&mut room, false) {
+            return Ok(OnState {
+                states: self.clone(),
+                i,
+                alone: false,
+            });
+        }
+        let ticket = Arc::new(Ticket::default());
+        room.waiting.push_back(ticket.clone());
+        Err(Admit {
+            states: self.clone(),
+            alone: false,
+            ticket: Some(ticket),
         })
     }
 
@@ -112,11 +152,13 @@ impl States {
         }
         let i = self.with_room(room, alone)?;
         room.pages[i] += 1;
+        room.sole[i] = alone;
         Some(i)
     }
 
     /// A place on a state for a new page, once one has room (pages that came earlier
-    /// first).
+    /// first; the tests' second half of [`States::admit_or_queue`]).
+    #[cfg(test)]
     pub(super) fn admit(self: &Arc<Self>) -> Admit {
         Admit {
             states: self.clone(),
@@ -125,8 +167,11 @@ impl States {
         }
     }
 
-    /// A place on a state with no other page, once there is one (pages that came
-    /// earlier first; those that come later wait behind it, so states empty).
+    /// A place on a state with no other page: the least busy state that no other such
+    /// page has is kept for it (no page joins it) until its pages end; when every
+    /// state has one, it waits in order for a state that is empty. (Waiting at the
+    /// head of the queue for any state to empty held every page back, on every state,
+    /// for as long as the slowest state took: review finding.)
     pub(super) fn admit_alone(self: &Arc<Self>) -> Admit {
         Admit {
             states: self.clone(),
@@ -135,26 +180,35 @@ impl States {
         }
     }
 
-    /// Starts waiting pages while states have room for them.
+    /// Starts the pages states were kept for once they are empty, then waiting pages
+    /// while states have room for them.
     fn start_waiting(&self, room: &mut Room) {
+        for i in 0..room.pages.len() {
+            if room.pages[i] == 0
+                && let Some(ticket) = room.kept[i].take()
+            {
+                room.pages[i] = 1;
+                give(&ticket, i);
+            }
+        }
         while let Some(front) = room.waiting.front() {
             let Some(i) = self.with_room(room, front.alone) else {
                 return;
             };
             let ticket = room.waiting.pop_front().expect("not empty");
             room.pages[i] += 1;
-            let mut given = ticket.lock();
-            given.0 = Some(i);
-            if let Some(w) = given.1.take() {
-                w.wake();
-            }
+            room.sole[i] = ticket.alone;
+            give(&ticket, i);
         }
     }
 
     /// Gives back state `i`'s place of a page that ended (or never started).
-    fn release(&self, i: usize) {
+    fn release(&self, i: usize, alone: bool) {
         let mut room = self.room();
         room.pages[i] -= 1;
+        if alone {
+            room.sole[i] = false;
+        }
         self.start_waiting(&mut room);
     }
 
@@ -177,9 +231,11 @@ impl Future for Admit {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OnState> {
         let states = self.states.clone();
+        let alone = self.alone;
         let on = |i| OnState {
             states: states.clone(),
             i,
+            alone,
         };
         match &self.ticket {
             Some(ticket) => {
@@ -194,15 +250,30 @@ impl Future for Admit {
             }
             None => {
                 let mut room = states.room();
-                if let Some(i) = states.admit_now(&mut room, self.alone) {
-                    return Poll::Ready(on(i));
-                }
                 let ticket = Arc::new(Ticket {
                     alone: self.alone,
                     ..Ticket::default()
                 });
                 ticket.lock().1 = Some(cx.waker().clone());
-                room.waiting.push_back(ticket.clone());
+                let keep = (0..room.pages.len())
+                    .filter(|&i| !room.sole[i])
+                    .min_by_key(|&i| room.pages[i]);
+                match keep {
+                    Some(i) if self.alone => {
+                        room.sole[i] = true;
+                        if room.pages[i] == 0 {
+                            room.pages[i] = 1;
+                            return Poll::Ready(on(i));
+                        }
+                        room.kept[i] = Some(ticket.clone());
+                    }
+                    _ => {
+                        if let Some(i) = states.admit_now(&mut room, self.alone) {
+                            return Poll::Ready(on(i));
+                        }
+                        room.waiting.push_back(ticket.clone());
+                    }
+                }
                 drop(room);
                 self.ticket = Some(ticket);
                 Poll::Pending
@@ -220,11 +291,25 @@ impl Drop for Admit {
         };
         let mut room = self.states.room();
         room.waiting.retain(|t| !Arc::ptr_eq(t, &ticket));
+        for i in 0..room.kept.len() {
+            if room.kept[i]
+                .as_ref()
+                .is_some_and(|t| Arc::ptr_eq(t, &ticket))
+            {
+                room.kept[i] = None;
+                room.sole[i] = false;
+            }
+        }
         let given = ticket.lock().0.take();
         if let Some(i) = given {
             room.pages[i] -= 1;
-            self.states.start_waiting(&mut room);
+            if self.alone {
+                room.sole[i] = false;
+            }
         }
+        // Also when it was not given: an alone ticket at the head held back the
+        // tickets behind it, and a state kept for it held back every page.
+        self.states.start_waiting(&mut room);
     }
 }
 
@@ -232,6 +317,8 @@ impl Drop for Admit {
 pub(super) struct OnState {
     pub(super) states: Arc<States>,
     pub(super) i: usize,
+    /// Admitted alone: its state takes no other page until it ends.
+    alone: bool,
 }
 
 impl OnState {
@@ -242,6 +329,9 @@ impl OnState {
 
 impl Drop for OnState {
     fn drop(&mut self) {
-        self.states.release(self.i);
+        self.states.release(self.i, self.alone);
     }
 }
+
+#[cfg(test)]
+mod tests;
