@@ -25,10 +25,11 @@
 //! worker, so slow pages do not hold static files up for long; `cgi_timeout` bounds the
 //! slices together. LuaJIT pages cannot be paused and run to their end.
 //!
-//! Each request is an instance of the stage (one page in flight), and the stage's
-//! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
-//! running the fewest pages (at most `cgi_pages`; the others wait, in order) and stays
-//! there, and a state runs one slice at a time, its pages taking turns (the `turns`
+//! Each request is an instance of the stage (one page in flight; the stage has one per
+//! place on its states, [`instances`], and the other requests wait in its queue), and
+//! the stage's `cgi_states` Lua states ([`States`]) are shared by them: a page starts
+//! on the state running the fewest pages (at most `cgi_pages`) and stays there, and a
+//! state runs one slice at a time, its pages taking turns (the `turns`
 //! submodule): young pages in the order their requests came, pages that have run long
 //! behind the others ([`FRESH`]). So a cheap page waits for a slice or so of the long
 //! pages on its state, never for their ends: before, a state ran one page to its end,
