@@ -66,7 +66,6 @@ pub fn build(cfg: &Config) -> Server {
             s.set_attr(k, v);
         }
     }
-    let cgi = cgi.maxpar(stage::cgi::instances(cfg));
     let (handle, send_file, send_buffer, close) = (
         handle.maxpar(maxpar),
         send_file.maxpar(maxpar),

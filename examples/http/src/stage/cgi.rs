@@ -25,11 +25,10 @@
 //! worker, so slow pages do not hold static files up for long; `cgi_timeout` bounds the
 //! slices together. LuaJIT pages cannot be paused and run to their end.
 //!
-//! Each request is an instance of the stage (one page in flight; the stage has one per
-//! place on its states, [`instances`], and the other requests wait in its queue), and
-//! the stage's `cgi_states` Lua states ([`States`]) are shared by them: a page starts
-//! on the state running the fewest pages (at most `cgi_pages`) and stays there, and a
-//! state runs one slice at a time, its pages taking turns (the `turns`
+//! Each request is an instance of the stage (one page in flight), and the stage's
+//! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
+//! running the fewest pages (at most `cgi_pages`; the others wait, in order) and stays
+//! there, and a state runs one slice at a time, its pages taking turns (the `turns`
 //! submodule): young pages in the order their requests came, pages that have run long
 //! behind the others ([`FRESH`]). So a cheap page waits for a slice or so of the long
 //! pages on its state, never for their ends: before, a state ran one page to its end,
@@ -62,7 +61,7 @@ use bytes::Bytes;
 use leda_core::prelude::*;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table};
 
-use super::{reply_event, take_conn};
+use super::{ASYNC_MAXPAR, reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::path::Root;
@@ -1013,7 +1012,7 @@ enum Next {
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,
 /// headers)` + conn. Output: `reply` (a `send_buffer` event).
 ///
-/// Each event gets an instance of its own (up to [`instances`]) and its page a
+/// Each event gets an instance of its own (up to [`ASYNC_MAXPAR`]) and its page a
 /// state of the stage's [`States`]. When that state is free the first slice runs in
 /// the handler call; otherwise, and for a page that is paused ([`Step::Paused`]), the
 /// instance's wait takes a turn on the state for each slice, after a yield of its
@@ -1119,18 +1118,7 @@ pub fn stage() -> Stage {
             Ok(())
         },
     )
-    .maxpar(instances(&Config::default()))
-}
-
-/// The `cgi` stage's instances for `cfg`: one per page its states run at once. Each
-/// request is an instance (a task) of its own only while there is room for its page:
-/// the rest wait in the stage's queue, in the order they came. With an instance per
-/// request (as many as connections), each waited as a task of its own, and the pool's
-/// last-in first-out queues let the oldest wait longest (the B.1 page at 50
-/// connections: p99 274–503 ms against 241–302 before pages shared states; 172–209
-/// ms against 263–288 with this bound).
-pub fn instances(cfg: &Config) -> usize {
-    states::count(cfg).saturating_mul(cfg.cgi_pages.max(1))
+    .maxpar(ASYNC_MAXPAR)
 }
 
 #[cfg(test)]
