@@ -66,6 +66,7 @@ pub fn build(cfg: &Config) -> Server {
             s.set_attr(k, v);
         }
     }
+    let cgi = cgi.maxpar(stage::cgi::instances(cfg));
     let (handle, send_file, send_buffer, close) = (
         handle.maxpar(maxpar),
         send_file.maxpar(maxpar),

@@ -25,10 +25,11 @@
 //! worker, so slow pages do not hold static files up for long; `cgi_timeout` bounds the
 //! slices together. LuaJIT pages cannot be paused and run to their end.
 //!
-//! Each request is an instance of the stage (one page in flight), and the stage's
-//! `cgi_states` Lua states ([`States`]) are shared by them: a page starts on the state
-//! running the fewest pages (at most `cgi_pages`; the others wait, in order) and stays
-//! there, and a state runs one slice at a time, its pages taking turns (the `turns`
+//! Each request is an instance of the stage (one page in flight; the stage has one per
+//! place on its states, [`instances`], and the other requests wait in its queue), and
+//! the stage's `cgi_states` Lua states ([`States`]) are shared by them: a page starts
+//! on the state running the fewest pages (at most `cgi_pages`) and stays there, and a
+//! state runs one slice at a time, its pages taking turns (the `turns`
 //! submodule): young pages in the order their requests came, pages that have run long
 //! behind the others ([`FRESH`]). So a cheap page waits for a slice or so of the long
 //! pages on its state, never for their ends: before, a state ran one page to its end,
@@ -61,7 +62,7 @@ use bytes::Bytes;
 use leda_core::prelude::*;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table};
 
-use super::{ASYNC_MAXPAR, reply_event, take_conn};
+use super::{reply_event, take_conn};
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::path::Root;
@@ -517,7 +518,8 @@ impl Cgi {
     /// left the collector's next cycle beyond it, failing every later page. The limit
     /// is lifted meanwhile (a collection allocates). Called when a state's last page
     /// ends: after every page, with pages holding memory beside it, it took 63 % of the
-    /// server's CPU (review finding).
+    /// server's CPU (review finding). Also called before a page that starts alone on
+    /// the state (in `OnState::play`).
     pub fn reclaim(&self) {
         let limit = self.cfg.cgi_memory;
         if limit > 0 && self.lua.used_memory() > limit / 2 {
@@ -957,7 +959,17 @@ impl OnState {
             },
         };
         let step = match slice {
-            Slice::Start => cgi.start(Path::new(script), req),
+            Slice::Start => {
+                // Alone on its state, a page starts on a collected state when the
+                // garbage of ended pages holds more than half of it: Lua 5.4 does not
+                // collect when its string buffers fail to grow (`lauxlib.c`'s
+                // `resizebox`), and the last page before it may have ended with this
+                // one counted beside it, leaving the state uncollected.
+                if self.states.pages_on(self.i) == 1 {
+                    cgi.reclaim();
+                }
+                cgi.start(Path::new(script), req)
+            }
             Slice::GoOn(p) => cgi.go_on(p),
         };
         match step {
@@ -1012,7 +1024,7 @@ enum Next {
 /// The `cgi` stage. Input: `(script, keep_alive, head_only, method, path, query,
 /// headers)` + conn. Output: `reply` (a `send_buffer` event).
 ///
-/// Each event gets an instance of its own (up to [`ASYNC_MAXPAR`]) and its page a
+/// Each event gets an instance of its own (up to [`instances`]) and its page a
 /// state of the stage's [`States`]. When that state is free the first slice runs in
 /// the handler call; otherwise, and for a page that is paused ([`Step::Paused`]), the
 /// instance's wait takes a turn on the state for each slice, after a yield of its
@@ -1118,7 +1130,18 @@ pub fn stage() -> Stage {
             Ok(())
         },
     )
-    .maxpar(ASYNC_MAXPAR)
+    .maxpar(instances(&Config::default()))
+}
+
+/// The `cgi` stage's instances for `cfg`: one per page its states run at once. Each
+/// request is an instance (a task) of its own only while there is room for its page:
+/// the rest wait in the stage's queue, in the order they came. With an instance per
+/// request (as many as connections), each waited as a task of its own, and the pool's
+/// last-in first-out queues let the oldest wait longest (the B.1 page at 50
+/// connections: p99 274–503 ms against 241–302 before pages shared states; 172–209
+/// ms against 263–288 with this bound; Intel Xeon VM, 2026-11-27).
+pub fn instances(cfg: &Config) -> usize {
+    states::count(cfg).saturating_mul(cfg.cgi_pages.max(1))
 }
 
 #[cfg(test)]
@@ -1138,6 +1161,69 @@ mod tests {
         assert!(k <= Instant::now() + Duration::from_millis(300));
         let k = turn_key(Duration::from_secs(9), came);
         assert!(k <= Instant::now() + BEHIND_MAX && k >= t + BEHIND_MAX);
+    }
+
+    /// A page that starts alone on a state full of another page's garbage starts on a
+    /// collected state: Lua 5.4 collects when an allocation fails, but not for the
+    /// buffers of its string functions (`lauxlib.c`'s `resizebox`), so `string.rep`
+    /// failed with "not enough memory" on a state that had room. The state was not
+    /// collected when the other page ended, because this one was counted beside it
+    /// then. (With the stage's instances bounded, one page in 24 of
+    /// `pages_in_flight_together_do_not_run_out_of_memory` got a 500 this way in about
+    /// one run of four.)
+    #[cfg(not(feature = "luajit"))]
+    #[test]
+    fn a_page_alone_on_a_state_full_of_garbage_starts_on_a_collected_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mb = 1024 * 1024;
+        std::fs::write(
+            root.join("garbage.lua"),
+            format!(
+                "local t = {{}} for i = 1, 18 do t[i] = string.rep('g', {mb}) end return 'left ' .. #t"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("big.lua"),
+            format!("return 'big ' .. #string.rep('b', {})", 15 * mb),
+        )
+        .unwrap();
+        let cfg = Config {
+            root: root.clone(),
+            cgi_states: 1,
+            cgi_memory: 32 * mb,
+            ..Config::default()
+        };
+        let states = Arc::new(States::new(cfg));
+        let (big, garbage) = (states.try_admit().unwrap(), states.try_admit().unwrap());
+        // Runs the page to its end, slice after slice.
+        let play = |on: &OnState, script: &Path| {
+            let script = script.to_str().unwrap();
+            let req = PageRequest::default();
+            let mut turn = on.slot().turns.try_take(Instant::now()).unwrap();
+            let mut slice = Slice::Start;
+            loop {
+                match on.play(turn, slice, &req, Instant::now(), false, script, false) {
+                    Next::Reply((head, body)) => {
+                        return (String::from_utf8_lossy(&head).into_owned(), body);
+                    }
+                    Next::Paused(p, mut take) => {
+                        turn = take.try_now().expect("no other page takes turns");
+                        slice = Slice::GoOn(p);
+                    }
+                    Next::Alone => panic!("{script} ran out of memory beside another page"),
+                    Next::Start(_) => unreachable!("play does not start pages"),
+                }
+            }
+        };
+        let (head, body) = play(&garbage, &root.join("garbage.lua"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(&body[..], b"left 18");
+        drop(garbage);
+        let (head, body) = play(&big, &root.join("big.lua"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(&body[..], b"big 15728640");
     }
 
     /// A page's `print` is one log line, cut at `PRINT_MAX`, control characters escaped

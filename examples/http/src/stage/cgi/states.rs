@@ -75,13 +75,18 @@ impl Ticket {
     }
 }
 
+/// The states `cfg` asks for: `cgi_states`, or one per CPU when it is 0.
+pub(super) fn count(cfg: &Config) -> usize {
+    match cfg.cgi_states {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
 impl States {
     /// `cfg.cgi_states` states (0: one per CPU), none made yet.
     pub fn new(cfg: Config) -> States {
-        let n = match cfg.cgi_states {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let n = count(&cfg);
         let slots = (0..n)
             .map(|_| Slot {
                 turns: Arc::default(),
