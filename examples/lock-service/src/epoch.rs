@@ -100,7 +100,53 @@ pub fn read_epoch(dir: &Path) -> Result<u64, BoxError> {
     }
 }
 
-/// Stores `epoch` in `dir` durably (never lowering what is there).
+/// A node's hold on its data directory ([`hold_data_dir`]): an exclusive `flock` on
+/// `<dir>/lock`, released when this is dropped or the process ends (kill -9 included).
+#[derive(Debug)]
+pub struct DataDirHold {
+    _file: std::fs::File,
+}
+
+/// Holds `dir` (made if missing) for this process: a second node started on the same
+/// directory while this one lives (also stopped with SIGSTOP) is refused with the
+/// holder's pid, instead of both storing epochs and registers there as one node. (Two
+/// processes as one node would each answer for it in the majorities the epoch and the
+/// fences rely on.)
+pub fn hold_data_dir(dir: &Path) -> Result<DataDirHold, BoxError> {
+    use std::io::{Read, Seek};
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock(2) on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(format!("{}: {e}", path.display()).into());
+        }
+        let mut pid = String::new();
+        let _ = file.read_to_string(&mut pid);
+        return Err(format!(
+            "{}: the data directory is held by another lock-service node (pid {})",
+            dir.display(),
+            pid.trim()
+        )
+        .into());
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(DataDirHold { _file: file })
+}
+
+/// Stores `epoch` in `dir` durably (never lowering what is there). The node holds `dir`
+/// ([`hold_data_dir`]), so no other process writes `epoch.tmp` meanwhile.
 pub fn store_epoch(dir: &Path, epoch: u64) -> Result<u64, BoxError> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let epoch = epoch.max(read_epoch(dir)?);

@@ -276,6 +276,62 @@ fn a_restarted_group_hands_out_larger_fences_even_without_one_data_dir() {
     c.release(h).unwrap();
 }
 
+/// A second node started on the data directory of a live node (running, then stopped
+/// with SIGSTOP) is refused, and says which process holds it; once the holder is killed
+/// (kill -9), a node starts there. Before, both ran as one node, each storing the epoch
+/// and answering in the majorities the fences rely on.
+#[test]
+fn a_second_node_on_a_held_data_dir_is_refused() {
+    use std::io::{BufRead, BufReader};
+    let s = Scratch::new("held-dir");
+    // Node 1 of a group whose node 0 never comes: it holds its directory while it waits.
+    let start = || {
+        let nodes = [free_addr(), free_addr()];
+        let mut p = Proc(node_cmd(&s, 1, &nodes, "centralized").spawn().unwrap());
+        // Kept open: a node whose stdout is closed dies at its next line.
+        let mut out = BufReader::new(p.0.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        (p, out, line)
+    };
+    let (first, _out, line) = start();
+    assert!(line.starts_with("CLIENTS "), "{line:?}");
+    for stopped in [false, true] {
+        if stopped {
+            signal(&first, libc::SIGSTOP);
+        }
+        let nodes = [free_addr(), free_addr()];
+        let mut second = node_cmd(&s, 1, &nodes, "centralized")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while second.try_wait().unwrap().is_none() {
+            if t.elapsed() > Duration::from_secs(20) {
+                let _ = second.kill();
+                panic!("a second node runs on the held directory (holder stopped: {stopped})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = second.wait_with_output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("node1: the data directory is held by another lock-service node")
+                && err.contains(&format!("(pid {})", first.0.id())),
+            "{err}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "it opened its client port: {:?}",
+            out.stdout
+        );
+    }
+    drop(first);
+    let (_again, _out, line) = start();
+    assert!(line.starts_with("CLIENTS "), "{line:?}");
+}
+
 /// Runs `lock-check` for 8 s with `extra` flags; returns its CHECK line and the history.
 fn lock_check(extra: &[&str]) -> (String, Vec<leda_lock_service::check::Record>) {
     let history = std::env::temp_dir().join(format!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use leda_core::prelude::*;
-use leda_lock_service::epoch::attach_epochs;
+use leda_lock_service::epoch::{attach_epochs, hold_data_dir};
 use leda_lock_service::gate::GateLocal;
 use leda_lock_service::group::{Detection, ServiceConfig, Side, build_group_with, serve_registry};
 use leda_lock_service::proto::{self, Request, Response};
@@ -63,6 +63,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.id >= n {
         bail!("--id {} but --nodes lists {n} nodes", args.id);
     }
+    let _held = hold_data_dir(&args.data_dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     let secret = match args.secret.secret {
         Some(s) => s,
         None => Secret::for_user()?,
