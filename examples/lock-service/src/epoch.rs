@@ -130,12 +130,16 @@ pub fn hold_data_dir(dir: &Path) -> Result<DataDirHold, BoxError> {
         if e.kind() != std::io::ErrorKind::WouldBlock {
             return Err(format!("{}: {e}", path.display()).into());
         }
+        // (Empty while the holder, just started, has not written it yet.)
         let mut pid = String::new();
         let _ = file.read_to_string(&mut pid);
+        let pid = match pid.trim() {
+            "" => String::new(),
+            pid => format!(" (pid {pid})"),
+        };
         return Err(format!(
-            "{}: the data directory is held by another lock-service node (pid {})",
-            dir.display(),
-            pid.trim()
+            "{}: the data directory is held by another lock-service node{pid}",
+            dir.display()
         )
         .into());
     }
