@@ -130,7 +130,8 @@ pub fn hold_data_dir(dir: &Path) -> Result<DataDirHold, BoxError> {
         if e.kind() != std::io::ErrorKind::WouldBlock {
             return Err(format!("{}: {e}", path.display()).into());
         }
-        // (Empty while the holder, just started, has not written it yet.)
+        // (Empty, or a former holder's, while a holder just started has not written
+        // its own yet.)
         let mut pid = String::new();
         let _ = file.read_to_string(&mut pid);
         let pid = match pid.trim() {
@@ -138,19 +139,23 @@ pub fn hold_data_dir(dir: &Path) -> Result<DataDirHold, BoxError> {
             pid => format!(" (pid {pid})"),
         };
         return Err(format!(
-            "{}: the data directory is held by another lock-service node{pid}",
+            "{}: the data directory is held by another lock-service node{pid}: stop it, \
+             or give this node a directory of its own",
             dir.display()
         )
         .into());
     }
-    file.set_len(0)?;
-    file.rewind()?;
-    writeln!(file, "{}", std::process::id())?;
+    let wrote = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()));
+    wrote.map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(DataDirHold { _file: file })
 }
 
-/// Stores `epoch` in `dir` durably (never lowering what is there). The node holds `dir`
-/// ([`hold_data_dir`]), so no other process writes `epoch.tmp` meanwhile.
+/// Stores `epoch` in `dir` durably (never lowering what is there). Its caller holds `dir`
+/// ([`hold_data_dir`], as `lock-service serve` does), so that no other process writes
+/// `epoch.tmp` meanwhile.
 pub fn store_epoch(dir: &Path, epoch: u64) -> Result<u64, BoxError> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let epoch = epoch.max(read_epoch(dir)?);
