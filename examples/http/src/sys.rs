@@ -7,7 +7,8 @@
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
 //! * [`peer_gone`] and [`bytes_waiting`]: whether the client closed its connection, or
 //!   sent bytes not read yet, without reading from it;
-//! * [`thread_cpu_time`]: the CPU time of the calling thread (a page's slices).
+//! * [`thread_cpu_time`]: the CPU time of the calling thread (a page's slices);
+//! * [`set_notsent_lowat`]: how much a socket holds unsent before it is writable.
 
 use std::ffi::CStr;
 use std::io;
@@ -150,12 +151,57 @@ pub fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Sets `TCP_NOTSENT_LOWAT` on `sock`: it is reported writable only while it holds
+/// fewer than `bytes` not yet sent (bytes sent and not yet acknowledged do not count);
+/// 0 gives it the system's default back (`net.ipv4.tcp_notsent_lowat`, no bound unless
+/// set).
+pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `v` is a valid `c_int` for the whole call, its size is passed, and `sock`
+    // is a descriptor kept open by the borrow.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Seek, SeekFrom, Write};
     use std::os::fd::AsFd;
 
     use super::*;
+
+    /// The option is set on the socket, as the kernel reads it back.
+    #[test]
+    fn notsent_lowat_is_set() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        set_notsent_lowat(s.as_fd(), 128 * 1024).unwrap();
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: valid out-pointers of the sizes given; `s` is open.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((r, v), (0, 128 * 1024));
+    }
 
     /// Two interleaved senders from one descriptor: the explicit offsets keep them
     /// apart (the shared file position is never used).

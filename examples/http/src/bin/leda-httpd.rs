@@ -60,6 +60,10 @@ struct Args {
     /// to start).
     #[arg(long, default_value_t = Config::default().cgi_pages)]
     cgi_pages: usize,
+    /// Bytes a connection's socket may hold unsent before more of a response is
+    /// written into it (TCP_NOTSENT_LOWAT; 0: the kernel's, no bound).
+    #[arg(long, default_value_t = Config::default().notsent_lowat)]
+    notsent_lowat: usize,
     /// Seconds a SIGTERM or SIGINT waits for open connections to end their response
     /// (no new ones are accepted meanwhile) before the server stops; a second signal
     /// stops it at once.
@@ -117,6 +121,7 @@ fn serve(args: Args, signals: std::io::Result<Signals>) -> anyhow::Result<()> {
         cgi_memory: args.cgi_memory,
         cgi_states: args.cgi_states.unwrap_or(0),
         cgi_pages: args.cgi_pages,
+        notsent_lowat: args.notsent_lowat,
         ..Config::default()
     };
     let listener =

@@ -24,7 +24,7 @@ pub fn stage() -> Stage {
             ctx.wait(async move {
                 let body: &[u8] = if head_only { &[] } else { &body };
                 if let Err(e) = conn
-                    .write_all_fair(&head, body, cfg.send_timeout, &mut out)
+                    .write_all_fair(&head, body, cfg.send_timeout, cfg.notsent_lowat, &mut out)
                     .await
                 {
                     tracing::debug!(error = %e, "send_buffer: client write failed");

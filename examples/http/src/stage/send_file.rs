@@ -231,7 +231,7 @@ async fn miss(
             let ev = insert_event("put", &path, &version).with(Value::Bytes(body.clone()));
             forward(out, "insert", ev).await?;
             match conn
-                .write_all_fair(&head, &body, cfg.send_timeout, out)
+                .write_all_fair(&head, &body, cfg.send_timeout, cfg.notsent_lowat, out)
                 .await
             {
                 Ok(()) => next(out, conn, keep_alive).await,
