@@ -60,8 +60,9 @@ struct Args {
     /// to start).
     #[arg(long, default_value_t = Config::default().cgi_pages)]
     cgi_pages: usize,
-    /// Bytes a connection's socket may hold unsent before more of a response is
-    /// written into it (TCP_NOTSENT_LOWAT; 0: the kernel's, no bound).
+    /// While a response from memory larger than 512 KiB is written, the bytes its
+    /// socket may hold unsent before more is written into it (TCP_NOTSENT_LOWAT; 0: the
+    /// kernel's, no bound).
     #[arg(long, default_value_t = Config::default().notsent_lowat)]
     notsent_lowat: usize,
     /// Seconds a SIGTERM or SIGINT waits for open connections to end their response
