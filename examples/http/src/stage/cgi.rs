@@ -1177,6 +1177,65 @@ mod tests {
         assert!(k <= Instant::now() + BEHIND_MAX && k >= t + BEHIND_MAX);
     }
 
+    /// A root with `garbage.lua` (18 MB in 1 MB strings, all garbage once it ends) and
+    /// `big.lua` (`before`, then a 15 MB `string.rep`, whose buffer fits beside that
+    /// garbage only once it is collected), and one state of 32 MB for them.
+    #[cfg(not(feature = "luajit"))]
+    fn garbage_and_big(before: &str) -> (tempfile::TempDir, PathBuf, Arc<States>) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let mb = 1024 * 1024;
+        std::fs::write(
+            root.join("garbage.lua"),
+            format!(
+                "local t = {{}} for i = 1, 18 do t[i] = string.rep('g', {mb}) end return 'left ' .. #t"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("big.lua"),
+            format!("{before} return 'big ' .. #string.rep('b', {})", 15 * mb),
+        )
+        .unwrap();
+        let cfg = Config {
+            root: root.clone(),
+            cgi_states: 1,
+            cgi_memory: 32 * mb,
+            ..Config::default()
+        };
+        (dir, root, Arc::new(States::new(cfg)))
+    }
+
+    /// Runs the page at `script` on `on` from its start to its first outcome other
+    /// than a pause, calling `paused` after each slice.
+    #[cfg(not(feature = "luajit"))]
+    fn run_page(on: &OnState, script: &Path, mut paused: impl FnMut()) -> Next {
+        let script = script.to_str().unwrap();
+        let (req, now) = (PageRequest::default(), Instant::now());
+        let mut turn = on.slot().turns.try_take(now).unwrap();
+        let mut slice = Slice::Start;
+        loop {
+            match on.play(turn, slice, &req, now, false, script, false) {
+                Next::Paused(p, mut take) => {
+                    paused();
+                    turn = take.try_now().expect("no other page takes turns");
+                    slice = Slice::GoOn(p);
+                }
+                next => return next,
+            }
+        }
+    }
+
+    /// The head and body of a page's response.
+    #[cfg(not(feature = "luajit"))]
+    fn reply(next: Next) -> (String, Bytes) {
+        match next {
+            Next::Reply((head, body)) => (String::from_utf8_lossy(&head).into_owned(), body),
+            Next::Alone => panic!("ran out of memory beside another page"),
+            Next::Paused(..) | Next::Start(_) => unreachable!("run_page runs to an outcome"),
+        }
+    }
+
     /// A page that starts alone on a state full of another page's garbage starts on a
     /// collected state: Lua 5.4 collects when an allocation fails, but not for the
     /// buffers of its string functions (`lauxlib.c`'s `resizebox`), so `string.rep`
@@ -1188,54 +1247,13 @@ mod tests {
     #[cfg(not(feature = "luajit"))]
     #[test]
     fn a_page_alone_on_a_state_full_of_garbage_starts_on_a_collected_state() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        let mb = 1024 * 1024;
-        std::fs::write(
-            root.join("garbage.lua"),
-            format!(
-                "local t = {{}} for i = 1, 18 do t[i] = string.rep('g', {mb}) end return 'left ' .. #t"
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            root.join("big.lua"),
-            format!("return 'big ' .. #string.rep('b', {})", 15 * mb),
-        )
-        .unwrap();
-        let cfg = Config {
-            root: root.clone(),
-            cgi_states: 1,
-            cgi_memory: 32 * mb,
-            ..Config::default()
-        };
-        let states = Arc::new(States::new(cfg));
+        let (_dir, root, states) = garbage_and_big("");
         let (big, garbage) = (states.try_admit().unwrap(), states.try_admit().unwrap());
-        // Runs the page to its end, slice after slice.
-        let play = |on: &OnState, script: &Path| {
-            let script = script.to_str().unwrap();
-            let req = PageRequest::default();
-            let mut turn = on.slot().turns.try_take(Instant::now()).unwrap();
-            let mut slice = Slice::Start;
-            loop {
-                match on.play(turn, slice, &req, Instant::now(), false, script, false) {
-                    Next::Reply((head, body)) => {
-                        return (String::from_utf8_lossy(&head).into_owned(), body);
-                    }
-                    Next::Paused(p, mut take) => {
-                        turn = take.try_now().expect("no other page takes turns");
-                        slice = Slice::GoOn(p);
-                    }
-                    Next::Alone => panic!("{script} ran out of memory beside another page"),
-                    Next::Start(_) => unreachable!("play does not start pages"),
-                }
-            }
-        };
-        let (head, body) = play(&garbage, &root.join("garbage.lua"));
+        let (head, body) = reply(run_page(&garbage, &root.join("garbage.lua"), || {}));
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert_eq!(&body[..], b"left 18");
         drop(garbage);
-        let (head, body) = play(&big, &root.join("big.lua"));
+        let (head, body) = reply(run_page(&big, &root.join("big.lua"), || {}));
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert_eq!(&body[..], b"big 15728640");
     }
@@ -1246,57 +1264,16 @@ mod tests {
     #[cfg(not(feature = "luajit"))]
     #[test]
     fn a_page_failing_on_the_garbage_of_a_page_that_ended_beside_it_runs_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        let mb = 1024 * 1024;
-        std::fs::write(
-            root.join("garbage.lua"),
-            format!(
-                "local t = {{}} for i = 1, 18 do t[i] = string.rep('g', {mb}) end return 'left ' .. #t"
-            ),
-        )
-        .unwrap();
         // First a slice of computing, then the allocation.
-        std::fs::write(
-            root.join("big.lua"),
-            format!(
-                "local t0 = os.clock() while os.clock() - t0 < 0.05 do end
-                 return 'big ' .. #string.rep('b', {})",
-                15 * mb
-            ),
-        )
-        .unwrap();
-        let cfg = Config {
-            root: root.clone(),
-            cgi_states: 1,
-            cgi_memory: 32 * mb,
-            ..Config::default()
-        };
-        let states = Arc::new(States::new(cfg));
+        let (_dir, root, states) =
+            garbage_and_big("local t0 = os.clock() while os.clock() - t0 < 0.05 do end");
         let (big, garbage) = (states.try_admit().unwrap(), states.try_admit().unwrap());
-        let req = PageRequest::default();
-        let now = Instant::now();
-        let (g, b) = (root.join("garbage.lua"), root.join("big.lua"));
-        let (g, b) = (g.to_str().unwrap(), b.to_str().unwrap());
-        // Runs a page to its end or its first other outcome, `paused` after each slice.
-        let run = |on: &OnState, script: &str, mut paused: Box<dyn FnMut() + '_>| {
-            let mut turn = on.slot().turns.try_take(now).unwrap();
-            let mut slice = Slice::Start;
-            loop {
-                match on.play(turn, slice, &req, now, false, script, false) {
-                    Next::Paused(p, mut take) => {
-                        paused();
-                        turn = take.try_now().expect("no other page takes turns");
-                        slice = Slice::GoOn(p);
-                    }
-                    next => return next,
-                }
-            }
-        };
-        assert!(matches!(run(&garbage, g, Box::new(|| {})), Next::Reply(_)));
+        let (head, body) = reply(run_page(&garbage, &root.join("garbage.lua"), || {}));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(&body[..], b"left 18");
         // `big` starts beside `garbage` (still counted), which ends during its run.
         let mut garbage = Some(garbage);
-        let next = run(&big, b, Box::new(|| drop(garbage.take())));
+        let next = run_page(&big, &root.join("big.lua"), || drop(garbage.take()));
         assert!(garbage.is_none(), "big.lua ended in its first slice");
         match next {
             Next::Alone => {}
