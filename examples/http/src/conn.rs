@@ -382,9 +382,10 @@ impl Conn {
         let (mut h, mut b) = (head, body);
         while !h.is_empty() || !b.is_empty() {
             let bufs = [IoSlice::new(h), IoSlice::new(b)];
-            let n = timeout(limit, self.stream.write_vectored(&bufs))
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            let sock = self.stream.as_fd();
+            let n = self
+                .write_ready(limit, h.len() + b.len(), || sys::send_vectored(sock, &bufs))
+                .await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
@@ -395,23 +396,53 @@ impl Conn {
         Ok(())
     }
 
+    /// One write, `op`, of at most `asked` bytes once the socket is writable (the wait
+    /// bounded by `limit`); returns what `op` wrote. A short write means the socket's
+    /// buffer is full, so it clears the socket's readiness: the next write waits for
+    /// the kernel's next "writable" instead of first failing with `EAGAIN`. (Tokio's
+    /// `write_vectored` keeps the readiness after a short write; on a 5 MB response
+    /// over a rate-limited link, half of its `writev`s failed that way.)
+    async fn write_ready(
+        &self,
+        limit: Duration,
+        asked: usize,
+        mut op: impl FnMut() -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        loop {
+            timeout(limit, self.stream.writable())
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
+            let mut wrote = 0;
+            let attempt = self.stream.try_io(Interest::WRITABLE, || {
+                wrote = op()?;
+                if 0 < wrote && wrote < asked {
+                    // Full: `WouldBlock` is what makes `try_io` clear the readiness.
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(wrote)
+            });
+            match attempt {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && wrote > 0 => return Ok(wrote),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Writes a response head that a file body follows at once: `MSG_MORE` lets the
     /// kernel put the head and the first file bytes in the same segment.
     pub async fn write_head_more(&mut self, head: &[u8], limit: Duration) -> io::Result<()> {
         let mut rest = head;
         while !rest.is_empty() {
-            timeout(limit, self.stream.writable())
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
             let sock = self.stream.as_fd();
-            match self
-                .stream
-                .try_io(Interest::WRITABLE, || sys::send_more(sock, rest))
-            {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            let n = self
+                .write_ready(limit, rest.len(), || sys::send_more(sock, rest))
+                .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
             }
+            rest = &rest[n..];
         }
         Ok(())
     }
@@ -423,23 +454,20 @@ impl Conn {
     pub async fn send_file(&mut self, file: &File, len: u64, limit: Duration) -> io::Result<()> {
         let mut offset = 0u64;
         while offset < len {
-            timeout(limit, self.stream.writable())
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout"))??;
             let (sock, fd) = (self.stream.as_fd(), file.as_fd());
             let chunk = usize::try_from(len - offset).unwrap_or(usize::MAX);
-            match self.stream.try_io(Interest::WRITABLE, || {
-                sys::sendfile(sock, fd, &mut offset, chunk)
-            }) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file shrank while sending",
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+            // (A file that shrank also sends short: its next call, after the socket
+            // drains or `limit` passes, sends nothing and ends the response.)
+            let n = self
+                .write_ready(limit, chunk.min(sys::SENDFILE_MAX), || {
+                    sys::sendfile(sock, fd, &mut offset, chunk)
+                })
+                .await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while sending",
+                ));
             }
         }
         Ok(())
@@ -466,5 +494,39 @@ impl Conn {
                 _ => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that never reads: the server's write fills its socket buffer and stops
+    /// short. That short write must leave the socket not ready, so the next write waits
+    /// for room instead of failing with `EAGAIN` first.
+    #[tokio::test]
+    async fn a_short_write_leaves_the_socket_waiting_for_room() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let conn = Conn::new(server, None);
+        let body = vec![7u8; 64 << 20];
+        let sock = conn.stream.as_fd();
+        let bufs = [IoSlice::new(&body)];
+        let n = conn
+            .write_ready(Duration::from_secs(5), body.len(), || {
+                sys::send_vectored(sock, &bufs)
+            })
+            .await
+            .unwrap();
+        assert!(0 < n && n < body.len(), "wrote {n} of {}", body.len());
+        let ready = timeout(Duration::from_millis(100), conn.stream.writable()).await;
+        assert!(
+            ready.is_err(),
+            "the socket still reads as writable after a short write"
+        );
+        drop(client);
     }
 }

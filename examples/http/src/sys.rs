@@ -1,7 +1,7 @@
 //! The system calls the server makes itself, safely wrapped: the only `unsafe` of the
 //! static-file path lives here.
 //!
-//! * [`send_more`] and [`sendfile`]: non-blocking on a non-blocking socket, they return
+//! * [`send_more`], [`send_vectored`] and [`sendfile`]: non-blocking on a non-blocking socket, they return
 //!   [`io::ErrorKind::WouldBlock`] when the socket buffer is full, and the caller waits
 //!   for writability (see [`crate::conn::Conn::send_file`]);
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
@@ -28,6 +28,25 @@ pub fn send_more(sock: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
             libc::MSG_MORE | libc::MSG_NOSIGNAL,
         )
     };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Sends `bufs` on `sock` in order, as one `sendmsg(2)` (gathered, `MSG_NOSIGNAL`: a
+/// client gone is an error, not a `SIGPIPE`). Returns the bytes queued.
+pub fn send_vectored(sock: BorrowedFd<'_>, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on Unix (std's documented guarantee);
+    // the kernel only reads through the pointer.
+    msg.msg_iov = bufs.as_ptr().cast_mut().cast();
+    msg.msg_iovlen = bufs.len().min(libc::c_int::MAX as usize) as _;
+    // SAFETY: `msg` points at `bufs`, valid readable buffers for the whole call, and
+    // `sock` is a descriptor kept open by the borrow.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -83,6 +102,9 @@ fn peek(sock: BorrowedFd<'_>) -> Peek {
     }
 }
 
+/// The most bytes Linux sends in one `sendfile(2)` call (`MAX_RW_COUNT`).
+pub const SENDFILE_MAX: usize = 0x7fff_f000;
+
 /// Sends up to `count` bytes of `file` from `*offset` to `sock` with `sendfile(2)`, from
 /// the page cache, without a user-space copy; advances `*offset` by what was sent.
 ///
@@ -97,8 +119,7 @@ pub fn sendfile(
 ) -> io::Result<usize> {
     let mut off = libc::off_t::try_from(*offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file offset too large"))?;
-    // Linux sends at most 0x7ffff000 bytes per call anyway.
-    let count = count.min(0x7fff_f000);
+    let count = count.min(SENDFILE_MAX);
     // SAFETY: both descriptors are kept open by their borrows for the whole call, and
     // `off` is a valid, exclusively borrowed off_t that the kernel reads and updates.
     let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, count) };
