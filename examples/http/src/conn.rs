@@ -384,7 +384,9 @@ impl Conn {
             let bufs = [IoSlice::new(h), IoSlice::new(b)];
             let sock = self.stream.as_fd();
             let n = self
-                .write_ready(limit, h.len() + b.len(), || sys::send_vectored(sock, &bufs))
+                .write_ready(limit, h.len() + b.len(), true, || {
+                    sys::send_vectored(sock, &bufs)
+                })
                 .await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
@@ -397,15 +399,18 @@ impl Conn {
     }
 
     /// One write, `op`, of at most `asked` bytes once the socket is writable (the wait
-    /// bounded by `limit`); returns what `op` wrote. A short write means the socket's
-    /// buffer is full, so it clears the socket's readiness: the next write waits for
-    /// the kernel's next "writable" instead of first failing with `EAGAIN`. (Tokio's
-    /// `write_vectored` keeps the readiness after a short write; on a 5 MB response
-    /// over a rate-limited link, half of its `writev`s failed that way.)
+    /// bounded by `limit`); returns what `op` wrote. With `short_is_full`, a short
+    /// write is taken for a full socket buffer and clears the socket's readiness: the
+    /// next write waits for the kernel's next "writable" instead of first failing with
+    /// `EAGAIN`. (Tokio's `write_vectored` keeps the readiness after a short write; on
+    /// a 5 MB response over a rate-limited link, half of its `writev`s failed that
+    /// way.) Only for an `op` that stops short for no other reason — a `send` on TCP of
+    /// less than the kernel's per-call cap — or no "writable" would ever follow.
     async fn write_ready(
         &self,
         limit: Duration,
         asked: usize,
+        short_is_full: bool,
         mut op: impl FnMut() -> io::Result<usize>,
     ) -> io::Result<usize> {
         loop {
@@ -415,7 +420,7 @@ impl Conn {
             let mut wrote = 0;
             let attempt = self.stream.try_io(Interest::WRITABLE, || {
                 wrote = op()?;
-                if 0 < wrote && wrote < asked {
+                if short_is_full && 0 < wrote && wrote < asked {
                     // Full: `WouldBlock` is what makes `try_io` clear the readiness.
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
@@ -437,7 +442,7 @@ impl Conn {
         while !rest.is_empty() {
             let sock = self.stream.as_fd();
             let n = self
-                .write_ready(limit, rest.len(), || sys::send_more(sock, rest))
+                .write_ready(limit, rest.len(), true, || sys::send_more(sock, rest))
                 .await?;
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
@@ -456,10 +461,11 @@ impl Conn {
         while offset < len {
             let (sock, fd) = (self.stream.as_fd(), file.as_fd());
             let chunk = usize::try_from(len - offset).unwrap_or(usize::MAX);
-            // (A file that shrank also sends short: its next call, after the socket
-            // drains or `limit` passes, sends nothing and ends the response.)
+            // A short `sendfile` may be the file's end (it shrank), not a full socket,
+            // and then no "writable" would follow: the readiness is kept, and the next
+            // call tells which (`EAGAIN` clears it, 0 ends the response; review rv40).
             let n = self
-                .write_ready(limit, chunk.min(sys::SENDFILE_MAX), || {
+                .write_ready(limit, chunk, false, || {
                     sys::sendfile(sock, fd, &mut offset, chunk)
                 })
                 .await?;
@@ -499,34 +505,108 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsRawFd;
+
+    use tokio::io::AsyncReadExt;
+
     use super::*;
 
-    /// A client that never reads: the server's write fills its socket buffer and stops
-    /// short. That short write must leave the socket not ready, so the next write waits
-    /// for room instead of failing with `EAGAIN` first.
-    #[tokio::test]
-    async fn a_short_write_leaves_the_socket_waiting_for_room() {
+    /// A server connection and its client, with small fixed socket buffers (so that a
+    /// write of a few MiB stops short whatever the host's TCP memory settings).
+    async fn pair() -> (Conn, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        let conn = Conn::new(server, None);
-        let body = vec![7u8; 64 << 20];
-        let sock = conn.stream.as_fd();
-        let bufs = [IoSlice::new(&body)];
+        for (fd, opt) in [
+            (server.as_raw_fd(), libc::SO_SNDBUF),
+            (client.as_raw_fd(), libc::SO_RCVBUF),
+        ] {
+            let size: libc::c_int = 64 * 1024;
+            // SAFETY: a valid socket and a valid int option of its size.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(r, 0, "setsockopt");
+        }
+        (Conn::new(server, None), client)
+    }
+
+    /// A client that does not read: the server's writes fill its socket and stop
+    /// short. After a short write the socket is not ready, so no write fails with
+    /// `EAGAIN` (tokio's `write_vectored` makes one after each short write); once the
+    /// client reads, there is room again.
+    #[tokio::test]
+    async fn a_short_write_waits_for_room_and_gets_it() {
+        let (conn, mut client) = pair().await;
+        let body = vec![7u8; 1 << 20];
+        let (sock, bufs) = (conn.stream.as_fd(), [IoSlice::new(&body)]);
+        let (mut sent, mut eagain) = (0, 0);
+        // Until the socket stays full for 200 ms.
+        let stuck = loop {
+            let wrote = conn
+                .write_ready(Duration::from_millis(200), body.len(), true, || {
+                    let r = sys::send_vectored(sock, &bufs);
+                    eagain +=
+                        usize::from(matches!(&r, Err(e) if e.kind() == io::ErrorKind::WouldBlock));
+                    r
+                })
+                .await;
+            match wrote {
+                Ok(n) => sent += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(stuck.kind(), io::ErrorKind::TimedOut, "{stuck}");
+        assert!(sent > 0);
+        assert_eq!(eagain, 0, "a write failed with EAGAIN after a short one");
+        let mut got = vec![0u8; sent];
+        client.read_exact(&mut got).await.unwrap();
         let n = conn
-            .write_ready(Duration::from_secs(5), body.len(), || {
+            .write_ready(Duration::from_secs(2), body.len(), true, || {
                 sys::send_vectored(sock, &bufs)
             })
             .await
-            .unwrap();
-        assert!(0 < n && n < body.len(), "wrote {n} of {}", body.len());
-        let ready = timeout(Duration::from_millis(100), conn.stream.writable()).await;
-        assert!(
-            ready.is_err(),
-            "the socket still reads as writable after a short write"
-        );
-        drop(client);
+            .expect("room once the client read");
+        assert!(n > 0);
+    }
+
+    /// A file that ends before the length being sent (it shrank after its size was
+    /// read), to a client that reads everything: the response ends at once with
+    /// `UnexpectedEof`, not after `limit` with `TimedOut` (review rv40: the short
+    /// `sendfile` at the file's end was taken for a full socket, and no "writable"
+    /// followed).
+    #[tokio::test]
+    async fn a_file_shorter_than_its_length_ends_at_once() {
+        let (mut conn, mut client) = pair().await;
+        let reader = tokio::spawn(async move {
+            let (mut buf, mut got) = (vec![0u8; 1 << 16], 0usize);
+            loop {
+                match client.read(&mut buf).await {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got += n,
+                }
+            }
+        });
+        let have = 8usize << 20;
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &vec![1u8; have]).unwrap();
+        let start = std::time::Instant::now();
+        let e = conn
+            .send_file(&file, have as u64 + 1000, Duration::from_secs(3))
+            .await
+            .expect_err("the file is shorter than its length");
+        let took = start.elapsed();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e} after {took:?}");
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        drop(conn);
+        assert_eq!(reader.await.unwrap(), have);
     }
 }

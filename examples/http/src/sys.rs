@@ -1,9 +1,9 @@
 //! The system calls the server makes itself, safely wrapped: the only `unsafe` of the
 //! static-file path lives here.
 //!
-//! * [`send_more`], [`send_vectored`] and [`sendfile`]: non-blocking on a non-blocking socket, they return
-//!   [`io::ErrorKind::WouldBlock`] when the socket buffer is full, and the caller waits
-//!   for writability (see [`crate::conn::Conn::send_file`]);
+//! * [`send_more`], [`send_vectored`] and [`sendfile`]: non-blocking on a non-blocking
+//!   socket, they return [`io::ErrorKind::WouldBlock`] when the socket buffer is full,
+//!   and the caller waits for writability (see [`crate::conn::Conn::send_file`]);
 //! * [`open_beneath`]: `openat2(2)` confined to a directory, with no symlink followed;
 //! * [`peer_gone`] and [`bytes_waiting`]: whether the client closed its connection, or
 //!   sent bytes not read yet, without reading from it;
@@ -102,9 +102,6 @@ fn peek(sock: BorrowedFd<'_>) -> Peek {
     }
 }
 
-/// The most bytes Linux sends in one `sendfile(2)` call (`MAX_RW_COUNT`).
-pub const SENDFILE_MAX: usize = 0x7fff_f000;
-
 /// Sends up to `count` bytes of `file` from `*offset` to `sock` with `sendfile(2)`, from
 /// the page cache, without a user-space copy; advances `*offset` by what was sent.
 ///
@@ -119,7 +116,8 @@ pub fn sendfile(
 ) -> io::Result<usize> {
     let mut off = libc::off_t::try_from(*offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "file offset too large"))?;
-    let count = count.min(SENDFILE_MAX);
+    // Linux sends at most 0x7ffff000 bytes per call anyway.
+    let count = count.min(0x7fff_f000);
     // SAFETY: both descriptors are kept open by their borrows for the whole call, and
     // `off` is a valid, exclusively borrowed off_t that the kernel reads and updates.
     let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, count) };
