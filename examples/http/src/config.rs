@@ -32,12 +32,12 @@ pub struct Config {
     /// kernel's, which is no bound). Bytes in flight are not counted, so it does not slow
     /// a connection on a long path; it keeps a client that reads a socket until it is
     /// empty (as wrk does) from being fed megabytes ahead while its other connections
-    /// wait. Default 4 KiB; measured on 2 CPUs (docs/http-server.md, 2026-11-28): 5 MB
-    /// files on loopback at 200 connections, p99 0.47–0.66 s against 0.89–2.29 s at
-    /// 128 KiB and nginx's 0.81–0.94 s, requests/s not lower; over a link limited to
-    /// 1 Gbit/s, the same throughput for about 1.9× the server's CPU of no bound (the
-    /// server more often woken to write). Set on every connection instead, 300 KB
-    /// responses at 50 connections lost 9–12 %.
+    /// wait. Default 4 KiB; measured on 2 CPUs (docs/http-server.md § The 5 MB tail on
+    /// the AMD host): 5 MB files on loopback at 200 connections, p99 0.51–0.96 s, below
+    /// nginx's in each of 8 rounds (16 KiB: above it in 3; 128 KiB: 0.89–2.29 s),
+    /// requests/s not lower; over a link limited to 1 Gbit/s, the same throughput for
+    /// about 1.9× the server's CPU of no bound (woken more often to write). Set on every
+    /// connection instead, 300 KB responses at 50 connections lost 9–12 %.
     pub notsent_lowat: usize,
     /// Most connections open at once; more are answered `503` and closed.
     pub max_connections: usize,
