@@ -28,7 +28,8 @@
 # (`settle` waits for the previous server's leftover work to finish); the median round is
 # printed as
 #   BENCH http-<case>-c<conns> unit=req/s better=higher ours=... [ours_sendfile=...] [ours_lua54=...] nginx=... [apache=...]
-# followed by p99 latency (ms) and error counts (socket errors + non-2xx) per server.
+# followed by p99 latency (ms: the median round's, then every round's) and error counts
+# (socket errors + non-2xx) per server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -48,7 +49,7 @@ THREADS=${THREADS:-$NCPU}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s}
-CONNS=${CONNS:-"50 200 1000"}
+CONNS=${CONNS:-"50 100 200 1000"}
 DYN_CONNS=${DYN_CONNS:-"50 200"}
 WRK_THREADS=${WRK_THREADS:-$NCPU}
 CASES=${CASES:-"static dynamic"}
@@ -263,6 +264,7 @@ bench() {
     local n=${s%%:*}
     line+=" $n=$(tr ' ' '\n' <<<"${rps[$n]}" | grep . | median)"
     extra+=" ${n}_p99_ms=$(tr ' ' '\n' <<<"${p99[$n]}" | grep . | median)"
+    extra+=" ${n}_p99_ms_rounds=$(tr -s ' ' ',' <<<"${p99[$n]% }")"
     extra+=" ${n}_errors=$(tr ' ' '\n' <<<"${err[$n]}" | grep . | awk '{ s += $1 } END { print s }')"
   done
   echo "$line"
