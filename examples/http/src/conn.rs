@@ -505,8 +505,6 @@ impl Conn {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::AsRawFd;
-
     use tokio::io::AsyncReadExt;
 
     use super::*;
@@ -519,22 +517,11 @@ mod tests {
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        for (fd, opt) in [
-            (server.as_raw_fd(), libc::SO_SNDBUF),
-            (client.as_raw_fd(), libc::SO_RCVBUF),
+        for (sock, opt) in [
+            (server.as_fd(), libc::SO_SNDBUF),
+            (client.as_fd(), libc::SO_RCVBUF),
         ] {
-            let size: libc::c_int = 64 * 1024;
-            // SAFETY: a valid socket and a valid int option of its size.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&raw const size).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            assert_eq!(r, 0, "setsockopt");
+            sys::set_int_option(sock, libc::SOL_SOCKET, opt, 64 * 1024).expect("setsockopt");
         }
         (Conn::new(server, None), client)
     }

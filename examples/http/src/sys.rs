@@ -8,7 +8,8 @@
 //! * [`peer_gone`] and [`bytes_waiting`]: whether the client closed its connection, or
 //!   sent bytes not read yet, without reading from it;
 //! * [`thread_cpu_time`]: the CPU time of the calling thread (a page's slices);
-//! * [`set_notsent_lowat`]: how much a socket holds unsent before it is writable.
+//! * [`set_notsent_lowat`]: how much a socket holds unsent before it is writable
+//!   ([`set_int_option`]: any `int` socket option).
 
 use std::ffi::CStr;
 use std::io;
@@ -176,14 +177,25 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// set).
 pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `v` is a valid `c_int` for the whole call, its size is passed, and `sock`
-    // is a descriptor kept open by the borrow.
+    set_int_option(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
+}
+
+/// Sets the `int`-valued socket option `name` at `level` of `sock` to `value`
+/// (`setsockopt(2)`).
+pub fn set_int_option(
+    sock: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` is a valid `c_int` for the whole call, its size is passed, and
+    // `sock` is a descriptor kept open by the borrow.
     let r = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };

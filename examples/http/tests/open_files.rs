@@ -219,18 +219,8 @@ fn max_open_files_bounds_descriptors_and_evicted_ones_finish() {
 
 /// Shrinks a socket's receive buffer (and so the window it advertises).
 fn set_rcvbuf(s: &std::net::TcpStream, bytes: libc::c_int) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setsockopt reads `bytes` through a valid pointer of the given length.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&bytes as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
+    use std::os::fd::AsFd;
+    leda_http::sys::set_int_option(s.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, bytes).unwrap();
 }
 
 #[test]
