@@ -1443,3 +1443,62 @@ fn a_draining_server_answers_what_was_sent_and_cuts_half_sent_heads() {
     );
     drop(half);
 }
+
+/// Off the write path's happy path (`Conn::write_ready`), for a 16 MB file sent from
+/// the memory cache (over one 512 KiB turn: the unsent-bytes bound) and by `sendfile`
+/// (`cache_max_file` 0), larger than the socket buffers can hold: a client that stops reading mid-response, as a frozen process
+/// does, is cut off at `send_timeout`, its response ending short; one that vanishes
+/// mid-response (closed with bytes unread: a reset, as after kill -9) is let go; and
+/// the server serves the file whole to others meanwhile and after.
+#[test]
+fn readers_that_freeze_or_vanish_mid_response_are_let_go() {
+    use std::io::Read;
+    let size = 16 << 20;
+    for cache_max_file in [32 << 20, 0] {
+        let s = server(|c| {
+            c.send_timeout = Duration::from_millis(500);
+            c.cache_max_file = cache_max_file;
+        });
+        std::fs::write(s.root.join("big.bin"), vec![b'z'; size]).unwrap();
+        let r = get(s.addr, "/big.bin");
+        assert_eq!(
+            (r.status, r.body.len()),
+            (200, size),
+            "cache_max_file {cache_max_file}"
+        );
+        let mut frozen = common::slow_reader(s.addr, "/big.bin");
+        let mut vanished = Client::connect(s.addr);
+        vanished.send_raw(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut some = [0u8; 64 << 10];
+        vanished.stream.read_exact(&mut some).unwrap();
+        drop(vanished);
+        let r = get(s.addr, "/big.bin");
+        assert_eq!(
+            (r.status, r.body.len()),
+            (200, size),
+            "beside a frozen reader"
+        );
+        // Well past `send_timeout`: the server has given up on the frozen reader, whose
+        // socket now ends (after what it holds) instead of waiting for it.
+        std::thread::sleep(Duration::from_millis(1500));
+        frozen
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let (t, mut got, mut buf) = (Instant::now(), 0usize, vec![0u8; 64 << 10]);
+        loop {
+            match frozen.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("the frozen reader's socket did not end: {e} after {got} bytes"),
+            }
+        }
+        assert!(
+            got < size,
+            "the frozen reader got its whole response ({got} bytes)"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let r = get(s.addr, "/big.bin");
+        assert_eq!((r.status, r.body.len()), (200, size), "after both");
+    }
+}
