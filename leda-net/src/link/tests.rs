@@ -1197,3 +1197,49 @@ fn a_link_lost_as_the_watch_wakes_from_a_stall_says_this_process_stood_still() {
         lost[0]
     );
 }
+
+/// A peer that breaks the link while this process closes a run it began to close just
+/// after standing still for the silence bound is a loss, not part of the orderly end (a
+/// daemon thawed after SIGSTOP read another daemon's `Quit` first, began closing, took
+/// the launcher's close for part of that, and reported no loss).
+#[test]
+fn a_link_broken_while_closing_after_a_stall_is_a_loss() {
+    let (rt, receiver, client) =
+        raw_pair_with(100, Liveness::with_silence(Duration::from_millis(300)));
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let run = receive_with(&receiver, &b);
+    // The stall: the watch held up for 400 ms (in its look at the links).
+    {
+        let _links = lock(&receiver.links);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let t0 = std::time::Instant::now();
+    wait_until(t0 + Duration::from_secs(5), || {
+        lock(&receiver.stood_still).1 >= 300
+    });
+    // Closing begins now, as `Transport::close` begins it (the peer's `Quit` on another
+    // link ended the run), and the peer, which took this process for lost, closes.
+    let stood_still = receiver.stood_still_ms(receiver.now_ms());
+    receiver.stood_still_at_close.store(stood_still, SeqCst);
+    receiver.closing.store(true, SeqCst);
+    client.shutdown(std::net::Shutdown::Both).unwrap();
+    wait_until(t0 + Duration::from_secs(5), || !receiver.lost().is_empty());
+    let lost = receiver.lost();
+    end_receiving(&rt, &receiver, run, Some(client));
+    assert!(
+        stood_still >= 300,
+        "the stall seen at the close: {stood_still} ms"
+    );
+    assert_eq!(
+        lost.len(),
+        1,
+        "the break was taken for part of the orderly end"
+    );
+    assert!(
+        lost[0]
+            .reason
+            .starts_with("it closed the connection, after this process stood still"),
+        "{}",
+        lost[0]
+    );
+}
