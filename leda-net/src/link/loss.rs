@@ -288,24 +288,6 @@ impl Transport {
         self.liveness
     }
 
-    /// How long this process just stood still (SIGSTOP, a starved host), milliseconds;
-    /// 0 if it did not: the last stall the liveness watch recorded, if it ended within
-    /// the silence bound, or, if the watch has not run for half the bound, the time
-    /// since it last did (a stall it has not seen yet: readers may see a close first;
-    /// read before the stall, which the watch records before it notes its round).
-    pub(super) fn stood_still_ms(&self, now: u64) -> u64 {
-        let silence_ms = self.liveness.silence.as_millis() as u64;
-        let unwatched = now.saturating_sub(self.watched_ms.load(Acquire));
-        let (stall_end, stall_ms) = *lock(&self.stood_still);
-        if stall_ms > 0 && now.saturating_sub(stall_end) < silence_ms {
-            stall_ms
-        } else if unwatched >= silence_ms / 2 {
-            unwatched
-        } else {
-            0
-        }
-    }
-
     /// Called by a link's writer once the link is down, before its `in_flight_lost`
     /// unacknowledged events are reported. Decides whether this was a loss (not the
     /// orderly end of the run) and applies the policy.
@@ -322,7 +304,18 @@ impl Transport {
         let silent_ms = self.now_ms().saturating_sub(link.heard_ms.load(Relaxed));
         let silence_ms = self.liveness.silence.as_millis() as u64;
         let now = self.now_ms();
-        let stood_still = self.stood_still_ms(now);
+        // Not watched for a while: this process is waking from a stall that the watch
+        // has not seen yet (its readers may see the close first). Read before the
+        // stall: the watch records a stall before it notes its round (`watch`).
+        let unwatched = now.saturating_sub(self.watched_ms.load(Acquire));
+        let (stall_end, stall_ms) = *lock(&self.stood_still);
+        let stood_still = if stall_ms > 0 && now.saturating_sub(stall_end) < silence_ms {
+            stall_ms
+        } else if unwatched >= silence_ms / 2 {
+            unwatched
+        } else {
+            0
+        };
         // (The connection's end, however this process met it: its reader read the
         // close, or its writer found the connection broken.)
         let broken = [
@@ -369,10 +362,7 @@ impl Transport {
             // The launcher returns it as the run's error: the caller reports it.
             tracing::info!(me = %self.me, "{lost}");
         }
-        // A loss this process met on waking from a stall is not told to the others:
-        // they judge its silence, not it theirs (told, a daemon that took the live
-        // launcher's close for its loss named the launcher lost).
-        self.record_loss(lost, stood_still == 0).await;
+        self.record_loss(lost, true).await;
     }
 
     /// Tells `peer` of the losses recorded so far: for the launcher, whose link a daemon
@@ -396,9 +386,8 @@ impl Transport {
         self.record_loss(lost, false).await;
     }
 
-    /// Records `lost` (once per process) and applies the policy; with `tell_others`, a
-    /// loss that ends the run is told to the other processes (`Lost`).
-    async fn record_loss(&self, lost: ProcessLost, tell_others: bool) {
+    /// Records `lost` (once per process) and applies the policy.
+    async fn record_loss(&self, lost: ProcessLost, noticed_here: bool) {
         {
             let mut all = lock(&self.lost);
             if all.iter().any(|l| l.process == lost.process) {
@@ -409,7 +398,7 @@ impl Transport {
         let is_launcher = self.topology.ends_with(&lost.process);
         match (&self.policy, is_launcher) {
             (OnProcessLoss::End, _) | (_, true) => {
-                if tell_others && !is_launcher {
+                if noticed_here && !is_launcher {
                     // The others end too, and know why.
                     for l in self.links() {
                         if !l.is_dead() {

@@ -314,19 +314,9 @@ impl Link {
 
     /// The link went down as the run ended in order (this process closing, or the
     /// peer having said `Quit`), not by a loss: what it did not deliver is discarded.
-    /// Not a link the peer broke while this process closed a run it began to close
-    /// just after standing still for the silence bound: the peer most likely took it
-    /// for lost (a daemon thawed after SIGSTOP read another daemon's `Quit` first,
-    /// began closing, took the launcher's close for part of that, and reported no loss).
     fn ended_in_order(&self, t: &Transport) -> bool {
-        let broken_after_stall = || {
-            lock(&self.lost).is_some()
-                && t.stood_still_at_close.load(SeqCst) >= t.liveness.silence.as_millis() as u64
-        };
         self.goodbye.load(Acquire)
-            || (t.closing.load(SeqCst)
-                && !self.dead_before_close.load(SeqCst)
-                && !broken_after_stall())
+            || (t.closing.load(SeqCst) && !self.dead_before_close.load(SeqCst))
     }
 
     /// The peer's address.
@@ -422,9 +412,6 @@ pub struct Transport {
     /// is only now waking from a stall that the watch has not seen yet. Stored after
     /// `stood_still` (release; read before it, acquire).
     watched_ms: AtomicU64,
-    /// How long this process had stood still when it began closing its run
-    /// (milliseconds; see `Transport::link_down`).
-    stood_still_at_close: AtomicU64,
     /// Run by the liveness watch in each round, with how late the round is, before it
     /// records anything of it (tests: a link that goes down at that moment).
     #[cfg(test)]
@@ -526,7 +513,6 @@ impl Transport {
             epoch: std::time::Instant::now(),
             stood_still: Mutex::new((0, 0)),
             watched_ms: AtomicU64::new(0),
-            stood_still_at_close: AtomicU64::new(0),
             #[cfg(test)]
             mid_round: Mutex::new(None),
         });
@@ -684,9 +670,6 @@ impl Transport {
         for l in links.iter().filter(|l| l.is_dead()) {
             l.dead_before_close.store(true, SeqCst);
         }
-        // (Judged now: the liveness watch stops once the transport closes.)
-        let stood_still = self.stood_still_ms(self.now_ms());
-        self.stood_still_at_close.store(stood_still, SeqCst);
         self.closing.store(true, SeqCst);
         for l in &links {
             if let Some(v) = &quit {
