@@ -1446,10 +1446,11 @@ fn a_draining_server_answers_what_was_sent_and_cuts_half_sent_heads() {
 
 /// Off the write path's happy path (`Conn::write_ready`), for a 16 MB file sent from
 /// the memory cache (over one 512 KiB turn: the unsent-bytes bound) and by `sendfile`
-/// (`cache_max_file` 0), larger than the socket buffers can hold: a client that stops reading mid-response, as a frozen process
-/// does, is cut off at `send_timeout`, its response ending short; one that vanishes
-/// mid-response (closed with bytes unread: a reset, as after kill -9) is let go; and
-/// the server serves the file whole to others meanwhile and after.
+/// (`cache_max_file` 0), larger than the socket buffers can hold: a client that stops
+/// reading mid-response, as a frozen process does, is cut off at `send_timeout`, its
+/// response ending short; one that vanishes mid-response (closed with bytes unread: a
+/// reset, as after kill -9) is let go; and the server serves the file whole to others
+/// meanwhile and after.
 #[test]
 fn readers_that_freeze_or_vanish_mid_response_are_let_go() {
     use std::io::Read;
