@@ -362,7 +362,9 @@ impl Transport {
             // The launcher returns it as the run's error: the caller reports it.
             tracing::info!(me = %self.me, "{lost}");
         }
-        self.record_loss(lost, true).await;
+        // (Not told to others when only the close made it one: see `shut_before_close`.)
+        let tell = !link.shut_before_close.load(SeqCst);
+        self.record_loss(lost, tell).await;
     }
 
     /// Tells `peer` of the losses recorded so far: for the launcher, whose link a daemon
@@ -386,8 +388,9 @@ impl Transport {
         self.record_loss(lost, false).await;
     }
 
-    /// Records `lost` (once per process) and applies the policy.
-    async fn record_loss(&self, lost: ProcessLost, noticed_here: bool) {
+    /// Records `lost` (once per process) and applies the policy; `tell`: the others are
+    /// told of it (a loss this process noticed itself) when it ends the run.
+    async fn record_loss(&self, lost: ProcessLost, tell: bool) {
         {
             let mut all = lock(&self.lost);
             if all.iter().any(|l| l.process == lost.process) {
@@ -398,7 +401,7 @@ impl Transport {
         let is_launcher = self.topology.ends_with(&lost.process);
         match (&self.policy, is_launcher) {
             (OnProcessLoss::End, _) | (_, true) => {
-                if noticed_here && !is_launcher {
+                if tell && !is_launcher {
                     // The others end too, and know why.
                     for l in self.links() {
                         if !l.is_dead() {

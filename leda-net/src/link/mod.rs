@@ -109,6 +109,9 @@ pub use leda_core::stats::RouteCounts;
 
 /// How long a closing link waits for the peer to finish its side.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
+/// How long a link that ended by an error waits for its reader to read what a peer
+/// that had shut its side sent before (its `Quit`, perhaps: see `shut_before_close`).
+const SHUT_DRAIN: Duration = Duration::from_millis(500);
 /// Retry period of events waiting for room in a full destination queue.
 const RETRY: Duration = Duration::from_micros(200);
 /// Read buffer growth step.
@@ -271,6 +274,16 @@ pub(crate) struct Link {
     /// it after the close began (a sender that saw the link down may have ended the
     /// run itself).
     dead_before_close: AtomicBool,
+    /// The peer had shut its side of the connection, without a `Quit` read so far,
+    /// when this process began closing, and its reader had not yet read that: the
+    /// peer's close was no answer to this process' `Quit` (it came before), so it is a
+    /// loss when read, as it would have been read a moment earlier. A process thawed
+    /// after SIGSTOP that read another peer's `Quit` first and began closing took the
+    /// close of a peer that had taken it for lost for part of its orderly end, and
+    /// reported none (chaos test `sigstop_of_a_daemon_is_noticed_within_the_silence_bound`
+    /// failed so in a CI run). Such a loss is not told to other peers (`Lost`): the
+    /// peer died, and they see it on their own links, or it took this process for lost.
+    shut_before_close: AtomicBool,
     dead_notify: Notify,
     status: Mutex<Option<Status>>,
     status_notify: Notify,
@@ -316,7 +329,27 @@ impl Link {
     /// peer having said `Quit`), not by a loss: what it did not deliver is discarded.
     fn ended_in_order(&self, t: &Transport) -> bool {
         self.goodbye.load(Acquire)
-            || (t.closing.load(SeqCst) && !self.dead_before_close.load(SeqCst))
+            || (t.closing.load(SeqCst)
+                && !self.dead_before_close.load(SeqCst)
+                && !self.shut_before_close.load(SeqCst))
+    }
+
+    /// Whether the peer has shut its side of the connection (or reset it), read yet or
+    /// not: the kernel knows before the reader reads it.
+    fn peer_shut(&self) -> bool {
+        let Some(sock) = lock(&self.outbox).sock.clone() else {
+            return false;
+        };
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid `pollfd` for the length of the call, a descriptor held open
+        // by `sock`, and no waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     /// The peer's address.
@@ -666,9 +699,18 @@ impl Transport {
     /// their writers to finish; events never acknowledged are then reported failed.
     pub(crate) async fn close(&self, quit: Option<Vec<leda_core::value::Value>>) {
         let links = self.links();
-        // (Noted before `closing`, which the writers read after it.)
-        for l in links.iter().filter(|l| l.is_dead()) {
-            l.dead_before_close.store(true, SeqCst);
+        // (Noted before `closing`, which the writers read after it. A deployment that
+        // never started has no run whose losses to report.)
+        let abandoned = self.abandoned.load(Relaxed);
+        for l in &links {
+            // (Looked at before `is_dead`: a link that goes down between the two, its
+            // second descriptor dropped, is then found dead.)
+            let shut = !abandoned && l.peer_shut();
+            if l.is_dead() {
+                l.dead_before_close.store(true, SeqCst);
+            } else if shut && !l.goodbye.load(Acquire) {
+                l.shut_before_close.store(true, SeqCst);
+            }
         }
         self.closing.store(true, SeqCst);
         for l in &links {
@@ -697,9 +739,6 @@ impl Transport {
     pub(crate) fn attach(self: &Arc<Self>, peer: &str, stream: crate::conn::Conn) -> Arc<Link> {
         let _ = stream.tcp().set_nodelay(true);
         self.liveness.apply_to(stream.tcp());
-        // Sending workers write plain TCP themselves, through a second descriptor of
-        // the same socket (non-blocking, like the first); the writer task writes what
-        // they cannot write without waiting, and everything under TLS.
         let plain_tcp = !stream.is_tls();
         let ends = plain_tcp
             .then(|| {
@@ -712,15 +751,21 @@ impl Transport {
         // On one host the peer may read large binaries from this process's memory.
         let session = stream.session();
         let offer = ends.and(session).and_then(|s| memory::offer(&s));
-        let plain = plain_tcp.then(|| stream.tcp());
-        let direct = plain.and_then(|s| {
+        // A second descriptor of the socket (non-blocking, like the first): sending
+        // workers write plain TCP through it themselves (the writer task writes what
+        // they cannot write without waiting, and everything under TLS), and the close
+        // looks through it whether the peer had shut its side (`Transport::close`).
+        let sock = {
             use std::os::fd::AsFd;
-            s.as_fd()
+            stream
+                .tcp()
+                .as_fd()
                 .try_clone_to_owned()
                 .map(|fd| Arc::new(std::net::TcpStream::from(fd)))
-                .map_err(|e| tracing::debug!(peer, error = %e, "no direct writes"))
+                .map_err(|e| tracing::debug!(peer, error = %e, "no second descriptor"))
                 .ok()
-        });
+        };
+        let direct = sock.clone().filter(|_| plain_tcp);
         // The reader's reads that do not wait and its low-water mark go through the same
         // second descriptor (see `reader::Plain`).
         let read_plain = direct.clone().map(reader::Plain::new);
@@ -750,6 +795,7 @@ impl Transport {
                 spare: Some(Outgoing::new(SPLICE_MIN, FRAME_TARGET)),
                 partial: None,
                 direct,
+                sock,
                 peer: None,
             })),
             wake: Notify::new(),
@@ -762,6 +808,7 @@ impl Transport {
             lost: Mutex::new(None),
             dead: AtomicBool::new(false),
             dead_before_close: AtomicBool::new(false),
+            shut_before_close: AtomicBool::new(false),
             dead_notify: Notify::new(),
             status: Mutex::new(None),
             status_notify: Notify::new(),

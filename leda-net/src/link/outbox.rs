@@ -64,6 +64,9 @@ pub(super) struct Outbox {
     /// The socket, for sending workers to write without waiting (plain TCP only; a
     /// TLS stream has one writer, the task). Dropped when the link goes down.
     pub(super) direct: Option<Arc<std::net::TcpStream>>,
+    /// The socket, plain or under TLS, for [`Transport::close`] to see whether the peer
+    /// had shut its side before this process began closing. Dropped with `direct`.
+    pub(super) sock: Option<Arc<std::net::TcpStream>>,
     /// The peer process reading this process's memory, if it does: binaries of
     /// [`memory::REF_MIN`] bytes or more then go as references ([`memory`]).
     pub(super) peer: Option<Arc<memory::Peer>>,

@@ -1197,3 +1197,125 @@ fn a_link_lost_as_the_watch_wakes_from_a_stall_says_this_process_stood_still() {
         lost[0]
     );
 }
+
+/// What this process reports when its peer, before this process began closing, sent a
+/// `Quit` (or not) and then closed the connection (`reset`: with a reset), all of it
+/// read only after the close began (a process thawed after SIGSTOP that reads another
+/// peer's `Quit` first and begins closing).
+fn closed_before_the_close_began(quit: bool, reset: bool) -> Vec<ProcessLost> {
+    let (rt, receiver, mut client) = raw_pair(100);
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let run = receive_with(&receiver, &b);
+    let link = receiver.links()[0].clone();
+    // Hold the runtime's only worker until the close has begun, so that the reader
+    // cannot read the peer's close before (as a process that stood still could not).
+    let (held, hold) = std::sync::mpsc::channel();
+    let r = receiver.clone();
+    rt.spawn(async move {
+        held.send(()).unwrap();
+        let t0 = std::time::Instant::now();
+        wait_until(t0 + Duration::from_secs(10), || r.closing.load(SeqCst));
+    });
+    hold.recv().unwrap();
+    if quit {
+        let f = frame::encode(&Frame::Quit(vec![])).unwrap();
+        client.write_all(&f).unwrap();
+    }
+    if reset {
+        // (The replies' reader ends first: its descriptor would keep the socket open.)
+        client.shutdown(std::net::Shutdown::Read).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(client);
+    } else {
+        client.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    wait_until(t0 + Duration::from_secs(5), || link.peer_shut());
+    assert!(link.peer_shut(), "the peer's close did not arrive");
+    assert!(
+        !link.is_dead() && !link.goodbye.load(SeqCst),
+        "the reader read the peer's end before the close began"
+    );
+    run.handle().quit(());
+    run.wait().unwrap();
+    rt.block_on(receiver.close(Some(vec![])));
+    receiver.lost()
+}
+
+/// A close the peer made before this process began closing, without a `Quit`, is a
+/// loss, also when read only after the close began (a daemon thawed after SIGSTOP read
+/// another daemon's `Quit` first, began closing, then read the close of the launcher,
+/// which had taken it for lost, and reported a clean end).
+#[test]
+fn a_close_read_only_after_this_process_began_closing_is_still_a_loss() {
+    let lost = closed_before_the_close_began(false, false);
+    assert_eq!(
+        lost.len(),
+        1,
+        "the close was taken for part of the orderly end"
+    );
+    assert!(
+        lost[0].reason.starts_with("it closed the connection"),
+        "{}",
+        lost[0]
+    );
+}
+
+/// After a `Quit`, the peer's close is its orderly end, read late or not, and also when
+/// it reset the connection (this process' `Quit` then fails to be written: the reader
+/// still reads the peer's first).
+#[test]
+fn a_close_after_a_quit_read_late_is_the_orderly_end() {
+    assert_eq!(
+        closed_before_the_close_began(true, false),
+        vec![],
+        "after a FIN"
+    );
+    assert_eq!(
+        closed_before_the_close_began(true, true),
+        vec![],
+        "after a reset"
+    );
+}
+
+/// The counterpart: a peer that closes in answer to this process' `Quit` ends the link
+/// in order, also when this process stood still for the silence bound just before (an
+/// earlier fix took such an answer for a loss: after a whole-host pause, a launcher
+/// ending its run normally would have named every daemon lost).
+#[test]
+fn a_close_in_answer_to_this_process_quit_is_no_loss_even_after_a_stall() {
+    let (rt, receiver, client) =
+        raw_pair_with(100, Liveness::with_silence(Duration::from_millis(300)));
+    let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+    let run = receive_with(&receiver, &b);
+    // The peer answers the end of the connection by closing its side.
+    let mut r = client.try_clone().unwrap();
+    let answer = std::thread::spawn(move || {
+        let mut b = vec![0u8; 1 << 16];
+        while matches!(r.read(&mut b), Ok(n) if n > 0) {}
+        r.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    // The stall: the watch held up for 400 ms (in its look at the links).
+    {
+        let _links = lock(&receiver.links);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let t0 = std::time::Instant::now();
+    wait_until(t0 + Duration::from_secs(5), || {
+        lock(&receiver.stood_still).1 >= 300
+    });
+    assert!(lock(&receiver.stood_still).1 >= 300, "no stall seen");
+    run.handle().quit(());
+    run.wait().unwrap();
+    rt.block_on(receiver.close(Some(vec![])));
+    answer.join().unwrap();
+    drop(client);
+    assert_eq!(
+        receiver.lost(),
+        vec![],
+        "the peer's answer was taken for a loss"
+    );
+}

@@ -243,6 +243,11 @@ pub(super) async fn write_loop(
         if tokio::time::timeout(grace, &mut reader).await.is_err() {
             tracing::debug!(peer = %link.peer, "peer did not close in time");
         }
+    } else if link.shut_before_close.load(SeqCst) && !link.goodbye.load(Acquire) {
+        // A write failed (the peer that had shut its side reset the connection), and
+        // its reader may not have read all it sent before, a `Quit` perhaps (then the
+        // run ended there in order): the end of it is in the socket already.
+        let _ = tokio::time::timeout(SHUT_DRAIN, &mut reader).await;
     }
     reader.abort();
     drop(wr);
@@ -255,6 +260,7 @@ pub(super) async fn write_loop(
         ob.buf = Outgoing::default();
         ob.partial = None;
         ob.direct = None;
+        ob.sock = None;
         // (Events acknowledged before the end were delivered: not lost.)
         ob.absorb_all(&link.acked, &t.stats);
         ob.unacked_bytes = 0;
