@@ -4,6 +4,7 @@
 //! (port `reject`). When its server drains (the `drain` attribute names a
 //! [`Drain`]), it closes the listener and ends.
 
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use super::reply_event;
 use crate::config::Config;
 use crate::conn::{Conn, Drain, Gate, drained};
 use crate::error::HttpError;
-use crate::response;
+use crate::{response, sys};
 
 /// Where the stage listens when its start event carries no listener.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -54,6 +55,11 @@ pub fn stage() -> Stage {
                 let listener = match given {
                     Some(l) => {
                         l.set_nonblocking(true)?;
+                        // (Bound by the standard library: 128 connections queued.)
+                        let backlog = sys::set_listen_backlog(l.as_fd(), sys::LISTEN_BACKLOG);
+                        if let Err(e) = backlog {
+                            tracing::warn!(error = %e, "cannot lengthen the accept queue");
+                        }
                         TcpListener::from_std(l)?
                     }
                     None => TcpListener::bind(&a.listen).await?,
