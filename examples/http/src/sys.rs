@@ -180,23 +180,6 @@ pub fn set_notsent_lowat(sock: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     set_int_option(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
 }
 
-/// How many connections the kernel may queue for `accept` on a listener (capped by
-/// `net.core.somaxconn`). A listener bound by the standard library asks for 128: 200
-/// clients connecting at once overflowed it, and each of the 63 SYNs dropped was
-/// retried a second later (`TcpExtListenOverflows`; nginx asks for 511, tokio 1,024).
-pub const LISTEN_BACKLOG: libc::c_int = 1024;
-
-/// Sets the accept queue of `listener`, already listening, to `backlog` connections
-/// (`listen(2)` again: Linux takes the new length).
-pub fn set_listen_backlog(listener: BorrowedFd<'_>, backlog: libc::c_int) -> io::Result<()> {
-    // SAFETY: `listener` is a descriptor kept open by the borrow.
-    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// Sets the `int`-valued socket option `name` at `level` of `sock` to `value`
 /// (`setsockopt(2)`).
 pub fn set_int_option(
@@ -249,31 +232,6 @@ mod tests {
             )
         };
         assert_eq!((r, v), (0, 128 * 1024));
-    }
-
-    /// A listener bound by the standard library queues 128 connections; lengthened, it
-    /// takes a burst of 300 that nobody accepts yet, each connected at once (a SYN
-    /// dropped on a full queue is retried only a second later).
-    #[test]
-    fn a_lengthened_accept_queue_takes_a_burst_of_connections() {
-        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok());
-        if somaxconn.is_none_or(|n| n < 300) {
-            eprintln!("skipped: net.core.somaxconn is {somaxconn:?}, under 300");
-            return;
-        }
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        set_listen_backlog(listener.as_fd(), LISTEN_BACKLOG).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut held = Vec::new();
-        for i in 0..300 {
-            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(500))
-            {
-                Ok(s) => held.push(s),
-                Err(e) => panic!("connection {i} not queued: {e}"),
-            }
-        }
     }
 
     /// Two interleaved senders from one descriptor: the explicit offsets keep them

@@ -4,7 +4,6 @@
 //! (port `reject`). When its server drains (the `drain` attribute names a
 //! [`Drain`]), it closes the listener and ends.
 
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use super::reply_event;
 use crate::config::Config;
 use crate::conn::{Conn, Drain, Gate, drained};
 use crate::error::HttpError;
-use crate::{response, sys};
+use crate::response;
 
 /// Where the stage listens when its start event carries no listener.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -56,8 +55,7 @@ pub fn stage() -> Stage {
                     Some(l) => {
                         l.set_nonblocking(true)?;
                         // (Bound by the standard library: 128 connections queued.)
-                        let backlog = sys::set_listen_backlog(l.as_fd(), sys::LISTEN_BACKLOG);
-                        if let Err(e) = backlog {
+                        if let Err(e) = leda_core::cli::lengthen_accept_queue(&l) {
                             tracing::warn!(error = %e, "cannot lengthen the accept queue");
                         }
                         TcpListener::from_std(l)?

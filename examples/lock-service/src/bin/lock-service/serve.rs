@@ -71,6 +71,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let client_secret = args.client_secret_file.unwrap_or_else(|| secret.clone());
     let listener = std::net::TcpListener::bind(&args.clients)
         .with_context(|| format!("binding the client port {}", args.clients))?;
+    // (Clients that start together connect together.)
+    if let Err(e) = leda_core::cli::lengthen_accept_queue(&listener) {
+        tracing::warn!(error = %e, "cannot lengthen the client port's accept queue");
+    }
     let clients = listener.local_addr()?;
     let local = Arc::new(GateLocal {
         listener: Mutex::new(Some(listener)),
