@@ -8,7 +8,8 @@
 //!   `RUST_LIB_BACKTRACE=1` (a `RUST_BACKTRACE` set for the program's own panics does
 //!   not print one for every error).
 //! - **Daemons** announce readiness with one line on stdout, `LISTENING ADDR`, once
-//!   bound ([`announce_listening`]).
+//!   bound ([`announce_listening`]); a listener bound by the standard library queues
+//!   1,024 connections, not 128 ([`lengthen_accept_queue`]).
 //! - **Counts** such as `--threads` are at least 1 ([`at_least_one`], a clap value
 //!   parser); unset, `--threads` is one per CPU.
 //! - **Long runs** show they are alive ([`Progress`]): a spinner with the elapsed time on
