@@ -1319,3 +1319,83 @@ fn a_close_in_answer_to_this_process_quit_is_no_loss_even_after_a_stall() {
         "the peer's answer was taken for a loss"
     );
 }
+
+/// A peer that said `Quit` and closed before this process began closing, while this
+/// process' reader runs a handler past the close's grace (so it never reads to the
+/// `Quit`): whether a `Quit` came first is not known, and the close is the orderly end,
+/// as before `shut_before_close` (which would have counted it a loss: a normal end of
+/// the run reported as a lost process).
+#[test]
+fn a_peer_quit_unread_behind_a_long_call_is_not_a_loss() {
+    let (rt, sender, receiver) = linked_pair_with(
+        vec![route("a", "b")],
+        Liveness::with_silence(Duration::from_secs(60)),
+    );
+    let handled = Arc::new(AtomicU64::new(0));
+    let on_reader = Arc::new(AtomicU64::new(0));
+    let long_started = Arc::new(AtomicBool::new(false));
+    let (h2, r2, l2) = (handled.clone(), on_reader.clone(), long_started.clone());
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let k: i64 = ev.get(0)?;
+        let worker = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("leda-worker"));
+        if !worker {
+            r2.fetch_add(1, Relaxed);
+        }
+        if k == -1 && !worker {
+            l2.store(true, SeqCst);
+            std::thread::sleep(CLOSE_GRACE + Duration::from_secs(1));
+        }
+        h2.fetch_add(1, Relaxed);
+        Ok(())
+    })
+    .nonblocking();
+    let (srun, rrun) = start_runs(&sender, &receiver, &b);
+    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+    // One at a time until the calls are timed and the reader runs them itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut k = 0i64;
+    while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
+        let before = handled.load(Relaxed);
+        let mut ev = Event::from(k);
+        while let Err(r) = sink.send(ev) {
+            assert!(
+                matches!(r.error, SendError::QueueFull { .. }),
+                "{:?}",
+                r.error
+            );
+            ev = r.event;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        wait_until(deadline, || handled.load(Relaxed) > before);
+        std::thread::sleep(Duration::from_micros(300));
+        k += 1;
+    }
+    assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
+    sink.send(Event::from(-1i64)).unwrap();
+    wait_until(deadline, || long_started.load(SeqCst));
+    assert!(
+        long_started.load(SeqCst),
+        "the long call did not start on the reader"
+    );
+    // The sender's run ends: its `Quit` and its close reach the receiver, whose reader
+    // is busy.
+    srun.handle().quit(());
+    srun.wait().unwrap();
+    let (s2, h) = (sender.clone(), rt.handle().clone());
+    let closing = std::thread::spawn(move || h.block_on(s2.close(Some(vec![]))));
+    let link = receiver.links()[0].clone();
+    wait_until(deadline, || link.peer_shut());
+    assert!(link.peer_shut(), "the sender's close did not arrive");
+    assert!(long_started.load(SeqCst) && !link.goodbye.load(SeqCst));
+    rt.block_on(receiver.close(Some(vec![])));
+    closing.join().unwrap();
+    rrun.handle().quit(());
+    rrun.wait().unwrap();
+    assert_eq!(
+        receiver.lost(),
+        vec![],
+        "the peer's orderly end was taken for a loss"
+    );
+}

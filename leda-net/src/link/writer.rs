@@ -162,6 +162,14 @@ impl Link {
     }
 }
 
+/// The reader did not read to the end of what the peer sent (it runs a handler, say):
+/// whether a `Quit` came before the peer's close is not known, so a close the peer made
+/// before this process began closing is not counted a loss (`shut_before_close`); the
+/// close is then the orderly end, as a close met while closing always was before.
+fn unread_end(link: &Link) {
+    link.shut_before_close.store(false, SeqCst);
+}
+
 pub(super) async fn write_loop(
     t: Arc<Transport>,
     link: Arc<Link>,
@@ -242,12 +250,15 @@ pub(super) async fn write_loop(
         };
         if tokio::time::timeout(grace, &mut reader).await.is_err() {
             tracing::debug!(peer = %link.peer, "peer did not close in time");
+            unread_end(&link);
         }
     } else if link.shut_before_close.load(SeqCst) && !link.goodbye.load(Acquire) {
         // A write failed (the peer that had shut its side reset the connection), and
         // its reader may not have read all it sent before, a `Quit` perhaps (then the
         // run ended there in order): the end of it is in the socket already.
-        let _ = tokio::time::timeout(SHUT_DRAIN, &mut reader).await;
+        if tokio::time::timeout(SHUT_DRAIN, &mut reader).await.is_err() {
+            unread_end(&link);
+        }
     }
     reader.abort();
     drop(wr);
