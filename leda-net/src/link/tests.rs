@@ -920,6 +920,53 @@ fn a_peer_frozen_mid_frame_is_lost_after_the_silence() {
     );
 }
 
+/// Stage `b`, counting the calls it handled and those run on a reader rather than a pool
+/// worker (the returned counters, in that order); event `-1` runs `long(on_reader)`
+/// first.
+fn counting_stage(
+    long: impl Fn(bool) + Send + Sync + 'static,
+) -> (Stage, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let handled = Arc::new(AtomicU64::new(0));
+    let on_reader = Arc::new(AtomicU64::new(0));
+    let (h2, r2) = (handled.clone(), on_reader.clone());
+    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
+        let k: i64 = ev.get(0)?;
+        let worker = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("leda-worker"));
+        if !worker {
+            r2.fetch_add(1, Relaxed);
+        }
+        if k == -1 {
+            long(!worker);
+        }
+        h2.fetch_add(1, Relaxed);
+        Ok(())
+    });
+    (b, handled, on_reader)
+}
+
+/// Sends event `k` on `sink` and waits (5 s at most) until the stage has handled one
+/// more event than before.
+fn send_one(sink: &Arc<dyn RemoteSink>, k: i64, handled: &AtomicU64) {
+    let before = handled.load(Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // (The credit of a handled event comes back in a later reply: on a loaded host,
+    // after the next send; a full window then waits for it.)
+    let mut ev = Event::from(k);
+    while let Err(r) = sink.send(ev) {
+        assert!(
+            matches!(r.error, SendError::QueueFull { .. }) && std::time::Instant::now() < deadline,
+            "{:?}",
+            r.error
+        );
+        ev = r.event;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_until(deadline, || handled.load(Relaxed) > before);
+    std::thread::sleep(Duration::from_micros(300));
+}
+
 /// A `nonblocking` stage whose calls are short, then one that computes for 1.5 s
 /// (no blocking call, so a legal use): the reader runs that call itself, reading
 /// nothing meanwhile, and the live peer (its heartbeats wait in the socket) must not be
@@ -940,49 +987,19 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
             lock(&l.outbox).direct = None;
         }
     }
-    let handled = Arc::new(AtomicU64::new(0));
-    let on_reader = Arc::new(AtomicU64::new(0));
-    let (h2, r2) = (handled.clone(), on_reader.clone());
-    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
-        let k: i64 = ev.get(0)?;
-        let worker = std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with("leda-worker"));
-        if !worker {
-            r2.fetch_add(1, Relaxed);
+    let (b, handled, on_reader) = counting_stage(|_| {
+        let t = std::time::Instant::now();
+        let mut x = 1u64;
+        while t.elapsed() < Duration::from_millis(1500) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
-        if k == -1 {
-            let t = std::time::Instant::now();
-            let mut x = 1u64;
-            while t.elapsed() < Duration::from_millis(1500) {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-            }
-        }
-        h2.fetch_add(1, Relaxed);
-        Ok(())
     });
     let b = if nonblocking { b.nonblocking() } else { b };
     let (srun, rrun) = start_runs(&sender, &receiver, &b);
     let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
     // One at a time, until calls were timed (one in 64) and the reader runs them.
     for k in 0..300i64 {
-        let before = handled.load(Relaxed);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        // (The credit of a handled event comes back in a later reply: on a loaded
-        // host, after the next send; a full window then waits for it.)
-        let mut ev = Event::from(k);
-        while let Err(r) = sink.send(ev) {
-            assert!(
-                matches!(r.error, SendError::QueueFull { .. })
-                    && std::time::Instant::now() < deadline,
-                "{:?}",
-                r.error
-            );
-            ev = r.event;
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        wait_until(deadline, || handled.load(Relaxed) > before);
-        std::thread::sleep(Duration::from_micros(300));
+        send_one(&sink, k, &handled);
     }
     assert_eq!(
         on_reader.load(Relaxed) > 0,
@@ -1331,45 +1348,21 @@ fn a_peer_quit_unread_behind_a_long_call_is_not_a_loss() {
         vec![route("a", "b")],
         Liveness::with_silence(Duration::from_secs(60)),
     );
-    let handled = Arc::new(AtomicU64::new(0));
-    let on_reader = Arc::new(AtomicU64::new(0));
     let long_started = Arc::new(AtomicBool::new(false));
-    let (h2, r2, l2) = (handled.clone(), on_reader.clone(), long_started.clone());
-    let b = Stage::new("b", move |ev: Event, _: &mut Ctx| {
-        let k: i64 = ev.get(0)?;
-        let worker = std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with("leda-worker"));
-        if !worker {
-            r2.fetch_add(1, Relaxed);
-        }
-        if k == -1 && !worker {
+    let l2 = long_started.clone();
+    let (b, handled, on_reader) = counting_stage(move |on_reader| {
+        if on_reader {
             l2.store(true, SeqCst);
             std::thread::sleep(CLOSE_GRACE + Duration::from_secs(1));
         }
-        h2.fetch_add(1, Relaxed);
-        Ok(())
-    })
-    .nonblocking();
-    let (srun, rrun) = start_runs(&sender, &receiver, &b);
+    });
+    let (srun, rrun) = start_runs(&sender, &receiver, &b.nonblocking());
     let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
     // One at a time until the calls are timed and the reader runs them itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut k = 0i64;
     while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
-        let before = handled.load(Relaxed);
-        let mut ev = Event::from(k);
-        while let Err(r) = sink.send(ev) {
-            assert!(
-                matches!(r.error, SendError::QueueFull { .. }),
-                "{:?}",
-                r.error
-            );
-            ev = r.event;
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        wait_until(deadline, || handled.load(Relaxed) > before);
-        std::thread::sleep(Duration::from_micros(300));
+        send_one(&sink, k, &handled);
         k += 1;
     }
     assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
