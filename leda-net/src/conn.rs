@@ -76,6 +76,8 @@ impl Conn {
         use tokio::io::AsyncReadExt;
         match self.read(&mut [0u8; 1]).await {
             Ok(0) => Broken::Closed,
+            // (Under TLS, a close without `close_notify`: a peer that died.)
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Broken::Closed,
             Ok(_) => Broken::Spoke,
             Err(e) => Broken::Failed(e),
         }

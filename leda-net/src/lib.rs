@@ -116,6 +116,11 @@ pub mod registry;
 pub mod tls;
 pub mod wire;
 
+// The unit tests share the integration tests' certificates (`tests/common/pki.rs`),
+// written against this crate's name.
+#[cfg(test)]
+extern crate self as leda_net;
+
 pub use auth::Secret;
 pub use daemon::{Daemon, DaemonConfig, DaemonReport};
 pub use error::{FrameError, NetError};

@@ -7,6 +7,9 @@ use leda_core::runtime::Running;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicU64;
 
+#[path = "../../tests/common/pki.rs"]
+mod pki;
+
 fn route(from: &str, to: &str) -> RouteInfo {
     RouteInfo {
         from: from.into(),
@@ -505,6 +508,21 @@ fn raw_pair_with(
     liveness: Liveness,
 ) -> (tokio::runtime::Runtime, Arc<Transport>, std::net::TcpStream) {
     let (rt, client, server) = runtime_and_connection();
+    let receiver = receiving_on(&rt, window, liveness, crate::conn::Conn::plain(server));
+    let client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    drain_replies(&client);
+    (rt, receiver, client)
+}
+
+/// A receiving transport (`r:1`, route `a` → `b` with `window`) linked to `s:1` over
+/// `conn`.
+fn receiving_on(
+    rt: &tokio::runtime::Runtime,
+    window: u32,
+    liveness: Liveness,
+    conn: crate::conn::Conn,
+) -> Arc<Transport> {
     let routes = vec![RouteInfo {
         from: "a".into(),
         to: "b".into(),
@@ -518,16 +536,91 @@ fn raw_pair_with(
         OnProcessLoss::End,
         Topology::default(),
     );
-    receiver.attach("s:1", crate::conn::Conn::plain(server));
-    let client = client.into_std().unwrap();
-    client.set_nonblocking(false).unwrap();
-    // Drain the replies.
+    receiver.attach("s:1", conn);
+    receiver
+}
+
+/// Reads (and drops) whatever the receiver sends to `client`, on a thread of its own,
+/// until the connection ends.
+fn drain_replies(client: &std::net::TcpStream) {
     let mut r = client.try_clone().unwrap();
     std::thread::spawn(move || {
         let mut b = vec![0u8; 1 << 16];
         while matches!(r.read(&mut b), Ok(n) if n > 0) {}
     });
-    (rt, receiver, client)
+}
+
+/// A one-thread runtime and the two ends (server, client) of a loopback connection
+/// under TLS with mutual certificates, made on it.
+fn tls_connection() -> (
+    tokio::runtime::Runtime,
+    crate::conn::Conn,
+    crate::conn::Conn,
+) {
+    let dir = std::env::temp_dir().join(format!(
+        "leda-net-link-tls-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tls = crate::Tls::load(&pki::pki(&dir, "link")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (rt, client, server) = runtime_and_connection();
+    let addr = format!("127.0.0.1:{}", server.local_addr().unwrap().port());
+    let (server, client) = rt.block_on(async {
+        tokio::try_join!(tls.accept(server, "s:1"), tls.connect(client, &addr)).unwrap()
+    });
+    (rt, server, client)
+}
+
+/// Under TLS, a peer that closes without `close_notify` (as one that dies) has closed
+/// the connection, as over plain TCP: for a launcher waiting for its daemons' start,
+/// "it closed its connection ... (it ended or died)", not a failed connection.
+#[test]
+fn a_tls_close_without_close_notify_is_a_close() {
+    let (rt, mut server, client) = tls_connection();
+    let sock = {
+        use std::os::fd::AsFd;
+        std::net::TcpStream::from(client.tcp().as_fd().try_clone_to_owned().unwrap())
+    };
+    sock.shutdown(std::net::Shutdown::Both).unwrap();
+    let broken = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), server.silence_broken()).await
+    });
+    assert!(
+        matches!(broken, Ok(crate::conn::Broken::Closed)),
+        "{}",
+        match broken {
+            Ok(crate::conn::Broken::Failed(e)) => format!("failed: {e}"),
+            Ok(_) => "spoke".into(),
+            Err(_) => "still silent".into(),
+        }
+    );
+    drop(client);
+}
+
+/// [`raw_pair`] under TLS with mutual certificates (as between processes started with
+/// `--tls-*`): the peer's end is the TLS client, which writes frames by hand, and a
+/// second descriptor of its socket, blocking (its replies are drained through it,
+/// and it shuts or resets the connection under the TLS stream).
+fn raw_tls_pair(
+    window: u32,
+) -> (
+    tokio::runtime::Runtime,
+    Arc<Transport>,
+    crate::conn::Conn,
+    std::net::TcpStream,
+) {
+    let (rt, server, client) = tls_connection();
+    let receiver = receiving_on(&rt, window, Liveness::default(), server);
+    let sock = {
+        use std::os::fd::AsFd;
+        let fd = client.tcp().as_fd().try_clone_to_owned().unwrap();
+        std::net::TcpStream::from(fd)
+    };
+    sock.set_nonblocking(false).unwrap();
+    drain_replies(&sock);
+    (rt, receiver, client, sock)
 }
 
 /// A deterministic pseudo-random sequence (xorshift64) from `seed` (not zero).
@@ -1218,9 +1311,15 @@ fn a_link_lost_as_the_watch_wakes_from_a_stall_says_this_process_stood_still() {
 /// What this process reports when its peer, before this process began closing, sent a
 /// `Quit` (or not) and then closed the connection (`reset`: with a reset), all of it
 /// read only after the close began (a process thawed after SIGSTOP that reads another
-/// peer's `Quit` first and begins closing).
-fn closed_before_the_close_began(quit: bool, reset: bool) -> Vec<ProcessLost> {
-    let (rt, receiver, mut client) = raw_pair(100);
+/// peer's `Quit` first and begins closing); over plain TCP or, with `tls`, under TLS.
+fn closed_before_the_close_began(quit: bool, reset: bool, tls: bool) -> Vec<ProcessLost> {
+    let (rt, receiver, mut tls_client, mut client) = if tls {
+        let (rt, receiver, conn, sock) = raw_tls_pair(100);
+        (rt, receiver, Some(conn), sock)
+    } else {
+        let (rt, receiver, client) = raw_pair(100);
+        (rt, receiver, None, client)
+    };
     let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
     let run = receive_with(&receiver, &b);
     let link = receiver.links()[0].clone();
@@ -1236,7 +1335,15 @@ fn closed_before_the_close_began(quit: bool, reset: bool) -> Vec<ProcessLost> {
     hold.recv().unwrap();
     if quit {
         let f = frame::encode(&Frame::Quit(vec![])).unwrap();
-        client.write_all(&f).unwrap();
+        match &mut tls_client {
+            // (Written at once: no need for the held worker's reactor.)
+            Some(c) => rt.block_on(async {
+                use tokio::io::AsyncWriteExt;
+                c.write_all(&f).await.unwrap();
+                c.flush().await.unwrap();
+            }),
+            None => client.write_all(&f).unwrap(),
+        }
     }
     if reset {
         // (The replies' reader ends first: its descriptor would keep the socket open.)
@@ -1245,8 +1352,10 @@ fn closed_before_the_close_began(quit: bool, reset: bool) -> Vec<ProcessLost> {
         socket2::SockRef::from(&client)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
+        drop(tls_client);
         drop(client);
     } else {
+        // (Under TLS without `close_notify`: what a process that dies leaves.)
         client.shutdown(std::net::Shutdown::Both).unwrap();
     }
     let t0 = std::time::Instant::now();
@@ -1265,20 +1374,23 @@ fn closed_before_the_close_began(quit: bool, reset: bool) -> Vec<ProcessLost> {
 /// A close the peer made before this process began closing, without a `Quit`, is a
 /// loss, also when read only after the close began (a daemon thawed after SIGSTOP read
 /// another daemon's `Quit` first, began closing, then read the close of the launcher,
-/// which had taken it for lost, and reported a clean end).
+/// which had taken it for lost, and reported a clean end); under TLS too (the close
+/// looks at the TCP socket under the TLS stream).
 #[test]
 fn a_close_read_only_after_this_process_began_closing_is_still_a_loss() {
-    let lost = closed_before_the_close_began(false, false);
-    assert_eq!(
-        lost.len(),
-        1,
-        "the close was taken for part of the orderly end"
-    );
-    assert!(
-        lost[0].reason.starts_with("it closed the connection"),
-        "{}",
-        lost[0]
-    );
+    for tls in [false, true] {
+        let lost = closed_before_the_close_began(false, false, tls);
+        assert_eq!(
+            lost.len(),
+            1,
+            "the close was taken for part of the orderly end (TLS: {tls})"
+        );
+        assert!(
+            lost[0].reason.starts_with("it closed the connection"),
+            "TLS: {tls}: {}",
+            lost[0]
+        );
+    }
 }
 
 /// After a `Quit`, the peer's close is its orderly end, read late or not, and also when
@@ -1286,16 +1398,18 @@ fn a_close_read_only_after_this_process_began_closing_is_still_a_loss() {
 /// still reads the peer's first).
 #[test]
 fn a_close_after_a_quit_read_late_is_the_orderly_end() {
-    assert_eq!(
-        closed_before_the_close_began(true, false),
-        vec![],
-        "after a FIN"
-    );
-    assert_eq!(
-        closed_before_the_close_began(true, true),
-        vec![],
-        "after a reset"
-    );
+    for tls in [false, true] {
+        assert_eq!(
+            closed_before_the_close_began(true, false, tls),
+            vec![],
+            "after a FIN (TLS: {tls})"
+        );
+        assert_eq!(
+            closed_before_the_close_began(true, true, tls),
+            vec![],
+            "after a reset (TLS: {tls})"
+        );
+    }
 }
 
 /// The counterpart: a peer that closes in answer to this process' `Quit` ends the link
