@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Node, eventually};
 use leda_core::graph::Processes;
 use leda_core::prelude::*;
-use leda_net::{Launcher, Liveness, NetError, RouteCounts};
+use leda_net::{Launcher, Liveness, NetError, RouteCounts, TlsConfig};
 
 const ME: &str = "launcher:1";
 
@@ -37,7 +37,34 @@ fn assert_adds_up(routes: &[RouteCounts]) {
 
 /// A daemon that serves deployments one after another.
 fn long_lived() -> Node {
-    Node::start(&["daemon", "--listen", "127.0.0.1:0"], None)
+    long_lived_on(None)
+}
+
+/// [`long_lived`], under TLS with `tls` (mutual certificates).
+fn long_lived_on(tls: Option<&TlsConfig>) -> Node {
+    let mut args = ["daemon", "--listen", "127.0.0.1:0"]
+        .map(str::to_owned)
+        .to_vec();
+    if let Some(t) = tls {
+        args.extend(common::pki::tls_args(t));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Node::start(&args, None)
+}
+
+/// The launcher, under TLS with `tls`.
+fn launcher_on(tls: Option<&TlsConfig>) -> Launcher {
+    match tls {
+        Some(t) => Launcher::new(ME).tls(t.clone()),
+        None => Launcher::new(ME),
+    }
+}
+
+/// Each case over plain TCP, then under TLS (the certificates of `common::pki`).
+fn plain_and_tls(name: &str, case: impl Fn(Option<&TlsConfig>)) {
+    case(None);
+    let tls = common::pki::pki(&common::scratch(name), name);
+    case(Some(&tls));
 }
 
 /// gen (launcher) → relay (daemon `a`) → sink (daemon `b`): a run that lasts until
@@ -77,7 +104,12 @@ fn lost_after(l: leda_net::Launched, since: Instant) -> (NetError, Duration) {
 
 /// A small good run on `node`: it still serves.
 fn good_run(node: &Node) -> i64 {
-    common::good_run(node, Launcher::new(ME)).expect("good run")
+    good_run_on(node, None)
+}
+
+/// [`good_run`], under TLS with `tls`.
+fn good_run_on(node: &Node, tls: Option<&TlsConfig>) -> i64 {
+    common::good_run(node, launcher_on(tls)).expect("good run")
 }
 
 /// Reads a daemon's report of one run: its `ENDED ... routes=R lost=L` line, then its
@@ -118,13 +150,18 @@ fn daemon_report(node: &mut Node) -> (String, Vec<RouteCounts>, Vec<String>) {
 
 /// kill -9 of a daemon in the middle of a run: the launcher's run ends at once with
 /// an error that names the daemon and its cluster; the other daemon ends its run too,
-/// and both the launcher's and its accounting add up; it then serves again.
+/// and both the launcher's and its accounting add up; it then serves again. Over plain
+/// TCP and under TLS.
 #[test]
 fn kill_9_of_a_daemon_ends_the_run_everywhere_naming_it() {
-    let mut a = long_lived();
-    let mut b = long_lived();
+    plain_and_tls("kill9", kill_9_of_a_daemon);
+}
+
+fn kill_9_of_a_daemon(tls: Option<&TlsConfig>) {
+    let mut a = long_lived_on(tls);
+    let mut b = long_lived_on(tls);
     let g = chain(&a.addr, &b.addr);
-    let l = Launcher::new(ME)
+    let l = launcher_on(tls)
         .start(&g, Run::default().threads(1))
         .expect("start");
     running(&l);
@@ -152,18 +189,22 @@ fn kill_9_of_a_daemon_ends_the_run_everywhere_naming_it() {
         lost.iter().any(|l| l.contains(&b.addr)),
         "the daemon reports the loss: {lost:?}"
     );
-    assert_eq!(good_run(&a), 10);
+    assert_eq!(good_run_on(&a, tls), 10);
 }
 
 /// A frozen daemon (SIGSTOP) is noticed within the silence bound (the default, 3 s)
 /// plus 2 s; once thawed it finds its run over, says that it stood still, and serves
-/// the next deployment.
+/// the next deployment. Over plain TCP and under TLS.
 #[test]
 fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
-    let a = long_lived();
-    let mut b = long_lived();
+    plain_and_tls("sigstop", sigstop_of_a_daemon);
+}
+
+fn sigstop_of_a_daemon(tls: Option<&TlsConfig>) {
+    let a = long_lived_on(tls);
+    let mut b = long_lived_on(tls);
     let g = chain(&a.addr, &b.addr);
-    let l = Launcher::new(ME)
+    let l = launcher_on(tls)
         .start(&g, Run::default().threads(1))
         .expect("start");
     running(&l);
@@ -195,7 +236,7 @@ fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
     for line in &lost {
         assert!(line.contains("this process stood still"), "{line}");
     }
-    assert_eq!(good_run(&b), 10);
+    assert_eq!(good_run_on(&b, tls), 10);
 }
 
 /// A daemon frozen (SIGSTOP) for a little less than the silence bound, on links that
