@@ -294,6 +294,10 @@ impl Shared {
             let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
             if *t < self.sleepers.load(SeqCst) {
                 *t += 1;
+                // Notified once the lock is free: the woken worker takes it at once,
+                // and while this still held it that cost a futex wait and a wake more
+                // per wake-up (the token, granted under the lock, is not lost).
+                drop(t);
                 self.wakeup.notify_one();
                 return;
             }
@@ -320,8 +324,8 @@ impl Shared {
     fn wake_all(&self) {
         let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
         *t += self.sleepers.load(SeqCst);
-        self.wakeup.notify_all();
         drop(t);
+        self.wakeup.notify_all();
         self.wake_driver();
     }
 
