@@ -76,8 +76,6 @@ impl Conn {
         use tokio::io::AsyncReadExt;
         match self.read(&mut [0u8; 1]).await {
             Ok(0) => Broken::Closed,
-            // (Under TLS, a close without `close_notify`: a peer that died.)
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Broken::Closed,
             Ok(_) => Broken::Spoke,
             Err(e) => Broken::Failed(e),
         }
@@ -138,11 +136,11 @@ impl Conn {
             }
             Stream::TlsClient(s) => {
                 let (r, w) = tokio::io::split(*s);
-                (Box::new(r), Box::new(w))
+                (Box::new(CloseIsEnd(r)), Box::new(w))
             }
             Stream::TlsServer(s) => {
                 let (r, w) = tokio::io::split(*s);
-                (Box::new(r), Box::new(w))
+                (Box::new(CloseIsEnd(r)), Box::new(w))
             }
         }
     }
@@ -173,7 +171,35 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        each!(self, s => s.poll_read(cx, buf))
+        let tls = !matches!(self.stream, Stream::Plain(_));
+        let r = each!(self, s => s.poll_read(cx, buf));
+        if tls { close_is_end(r) } else { r }
+    }
+}
+
+/// Under TLS a peer's close without `close_notify` (what a process that dies, or drops
+/// its connection, leaves) fails the read with `UnexpectedEof` where plain TCP reads
+/// the end: here it reads as the end too, so that every reader (links, deployment,
+/// handshake) tells a peer's close alike on both. Nothing is taken on trust by it: a
+/// close forged by a third party, truncating the stream, cuts a frame (an error) or
+/// comes between frames, where an end without the peer's `Quit` is a loss.
+fn close_is_end(r: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+    match r {
+        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(())),
+        r => r,
+    }
+}
+
+/// The read half of a TLS connection, its peer's close read as the end ([`close_is_end`]).
+struct CloseIsEnd<R>(R);
+
+impl<R: AsyncRead + Unpin> AsyncRead for CloseIsEnd<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        close_is_end(Pin::new(&mut self.0).poll_read(cx, buf))
     }
 }
 

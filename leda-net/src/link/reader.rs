@@ -517,7 +517,9 @@ pub(super) async fn read_loop(
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => drained = true,
                 Err(e) => {
-                    read_failed(&link, &buf, e);
+                    // `lose` reports the loss (once, with the cause): no second line here.
+                    tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
+                    link.lose(format!("the connection failed ({e})"));
                     break;
                 }
             }
@@ -588,7 +590,9 @@ pub(super) async fn read_loop(
                 read_at = tokio::time::Instant::now();
             }
             Some(Err(e)) => {
-                read_failed(&link, &buf, e);
+                // `lose` reports the loss (once, with the cause): no second line here.
+                tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
+                link.lose(format!("the connection failed ({e})"));
                 break;
             }
         }
@@ -730,21 +734,6 @@ fn closed(link: &Link, buf: &BytesMut) {
         tracing::warn!(peer = %link.peer, bytes = buf.len(), "peer closed the link inside a frame");
         link.lose("it closed the connection inside a frame".into());
     }
-}
-
-/// Reading the connection failed with `e`. Under TLS a close without `close_notify` (what
-/// a process that dies, or drops the connection, leaves) fails the read where plain TCP
-/// reads the end: it is the peer's close all the same ([`closed`]: the orderly end after
-/// its `Quit`). (A close forged by a third party, truncating the stream, ends the link
-/// as a loss either way, unless the peer's `Quit` came, after which it sends nothing.)
-fn read_failed(link: &Link, buf: &BytesMut, e: std::io::Error) {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        closed(link, buf);
-        return;
-    }
-    // `lose` reports the loss (once, with the cause): no second line here.
-    tracing::debug!(peer = %link.peer, error = %e, "link read failed; closing it");
-    link.lose(format!("the connection failed ({e})"));
 }
 
 /// How many more events of `route` stage `dest` may queue within the transport's byte

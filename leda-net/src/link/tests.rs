@@ -60,6 +60,30 @@ fn linked_pair_with(
     liveness: Liveness,
 ) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
     let (rt, client, server) = runtime_and_connection_on(2);
+    let (client, server) = (
+        crate::conn::Conn::plain(client),
+        crate::conn::Conn::plain(server),
+    );
+    link_both(rt, routes, liveness, client, server)
+}
+
+/// [`linked_pair_with`] under TLS (mutual certificates).
+fn linked_tls_pair_with(
+    routes: Vec<RouteInfo>,
+    liveness: Liveness,
+) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
+    let (rt, server, client) = tls_connection_on(2);
+    link_both(rt, routes, liveness, client, server)
+}
+
+/// A sender `s:1` over `client` and a receiver `r:1` over `server`.
+fn link_both(
+    rt: tokio::runtime::Runtime,
+    routes: Vec<RouteInfo>,
+    liveness: Liveness,
+    client: crate::conn::Conn,
+    server: crate::conn::Conn,
+) -> (tokio::runtime::Runtime, Arc<Transport>, Arc<Transport>) {
     let build = |me: &str| {
         let h = rt.handle().clone();
         Transport::build(
@@ -72,8 +96,8 @@ fn linked_pair_with(
         )
     };
     let (sender, receiver) = (build("s:1"), build("r:1"));
-    sender.attach("r:1", crate::conn::Conn::plain(client));
-    receiver.attach("s:1", crate::conn::Conn::plain(server));
+    sender.attach("r:1", client);
+    receiver.attach("s:1", server);
     (rt, sender, receiver)
 }
 
@@ -557,6 +581,17 @@ fn tls_connection() -> (
     crate::conn::Conn,
     crate::conn::Conn,
 ) {
+    tls_connection_on(1)
+}
+
+/// [`tls_connection`] with `threads` runtime threads.
+fn tls_connection_on(
+    threads: usize,
+) -> (
+    tokio::runtime::Runtime,
+    crate::conn::Conn,
+    crate::conn::Conn,
+) {
     let dir = std::env::temp_dir().join(format!(
         "leda-net-link-tls-{}-{:?}",
         std::process::id(),
@@ -565,7 +600,7 @@ fn tls_connection() -> (
     std::fs::create_dir_all(&dir).unwrap();
     let tls = crate::Tls::load(&pki::pki(&dir, "link")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    let (rt, client, server) = runtime_and_connection();
+    let (rt, client, server) = runtime_and_connection_on(threads);
     let addr = format!("127.0.0.1:{}", server.local_addr().unwrap().port());
     let (server, client) = rt.block_on(async {
         tokio::try_join!(tls.accept(server, "s:1"), tls.connect(client, &addr)).unwrap()
@@ -573,18 +608,41 @@ fn tls_connection() -> (
     (rt, server, client)
 }
 
-/// Under TLS, a peer that closes without `close_notify` (as one that dies) has closed
-/// the connection, as over plain TCP: for a launcher waiting for its daemons' start,
-/// "it closed its connection ... (it ended or died)", not a failed connection.
+/// Under TLS, a peer gone without `close_notify` (one that dies, or drops its connection)
+/// has ended the stream, as over plain TCP: a frame read after it is the end, not an
+/// i/o error ("peer closed connection without sending TLS close_notify"; what a
+/// launcher reported for a daemon killed before it answered ready), and for a launcher
+/// waiting for its daemons' start "it closed its connection ... (it ended or died)".
 #[test]
-fn a_tls_close_without_close_notify_is_a_close() {
-    let (rt, mut server, client) = tls_connection();
-    let sock = {
-        use std::os::fd::AsFd;
-        std::net::TcpStream::from(client.tcp().as_fd().try_clone_to_owned().unwrap())
-    };
-    sock.shutdown(std::net::Shutdown::Both).unwrap();
+fn a_tls_peer_gone_without_close_notify_ended_the_stream() {
+    use crate::frame::{read_frame, write_frame};
+    for server_goes in [true, false] {
+        let (rt, mut server, mut client) = tls_connection();
+        let end = rt.block_on(async {
+            // One exchange first (the client has read what the handshake left).
+            write_frame(&mut server, &Frame::Heartbeat).await.unwrap();
+            read_frame(&mut client, 1 << 20).await.unwrap();
+            write_frame(&mut client, &Frame::Heartbeat).await.unwrap();
+            read_frame(&mut server, 1 << 20).await.unwrap();
+            if server_goes {
+                drop(server);
+                read_frame(&mut client, 1 << 20).await
+            } else {
+                drop(client);
+                read_frame(&mut server, 1 << 20).await
+            }
+        });
+        assert!(
+            matches!(end, Ok(None)),
+            "server gone: {server_goes}: {:?}",
+            end.map(|f| f.map(|f| f.name()))
+        );
+    }
+    let (rt, mut server, mut client) = tls_connection();
     let broken = rt.block_on(async {
+        write_frame(&mut server, &Frame::Heartbeat).await.unwrap();
+        read_frame(&mut client, 1 << 20).await.unwrap();
+        drop(client);
         tokio::time::timeout(Duration::from_secs(5), server.silence_broken()).await
     });
     assert!(
@@ -596,7 +654,6 @@ fn a_tls_close_without_close_notify_is_a_close() {
             Err(_) => "still silent".into(),
         }
     );
-    drop(client);
 }
 
 /// [`raw_pair`] under TLS with mutual certificates (as between processes started with
@@ -1109,6 +1166,62 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
     let lost: Vec<_> = links.iter().map(|l| lock(&l.lost).clone()).collect();
     shut_down(&rt, &sender, &receiver, srun, rrun);
     assert_eq!(lost, vec![None, None], "a live peer was declared lost");
+}
+
+/// A link that goes down while its reader runs a handler itself (a `nonblocking` stage's
+/// long call) tells the peer at once, under TLS as over plain TCP: the peer reads the
+/// close ("it closed the connection"), instead of waiting out its silence bound ("nothing
+/// heard from it": under TLS the reader's half kept the stream open until the call
+/// ended, a review finding).
+#[test]
+fn a_link_lost_during_a_long_call_on_its_reader_tells_the_peer_at_once() {
+    for tls in [false, true] {
+        let pair = if tls {
+            linked_tls_pair_with
+        } else {
+            linked_pair_with
+        };
+        let (rt, sender, receiver) = pair(
+            vec![route("a", "b")],
+            Liveness::with_silence(Duration::from_secs(1)),
+        );
+        let long_started = Arc::new(AtomicBool::new(false));
+        let l2 = long_started.clone();
+        let (b, handled, on_reader) = counting_stage(move |on_reader| {
+            if on_reader {
+                l2.store(true, SeqCst);
+                let t = std::time::Instant::now();
+                let mut x = 1u64;
+                while t.elapsed() < Duration::from_secs(2) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+        });
+        let (srun, rrun) = start_runs(&sender, &receiver, &b.nonblocking());
+        let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+        // One at a time until the calls are timed and the reader runs them itself.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut k = 0i64;
+        while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
+            send_one(&sink, k, &handled);
+            k += 1;
+        }
+        assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
+        sink.send(Event::from(-1i64)).unwrap();
+        wait_until(deadline, || long_started.load(SeqCst));
+        assert!(long_started.load(SeqCst), "the long call did not start");
+        let slink = sender.links()[0].clone();
+        receiver.links()[0].lose("lost here (the test)".into());
+        wait_until(deadline, || slink.is_dead());
+        let why = lock(&slink.lost).clone();
+        wait_until(deadline, || handled.load(Relaxed) > k as u64);
+        shut_down(&rt, &sender, &receiver, srun, rrun);
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.starts_with("it closed the connection")),
+            "TLS: {tls}: {why:?}"
+        );
+    }
 }
 
 #[test]

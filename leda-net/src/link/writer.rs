@@ -240,15 +240,21 @@ pub(super) async fn write_loop(
     }
     link.mark_dead();
     if clean {
-        let _ = wr.shutdown().await;
-        // Wait for the peer to finish its side, processing its last replies (but for
-        // a deployment that never started: nothing to wait for).
+        // Then wait for the peer to finish its side, processing its last replies (but
+        // for a deployment that never started: nothing to wait for). Both within the
+        // grace: under TLS the shutdown writes `close_notify`, which waits while a peer
+        // reads nothing.
         let grace = if t.abandoned.load(Relaxed) {
             Duration::ZERO
         } else {
             CLOSE_GRACE
         };
-        if tokio::time::timeout(grace, &mut reader).await.is_err() {
+        let deadline = tokio::time::Instant::now() + grace;
+        let _ = tokio::time::timeout_at(deadline, wr.shutdown()).await;
+        if tokio::time::timeout_at(deadline, &mut reader)
+            .await
+            .is_err()
+        {
             tracing::debug!(peer = %link.peer, "peer did not close in time");
             unread_end(&link);
         }
@@ -271,7 +277,12 @@ pub(super) async fn write_loop(
         ob.buf = Outgoing::default();
         ob.partial = None;
         ob.direct = None;
-        ob.sock = None;
+        // The peer is told the end now, as plain TCP tells it on dropping the write
+        // half: under TLS both halves hold the stream, and the reader, perhaps running
+        // a handler (its abort waits for its next await), holds it still.
+        if let Some(sock) = ob.sock.take() {
+            let _ = sock.shutdown(std::net::Shutdown::Write);
+        }
         // (Events acknowledged before the end were delivered: not lost.)
         ob.absorb_all(&link.acked, &t.stats);
         ob.unacked_bytes = 0;
