@@ -1096,6 +1096,15 @@ fn counting_stage(
     (b, handled, on_reader)
 }
 
+/// Computes for `d` (no blocking call: what a `nonblocking` stage may do).
+fn compute_for(d: Duration) {
+    let t = std::time::Instant::now();
+    let mut x = 1u64;
+    while t.elapsed() < d {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
 /// Sends event `k` on `sink` and waits (5 s at most) until the stage has handled one
 /// more event than before.
 fn send_one(sink: &Arc<dyn RemoteSink>, k: i64, handled: &AtomicU64) {
@@ -1137,13 +1146,7 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
             lock(&l.outbox).direct = None;
         }
     }
-    let (b, handled, on_reader) = counting_stage(|_| {
-        let t = std::time::Instant::now();
-        let mut x = 1u64;
-        while t.elapsed() < Duration::from_millis(1500) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
-    });
+    let (b, handled, on_reader) = counting_stage(|_| compute_for(Duration::from_millis(1500)));
     let b = if nonblocking { b.nonblocking() } else { b };
     let (srun, rrun) = start_runs(&sender, &receiver, &b);
     let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
@@ -1190,11 +1193,7 @@ fn a_link_lost_during_a_long_call_on_its_reader_tells_the_peer_at_once() {
         let (b, handled, on_reader) = counting_stage(move |on_reader| {
             if on_reader {
                 l2.store(true, SeqCst);
-                let t = std::time::Instant::now();
-                let mut x = 1u64;
-                while t.elapsed() < Duration::from_secs(2) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
+                compute_for(Duration::from_secs(2));
             }
         });
         let (srun, rrun) = start_runs(&sender, &receiver, &b.nonblocking());
