@@ -64,14 +64,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// first touch of its memory: 36 MB of fresh huge pages, zeroed in the first 40 ms of
 /// a 130 ms round.)
 fn daemon(tls: Option<&leda_net::TlsConfig>) -> Node {
-    let mut args = ["daemon", "--listen", "127.0.0.1:0", "--threads", "2"]
-        .map(str::to_owned)
-        .to_vec();
-    if let Some(t) = tls {
-        args.extend(common::pki::tls_args(t));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Node::start(&args, None)
+    Node::daemon(&["--threads", "2"], tls)
 }
 
 /// Our events/s, deployed to `node`; under TLS (mutual certificates) with `tls`.

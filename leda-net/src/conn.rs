@@ -10,7 +10,8 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// One connection, plain or under TLS.
+/// One connection, plain or under TLS. Under TLS a peer's close without `close_notify`
+/// (a process that died) reads as the end of the stream, as over plain TCP.
 pub struct Conn {
     stream: Stream,
     session: Option<Session>,
@@ -185,7 +186,10 @@ impl AsyncRead for Conn {
 /// comes between frames, where an end without the peer's `Quit` is a loss.
 fn close_is_end(r: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
     match r {
-        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(())),
+        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(error = %e, "TLS peer closed without close_notify: read as the end");
+            Poll::Ready(Ok(()))
+        }
         r => r,
     }
 }

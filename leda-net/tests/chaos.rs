@@ -42,14 +42,7 @@ fn long_lived() -> Node {
 
 /// [`long_lived`], under TLS with `tls` (mutual certificates).
 fn long_lived_on(tls: Option<&TlsConfig>) -> Node {
-    let mut args = ["daemon", "--listen", "127.0.0.1:0"]
-        .map(str::to_owned)
-        .to_vec();
-    if let Some(t) = tls {
-        args.extend(common::pki::tls_args(t));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Node::start(&args, None)
+    Node::daemon(&[], tls)
 }
 
 /// The launcher, under TLS with `tls`.
@@ -63,8 +56,9 @@ fn launcher_on(tls: Option<&TlsConfig>) -> Launcher {
 /// Each case over plain TCP, then under TLS (the certificates of `common::pki`).
 fn plain_and_tls(name: &str, case: impl Fn(Option<&TlsConfig>)) {
     case(None);
-    let tls = common::pki::pki(&common::scratch(name), name);
-    case(Some(&tls));
+    let dir = common::scratch(name);
+    case(Some(&common::pki::pki(&dir, name)));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// gen (launcher) → relay (daemon `a`) → sink (daemon `b`): a run that lasts until

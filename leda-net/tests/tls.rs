@@ -6,7 +6,7 @@ mod common;
 #[path = "../src/bin/leda-net-test-node/stages.rs"]
 mod stages;
 
-use common::pki::{pki, tls_args};
+use common::pki::pki;
 use common::{Node, scratch};
 use leda_core::prelude::*;
 use leda_net::{Launcher, NetError};
@@ -35,12 +35,7 @@ fn run(node: &Node, launcher: Launcher) -> Result<i64, NetError> {
 fn runs_over_mutual_tls_and_refuses_others() {
     let dir = scratch("tls");
     let ours = pki(&dir, "ours");
-    let args = tls_args(&ours);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let node = Node::start(
-        &[&["daemon", "--listen", "127.0.0.1:0"][..], &args].concat(),
-        None,
-    );
+    let node = Node::daemon(&[], Some(&ours));
     assert_eq!(
         run(&node, Launcher::new(ME).tls(ours.clone())).expect("a run over TLS"),
         200

@@ -1171,6 +1171,42 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
     assert_eq!(lost, vec![None, None], "a live peer was declared lost");
 }
 
+/// Starts the runs behind `sender` and `receiver` with `b` (`counting_stage`'s, declared
+/// `nonblocking`), sends events one at a time until the receiver's reader runs the calls
+/// itself, then event -1 until its long call has begun on the reader (one the runtime
+/// gave to the pool instead, after a call it timed long, returns at once); returns the
+/// runs, the sink and the events sent before.
+fn long_call_begun(
+    sender: &Transport,
+    receiver: &Transport,
+    b: Stage,
+    handled: &AtomicU64,
+    on_reader: &AtomicU64,
+    long_started: &AtomicBool,
+) -> (Running, Running, Arc<dyn RemoteSink>, i64) {
+    let (srun, rrun) = start_runs(sender, receiver, &b.nonblocking());
+    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut k = 0i64;
+    while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
+        send_one(&sink, k, handled);
+        k += 1;
+    }
+    assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
+    while !long_started.load(SeqCst) && std::time::Instant::now() < deadline {
+        let _ = sink.send(Event::from(-1i64));
+        wait_until(
+            std::time::Instant::now() + Duration::from_millis(200),
+            || long_started.load(SeqCst),
+        );
+    }
+    assert!(
+        long_started.load(SeqCst),
+        "the long call did not start on the reader"
+    );
+    (srun, rrun, sink, k)
+}
+
 /// A link that goes down while its reader runs a handler itself (a `nonblocking` stage's
 /// long call) tells the peer at once, under TLS as over plain TCP: the peer reads the
 /// close ("it closed the connection"), instead of waiting out its silence bound ("nothing
@@ -1196,19 +1232,9 @@ fn a_link_lost_during_a_long_call_on_its_reader_tells_the_peer_at_once() {
                 compute_for(Duration::from_secs(2));
             }
         });
-        let (srun, rrun) = start_runs(&sender, &receiver, &b.nonblocking());
-        let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
-        // One at a time until the calls are timed and the reader runs them itself.
+        let (srun, rrun, _sink, k) =
+            long_call_begun(&sender, &receiver, b, &handled, &on_reader, &long_started);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let mut k = 0i64;
-        while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
-            send_one(&sink, k, &handled);
-            k += 1;
-        }
-        assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
-        sink.send(Event::from(-1i64)).unwrap();
-        wait_until(deadline, || long_started.load(SeqCst));
-        assert!(long_started.load(SeqCst), "the long call did not start");
         let slink = sender.links()[0].clone();
         receiver.links()[0].lose("lost here (the test)".into());
         wait_until(deadline, || slink.is_dead());
@@ -1582,22 +1608,9 @@ fn a_peer_quit_unread_behind_a_long_call_is_not_a_loss() {
             std::thread::sleep(CLOSE_GRACE + Duration::from_secs(1));
         }
     });
-    let (srun, rrun) = start_runs(&sender, &receiver, &b.nonblocking());
-    let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
-    // One at a time until the calls are timed and the reader runs them itself.
+    let (srun, rrun, _sink, _) =
+        long_call_begun(&sender, &receiver, b, &handled, &on_reader, &long_started);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut k = 0i64;
-    while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
-        send_one(&sink, k, &handled);
-        k += 1;
-    }
-    assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
-    sink.send(Event::from(-1i64)).unwrap();
-    wait_until(deadline, || long_started.load(SeqCst));
-    assert!(
-        long_started.load(SeqCst),
-        "the long call did not start on the reader"
-    );
     // The sender's run ends: its `Quit` and its close reach the receiver, whose reader
     // is busy.
     srun.handle().quit(());

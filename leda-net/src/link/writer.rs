@@ -277,9 +277,9 @@ pub(super) async fn write_loop(
         ob.buf = Outgoing::default();
         ob.partial = None;
         ob.direct = None;
-        // The peer is told the end now, as plain TCP tells it on dropping the write
-        // half: under TLS both halves hold the stream, and the reader, perhaps running
-        // a handler (its abort waits for its next await), holds it still.
+        // The peer is told the end now. Over plain TCP dropping the write half did it
+        // already; under TLS both halves hold the stream, and the reader, perhaps
+        // running a handler (its abort waits for its next await), holds it still.
         if let Some(sock) = ob.sock.take() {
             let _ = sock.shutdown(std::net::Shutdown::Write);
         }

@@ -27,6 +27,21 @@ impl Node {
         Node::start(&args, None)
     }
 
+    /// Starts `leda-net-test-node daemon --listen 127.0.0.1:0 EXTRA...`, a daemon that
+    /// serves deployment after deployment, under TLS with `tls` (mutual certificates).
+    pub fn daemon(extra: &[&str], tls: Option<&leda_net::TlsConfig>) -> Node {
+        let mut args: Vec<String> = ["daemon", "--listen", "127.0.0.1:0"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(t) = tls {
+            args.extend(pki::tls_args(t));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Node::start(&args, None)
+    }
+
     /// Starts `leda-net-test-node ARGS...`, inside network namespace `netns` if given
     /// (`ip netns exec`), and waits for its `LISTENING` line.
     pub fn start(args: &[&str], netns: Option<&str>) -> Node {
