@@ -37,12 +37,7 @@ fn assert_adds_up(routes: &[RouteCounts]) {
 
 /// A daemon that serves deployments one after another.
 fn long_lived() -> Node {
-    long_lived_on(None)
-}
-
-/// [`long_lived`], under TLS with `tls` (mutual certificates).
-fn long_lived_on(tls: Option<&TlsConfig>) -> Node {
-    Node::daemon(&[], tls)
+    Node::daemon(&[], None)
 }
 
 /// The launcher, under TLS with `tls`.
@@ -152,8 +147,8 @@ fn kill_9_of_a_daemon_ends_the_run_everywhere_naming_it() {
 }
 
 fn kill_9_of_a_daemon(tls: Option<&TlsConfig>) {
-    let mut a = long_lived_on(tls);
-    let mut b = long_lived_on(tls);
+    let mut a = Node::daemon(&[], tls);
+    let mut b = Node::daemon(&[], tls);
     let g = chain(&a.addr, &b.addr);
     let l = launcher_on(tls)
         .start(&g, Run::default().threads(1))
@@ -195,8 +190,8 @@ fn sigstop_of_a_daemon_is_noticed_within_the_silence_bound() {
 }
 
 fn sigstop_of_a_daemon(tls: Option<&TlsConfig>) {
-    let a = long_lived_on(tls);
-    let mut b = long_lived_on(tls);
+    let a = Node::daemon(&[], tls);
+    let mut b = Node::daemon(&[], tls);
     let g = chain(&a.addr, &b.addr);
     let l = launcher_on(tls)
         .start(&g, Run::default().threads(1))

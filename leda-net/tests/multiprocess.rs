@@ -631,7 +631,7 @@ fn a_deployment_abandoned_by_its_launcher_frees_the_daemons_at_once() {
 /// the deployment unread and the launcher got "connection reset" or "broken pipe".
 #[test]
 fn a_busy_daemon_refuses_a_large_deployment_with_its_reason() {
-    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let node = Node::daemon(&[], None);
     // A run that lasts: its collector waits for more than is sent.
     let lasting = small_graph(&node.addr, 0);
     lasting.stages()[1].set_attr("expect", 1_000_000_000i64);
@@ -685,8 +685,8 @@ fn a_silent_process_fails_the_launch_within_the_handshake_bound() {
 /// which it never would.
 #[test]
 fn a_failed_deployment_closes_its_links_without_waiting_for_the_peers() {
-    let a = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
-    let b = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let a = Node::daemon(&[], None);
+    let b = Node::daemon(&[], None);
     let slow = SlowFirst::start(&b.addr, &a.addr);
     let g = pipeline("half-deployed", 10, 1, 800_000, &a.addr, &slow.addr);
     // `a` is deployed at once, dials the relay (b parks that connection) and answers
@@ -763,7 +763,7 @@ fn next_launch_within(node: &Node, limit: Duration) {
 /// launcher's previous run had returned.
 #[test]
 fn back_to_back_launches_are_not_refused() {
-    let node = Node::start(&["daemon", "--listen", "127.0.0.1:0"], None);
+    let node = Node::daemon(&[], None);
     for i in 0..40 {
         let g = small_graph(&node.addr, 0);
         // Half end at the daemon (its collector quits), half here (the generator

@@ -1171,25 +1171,31 @@ fn long_call_writing(nonblocking: bool, direct: bool) {
     assert_eq!(lost, vec![None, None], "a live peer was declared lost");
 }
 
-/// Starts the runs behind `sender` and `receiver` with `b` (`counting_stage`'s, declared
-/// `nonblocking`), sends events one at a time until the receiver's reader runs the calls
-/// itself, then event -1 until its long call has begun on the reader (one the runtime
-/// gave to the pool instead, after a call it timed long, returns at once); returns the
-/// runs, the sink and the events sent before.
+/// Starts the runs behind `sender` and `receiver` with a `nonblocking` `counting_stage`
+/// whose event -1 runs `long` when the receiver's reader runs it; sends events one at a
+/// time until the reader runs the calls itself, then event -1 until `long` has begun on
+/// the reader (one the runtime gave to the pool instead, after a call it timed long,
+/// returns at once); returns the runs, the stage's count of handled events, and the
+/// events sent before -1.
 fn long_call_begun(
     sender: &Transport,
     receiver: &Transport,
-    b: Stage,
-    handled: &AtomicU64,
-    on_reader: &AtomicU64,
-    long_started: &AtomicBool,
-) -> (Running, Running, Arc<dyn RemoteSink>, i64) {
+    long: impl Fn() + Send + Sync + 'static,
+) -> (Running, Running, Arc<AtomicU64>, i64) {
+    let long_started = Arc::new(AtomicBool::new(false));
+    let started = long_started.clone();
+    let (b, handled, on_reader) = counting_stage(move |on_reader| {
+        if on_reader {
+            started.store(true, SeqCst);
+            long();
+        }
+    });
     let (srun, rrun) = start_runs(sender, receiver, &b.nonblocking());
     let sink = sender.sink("a", "b", 1, &["r:1".into()]).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut k = 0i64;
     while on_reader.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
-        send_one(&sink, k, handled);
+        send_one(&sink, k, &handled);
         k += 1;
     }
     assert!(on_reader.load(Relaxed) > 0, "the reader never ran a call");
@@ -1204,7 +1210,7 @@ fn long_call_begun(
         long_started.load(SeqCst),
         "the long call did not start on the reader"
     );
-    (srun, rrun, sink, k)
+    (srun, rrun, handled, k)
 }
 
 /// A link that goes down while its reader runs a handler itself (a `nonblocking` stage's
@@ -1224,16 +1230,8 @@ fn a_link_lost_during_a_long_call_on_its_reader_tells_the_peer_at_once() {
             vec![route("a", "b")],
             Liveness::with_silence(Duration::from_secs(1)),
         );
-        let long_started = Arc::new(AtomicBool::new(false));
-        let l2 = long_started.clone();
-        let (b, handled, on_reader) = counting_stage(move |on_reader| {
-            if on_reader {
-                l2.store(true, SeqCst);
-                compute_for(Duration::from_secs(2));
-            }
-        });
-        let (srun, rrun, _sink, k) =
-            long_call_begun(&sender, &receiver, b, &handled, &on_reader, &long_started);
+        let (srun, rrun, handled, k) =
+            long_call_begun(&sender, &receiver, || compute_for(Duration::from_secs(2)));
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let slink = sender.links()[0].clone();
         receiver.links()[0].lose("lost here (the test)".into());
@@ -1600,16 +1598,9 @@ fn a_peer_quit_unread_behind_a_long_call_is_not_a_loss() {
         vec![route("a", "b")],
         Liveness::with_silence(Duration::from_secs(60)),
     );
-    let long_started = Arc::new(AtomicBool::new(false));
-    let l2 = long_started.clone();
-    let (b, handled, on_reader) = counting_stage(move |on_reader| {
-        if on_reader {
-            l2.store(true, SeqCst);
-            std::thread::sleep(CLOSE_GRACE + Duration::from_secs(1));
-        }
+    let (srun, rrun, _, _) = long_call_begun(&sender, &receiver, || {
+        std::thread::sleep(CLOSE_GRACE + Duration::from_secs(1))
     });
-    let (srun, rrun, _sink, _) =
-        long_call_begun(&sender, &receiver, b, &handled, &on_reader, &long_started);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     // The sender's run ends: its `Quit` and its close reach the receiver, whose reader
     // is busy.
@@ -1620,7 +1611,10 @@ fn a_peer_quit_unread_behind_a_long_call_is_not_a_loss() {
     let link = receiver.links()[0].clone();
     wait_until(deadline, || link.peer_shut());
     assert!(link.peer_shut(), "the sender's close did not arrive");
-    assert!(long_started.load(SeqCst) && !link.goodbye.load(SeqCst));
+    assert!(
+        !link.goodbye.load(SeqCst),
+        "the reader read the peer's Quit"
+    );
     rt.block_on(receiver.close(Some(vec![])));
     closing.join().unwrap();
     rrun.handle().quit(());
