@@ -1047,6 +1047,42 @@ fn peer_dies_mid_frame() {
     }
 }
 
+/// Under TLS too, a stream cut inside a frame without `close_notify` (a peer that died
+/// mid-write, or a close forged to truncate it) is a loss, "inside a frame": reading
+/// such a close as the end of the stream (`conn::close_is_end`) ends no frame early.
+#[test]
+fn a_tls_stream_cut_inside_a_frame_is_a_loss() {
+    for cut in [5, 4096, 700_000] {
+        let (rt, receiver, mut client, sock) = raw_tls_pair(100);
+        let b = Stage::new("b", |_: Event, _: &mut Ctx| Ok(())).serial();
+        let run = receive_with(&receiver, &b);
+        let f = frame_for(1, 2 * BIG_FRAME);
+        rt.block_on(async {
+            use tokio::io::AsyncWriteExt;
+            client.write_all(&frame_for(0, 64 * 1024)).await.unwrap();
+            client.write_all(&f[..cut]).await.unwrap();
+            client.flush().await.unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        sock.shutdown(std::net::Shutdown::Both).unwrap();
+        let link = receiver.links()[0].clone();
+        wait_until(std::time::Instant::now() + Duration::from_secs(10), || {
+            link.is_dead()
+        });
+        let lost = receiver.lost();
+        drop(client);
+        end_receiving(&rt, &receiver, run, Some(sock));
+        assert_eq!(lost.len(), 1, "cut {cut}: {lost:?}");
+        assert!(
+            lost[0]
+                .reason
+                .starts_with("it closed the connection inside a frame"),
+            "cut {cut}: {}",
+            lost[0]
+        );
+    }
+}
+
 /// A peer frozen inside a large frame (as under SIGSTOP: the connection stays open,
 /// nothing more comes) while the reader waits with a raised low-water mark: it is
 /// declared lost once the liveness watch's silence has passed, not held forever.
